@@ -1,0 +1,98 @@
+//===- AttnOps.td - Operations of the attn dialect ---------*- tablegen -*-===//
+#ifndef ATTN_OPS_TD
+#define ATTN_OPS_TD
+
+include "attn/AttnBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+
+def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove]> {
+  let summary = "An attention variant: captures, score_mod and mask_mod";
+  let description = [{
+    Declares a variant's parameters and holds its two modifiers. Both
+    regions are always present; an omitted modifier is the identity
+    (`score_mod` yields `score`, `mask_mod` yields `true`). `q` and `kv` are
+    absolute positions.
+
+    ```mlir
+    attn.variant @alibi(slope: f32[H])
+        score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+      %s = attn.gather @slope[%h] : f32
+      %d = arith.subi %kv, %q : i32
+      %df = arith.sitofp %d : i32 to f32
+      %bias = arith.mulf %s, %df : f32
+      %r = arith.addf %score, %bias : f32
+      attn.yield %r : f32
+    } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+      %true = arith.constant true
+      attn.yield %true : i1
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypedArrayAttrBase<Attn_ParamAttr,
+                                          "variant parameters">:$params);
+  let regions = (region SizedRegion<1>:$score_mod, SizedRegion<1>:$mask_mod);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+  let hasCanonicalizer = 1;
+  let extraClassDeclaration = [{
+    /// The parameter named `name`, or null.
+    ::mlir::attn::ParamAttr lookupParam(::llvm::StringRef name);
+    ::mlir::Block &getScoreBlock() { return getScoreMod().front(); }
+    ::mlir::Block &getMaskBlock() { return getMaskMod().front(); }
+  }];
+}
+
+def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
+                                     HasParent<"VariantOp">]> {
+  let summary = "Yields a modifier's result";
+  let description = [{
+    Ends a `score_mod` region with an `f32` or a `mask_mod` region with an
+    `i1`.
+
+    ```mlir
+    attn.yield %r : f32
+    ```
+  }];
+  let arguments = (ins AnyType:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+}
+
+def Attn_GatherOp : Attn_Op<"gather", [Pure]> {
+  let summary = "Reads one element of a captured tensor";
+  let description = [{
+    Reads `capture[indices...]` from the enclosing variant's captured tensor.
+    There must be one `i32` index per dimension. The result is the element
+    widened for computing: f32 for f32/f16/bf16 tensors, i32 for i32/i64
+    tensors (i64 elements are truncated), i1 for bool tensors.
+    Out-of-range indices are clamped into the tensor by the backends; a
+    gather never reads outside its buffer.
+
+    ```mlir
+    %v = attn.gather @qamp[%b, %h, %q] : f32
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$capture, Variadic<I32>:$indices);
+  let results = (outs AnyTypeOf<[F32, I32, I1]>:$result);
+  let assemblyFormat =
+      "$capture `[` $indices `]` attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Attn_ScalarOp : Attn_Op<"scalar", [Pure]> {
+  let summary = "Reads a scalar parameter of the enclosing variant";
+  let description = [{
+    ```mlir
+    %w = attn.scalar @window : i32
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs AnyTypeOf<[F32, I32]>:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // ATTN_OPS_TD

@@ -1,0 +1,18 @@
+# lit configuration for attnc: one folder per compiler stage.
+import os
+import lit.formats
+
+config.name = "attnc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".attn", ".test"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "unit", "Inputs",
+                   "CMakeLists.txt"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.attnc_obj_root, "test")
+
+config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
+path = os.path.pathsep.join([config.attnc_tools_dir, config.llvm_tools_dir,
+                             config.environment.get("PATH", "")])
+config.environment["PATH"] = path
+config.substitutions.append(("%examples",
+                             os.path.join(config.attnc_src_root, "examples")))
