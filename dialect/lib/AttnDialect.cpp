@@ -39,6 +39,20 @@ ParamAttr VariantOp::lookupParam(StringRef name) {
   return {};
 }
 
+void VariantOp::getAsmBlockArgumentNames(Region &region,
+                                         OpAsmSetValueNameFn setNameFn) {
+  static const char *const scoreNames[] = {"score", "b", "h", "q", "kv"};
+  static const char *const maskNames[] = {"b", "h", "q", "kv"};
+  bool isScore = &region == &getScoreMod();
+  for (BlockArgument arg : region.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    if (isScore && i < 5)
+      setNameFn(arg, scoreNames[i]);
+    else if (!isScore && i < 4)
+      setNameFn(arg, maskNames[i]);
+  }
+}
+
 static bool isTensorElementType(Type t) {
   return t.isF32() || t.isF16() || t.isBF16() || t.isSignlessInteger(32) ||
          t.isSignlessInteger(64) || t.isSignlessInteger(1);
@@ -302,6 +316,10 @@ LogicalResult GatherOp::verify() {
            << getCapture() << "' (" << p.getElementType() << ") yields "
            << want << ", not " << getType();
   return success();
+}
+
+void ScalarOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getParam());
 }
 
 LogicalResult ScalarOp::verify() {

@@ -1,6 +1,8 @@
 //===- Diagnostics.cpp - Rendering of located errors ---------------------===//
 #include "attnc/Frontend/Diagnostics.h"
 
+#include <algorithm>
+
 namespace attnc {
 
 std::string_view SourceFile::lineAt(SourceLoc loc) const {
@@ -37,11 +39,12 @@ std::string DiagnosticEngine::render(const Diagnostic &d) const {
   if (line.size() > 200 && caret > 100)
     start = caret - 100;
   std::string_view shown = line.substr(start, 200);
-  // Control bytes would garble a terminal; show them as '?'.
-  for (char c : shown)
-    out += (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f
-               ? '?'
-               : c;
+  // Control and non-ASCII bytes would garble a terminal (and shift the
+  // caret); show each as one '?'.
+  for (char c : shown) {
+    unsigned char u = static_cast<unsigned char>(c);
+    out += (u < 0x20 && c != '\t') || u >= 0x7f ? '?' : c;
+  }
   out += "\n";
   for (size_t i = start; i < caret && i < line.size(); ++i)
     out += line[i] == '\t' ? '\t' : ' ';
@@ -50,8 +53,17 @@ std::string DiagnosticEngine::render(const Diagnostic &d) const {
 }
 
 void DiagnosticEngine::print(std::ostream &os) const {
+  // Lexer, parser and Sema report in separate passes; show them in source
+  // order, as a reader scans the file.
+  std::vector<const Diagnostic *> order;
   for (const Diagnostic &d : diags_)
-    os << render(d);
+    order.push_back(&d);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Diagnostic *a, const Diagnostic *b) {
+                     return a->loc.offset < b->loc.offset;
+                   });
+  for (const Diagnostic *d : order)
+    os << render(*d);
 }
 
 } // namespace attnc

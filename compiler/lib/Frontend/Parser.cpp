@@ -261,8 +261,10 @@ private:
     if (!expect(Tok::RParen, "to close the parameter list") ||
         !expect(Tok::LBrace, "to open the variant's body"))
       return false;
+    bool recovering = false; // a modifier failed and we skipped ahead
     while (!at(Tok::RBrace)) {
       if (at(Tok::KwScoreMod) || at(Tok::KwMaskMod)) {
+        recovering = false;
         bool isScore = at(Tok::KwScoreMod);
         Modifier &mod = isScore ? v.scoreMod : v.maskMod;
         SourceLoc loc = cur().loc;
@@ -276,11 +278,14 @@ private:
             mod = std::move(parsed);
         } else {
           syncModifier();
+          recovering = true;
         }
         continue;
       }
       if (at(Tok::Eof) || at(Tok::KwFn) || at(Tok::KwVariant)) {
-        if (!panic_)
+        // After recovery the variant's '}' was most likely skipped with the
+        // broken modifier: do not report it a second time.
+        if (!panic_ && !recovering)
           diag_.error(cur().loc, "expected '}' to close variant '" + v.name +
                                      "', found " + describe(cur()));
         panic_ = false;
@@ -290,6 +295,7 @@ private:
                            v.name + "', found " + describe(cur()));
       advance();
       syncModifier();
+      recovering = true;
     }
     advance(); // '}'
     return true;

@@ -6,8 +6,10 @@ include "attn/AttnBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/IR/OpAsmInterface.td"
 
-def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove]> {
+def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
   let summary = "An attention variant: captures, score_mod and mask_mod";
   let description = [{
     Declares a variant's parameters and holds its two modifiers. Both
@@ -82,7 +84,8 @@ def Attn_GatherOp : Attn_Op<"gather", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Attn_ScalarOp : Attn_Op<"scalar", [Pure]> {
+def Attn_ScalarOp : Attn_Op<"scalar", [Pure,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
   let summary = "Reads a scalar parameter of the enclosing variant";
   let description = [{
     ```mlir
