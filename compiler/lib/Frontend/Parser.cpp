@@ -381,6 +381,9 @@ private:
       return nullptr;
     }
     auto e = std::make_unique<Expr>(k, loc);
+    // Infix forms start at their left operand.
+    if ((k == Expr::Kind::Binary || k == Expr::Kind::Ternary) && !ops.empty())
+      e->begin = ops[0]->begin;
     e->operands = std::move(ops);
     e->depth = depth + 1;
     return e;
@@ -572,6 +575,7 @@ private:
       ExprPtr e = parseExpr();
       if (!e || !expect(Tok::RParen, "to close the parenthesis"))
         return nullptr;
+      e->begin = loc;
       return e;
     }
     case Tok::Error:

@@ -111,7 +111,7 @@ private:
       Type t = checkBody(fn.body);
       if (t != Type::Error && fn.body.result &&
           !convertible(t, fn.returnType))
-        diag_.error(fn.body.result->loc,
+        diag_.error(fn.body.result->begin,
                     "fn '" + fn.name + "' is declared to return " +
                         typeName(fn.returnType) + " but its body is " +
                         typeName(t));
@@ -164,11 +164,11 @@ private:
     if (t == Type::Error || !mod.body.result)
       return;
     if (isScore && !convertible(t, Type::F32))
-      diag_.error(mod.body.result->loc,
+      diag_.error(mod.body.result->begin,
                   std::string("score_mod must yield f32, but this is ") +
                       typeName(t));
     if (!isScore && t != Type::Bool)
-      diag_.error(mod.body.result->loc,
+      diag_.error(mod.body.result->begin,
                   std::string("mask_mod must yield bool, but this is ") +
                       typeName(t) + (isNumeric(t) ? " (compare it, e.g. "
                                                     "'x != 0')"
@@ -306,7 +306,7 @@ private:
     Type a = check(*e.operands[1]);
     Type b = check(*e.operands[2]);
     if (c != Type::Error && c != Type::Bool) {
-      diag_.error(e.operands[0]->loc,
+      diag_.error(e.operands[0]->begin,
                   std::string("the condition of '?:' must be bool, got ") +
                       typeName(c));
       return Type::Error;
@@ -376,7 +376,7 @@ private:
       return Type::Error;
     for (size_t i = 0; i < args.size(); ++i)
       if (!convertible(args[i], fn.params[i].type)) {
-        diag_.error(e.operands[i]->loc,
+ diag_.error(e.operands[i]->begin,
                     "argument " + std::to_string(i + 1) + " of '" + fn.name +
                         "' ('" + fn.params[i].name + "') must be " +
                         typeName(fn.params[i].type) + ", got " +
@@ -402,7 +402,7 @@ private:
       return b == Builtin::CastF32 ? Type::F32 : Type::I32;
     for (size_t i = 0; i < args.size(); ++i)
       if (!isNumeric(args[i])) {
-        diag_.error(e.operands[i]->loc,
+        diag_.error(e.operands[i]->begin,
                     "'" + e.name + "' needs a number, got " +
                         typeName(args[i]) +
                         (args[i] == Type::Bool ? " (convert it with f32(...) "
@@ -454,7 +454,7 @@ private:
       if (idx[i] == Type::Error)
         return Type::Error;
       if (idx[i] != Type::I32) {
-        diag_.error(e.operands[i]->loc,
+        diag_.error(e.operands[i]->begin,
                     "index " + std::to_string(i + 1) + " of '" + e.name +
                         "' must be i32, got " + typeName(idx[i]) +
                         (idx[i] == Type::F32 ? " (convert it with i32(...))"

@@ -186,7 +186,7 @@ int runCompile(const std::vector<std::string> &args) {
   }
   mlir::OpPrintingFlags flags;
   if (o.debugLocs)
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/true);
   std::string printed;
   llvm::raw_string_ostream rso(printed);
   ir->print(rso, flags);

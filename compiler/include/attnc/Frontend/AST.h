@@ -52,7 +52,8 @@ struct Expr {
   enum class Kind { IntLit, FloatLit, BoolLit, InfLit, Name, Unary, Binary,
                     Ternary, Call, Index };
   Kind kind;
-  SourceLoc loc;
+  SourceLoc loc;   // the operator, callee or literal: where errors point
+  SourceLoc begin; // the first token of the whole expression
   Type type = Type::Error;   // Sema
   int64_t intValue = 0;      // IntLit
   double floatValue = 0.0;   // FloatLit
@@ -67,7 +68,7 @@ struct Expr {
   int fnIndex = -1;                  // Call of a user fn
   int depth = 1;                     // height of this subtree (parser)
 
-  Expr(Kind k, SourceLoc l) : kind(k), loc(l) {}
+  Expr(Kind k, SourceLoc l) : kind(k), loc(l), begin(l) {}
 };
 
 struct LetStmt {
