@@ -120,7 +120,7 @@ LogicalResult VariantOp::verifyRegions() {
       return emitOpError("'") << e.name << "' region must take "
                               << describeTypes(e.args) << ", got "
                               << describeTypes(block.getArgumentTypes());
-    auto yield = dyn_cast<YieldOp>(block.getTerminator());
+    auto yield = block.empty() ? YieldOp() : dyn_cast<YieldOp>(block.back());
     if (!yield)
       return emitOpError("'") << e.name
                               << "' region must end with attn.yield";
@@ -162,12 +162,12 @@ static ParseResult parseParam(OpAsmParser &parser,
       dims.push_back(StringAttr::get(ctx, sym));
       return success();
     };
-    if (parser.parseCommaSeparatedList(parseDim) || parser.parseRSquare())
-      return failure();
-    if (dims.empty())
+    if (succeeded(parser.parseOptionalRSquare()))
       return parser.emitError(parser.getCurrentLocation(),
                               "a tensor parameter needs at least one "
                               "dimension");
+    if (parser.parseCommaSeparatedList(parseDim) || parser.parseRSquare())
+      return failure();
   }
   params.push_back(ParamAttr::get(ctx, StringAttr::get(ctx, name), elem,
                                   ArrayAttr::get(ctx, dims)));

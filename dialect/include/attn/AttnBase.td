@@ -37,12 +37,12 @@ def Attn_ParamAttr : Attn_Attr<"Param", "param"> {
     integer. A scalar has no dims.
 
     ```mlir
-    #attn.param<"qamp" : f32, ["B", "H", "Q"]>
+    #attn.param<"qamp", f32, ["B", "H", "Q"]>
     ```
   }];
   let parameters = (ins "::mlir::StringAttr":$name, "::mlir::Type":$elementType,
                         "::mlir::ArrayAttr":$dims);
-  let assemblyFormat = "`<` $name `:` $elementType `,` $dims `>`";
+  let assemblyFormat = "`<` $name `,` $elementType `,` $dims `>`";
   let extraClassDeclaration = [{
     bool isTensor() const { return !getDims().empty(); }
     unsigned getRank() const { return getDims().size(); }

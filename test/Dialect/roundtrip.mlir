@@ -1,0 +1,46 @@
+// RUN: attn-opt %s | attn-opt | FileCheck %s
+// Printing and re-parsing preserve every part of a variant.
+
+// CHECK-LABEL: attn.variant @all_param_kinds(a: f32[B, H, Q], b16: bf16[H], h16: f16[KV], i: i32[B, KV], l: i64[H, 256], m: i1[KV], s: f32, n: i32)
+attn.variant @all_param_kinds(a: f32[B, H, Q], b16: bf16[H], h16: f16[KV], i: i32[B, KV], l: i64[H, 256], m: i1[KV], s: f32, n: i32)
+    score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  // CHECK: attn.gather @a[%b, %h, %q] : f32
+  %0 = attn.gather @a[%b, %h, %q] : f32
+  // CHECK: attn.gather @b16[%h] : f32
+  %1 = attn.gather @b16[%h] : f32
+  // CHECK: attn.gather @l[%h, %kv] : i32
+  %2 = attn.gather @l[%h, %kv] : i32
+  // CHECK: %s = attn.scalar @s : f32
+  %s = attn.scalar @s : f32
+  %3 = arith.addf %0, %1 : f32
+  %4 = arith.sitofp %2 : i32 to f32
+  %5 = arith.addf %3, %4 : f32
+  %6 = arith.mulf %5, %s : f32
+  %7 = arith.addf %score, %6 : f32
+  // CHECK: attn.yield %{{.*}} : f32
+  attn.yield %7 : f32
+// CHECK: } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  // CHECK: attn.gather @m[%kv] : i1
+  %0 = attn.gather @m[%kv] : i1
+  // CHECK: %n = attn.scalar @n : i32
+  %n = attn.scalar @n : i32
+  %1 = arith.cmpi slt, %q, %n : i32
+  %2 = arith.andi %0, %1 : i1
+  attn.yield %2 : i1
+}
+
+// A variant with no parameters and identity modifiers.
+// CHECK-LABEL: attn.variant @identity()
+// CHECK-NEXT: score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+// CHECK-NEXT:   attn.yield %score : f32
+// CHECK-NEXT: } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+// CHECK-NEXT:   %true = arith.constant true
+// CHECK-NEXT:   attn.yield %true : i1
+// CHECK-NEXT: }
+attn.variant @identity() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  attn.yield %s : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
