@@ -1,0 +1,147 @@
+//===- Attention.h - Running a compiled variant -----------------*- C++ -*-===//
+//
+// Tensors are logical [B, H, S, D] views with arbitrary strides, so BHSD and
+// BSHD memory are both accepted and never reinterpreted. Modes follow from
+// the shapes: prefill (Lq == Lkv), decode (Lq == 1), chunked decode
+// (Lkv > Lq > 1); per-sequence KV lengths make ragged batches, and query i
+// of sequence b sits at absolute position qOffsets[b] + i (default
+// kvLens[b] - Lq). GQA: query head h reads KV head h / (Hq / Hkv).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_ATTENTION_H
+#define ATTNC_RUNTIME_ATTENTION_H
+
+#include "attnc/runtime/Status.h"
+#include "attnc/runtime/TensorView.h"
+#include "attnc/runtime/Variant.h"
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnc::rt {
+
+/// What a compiled kernel was specialized for.
+struct KernelSpec {
+  DType dtype = DType::F32; // of Q, K, V and O
+  int64_t headDim = 64;     // Dqk
+  int64_t vHeadDim = 64;    // Dv
+  int64_t blockM = 16;      // query rows per tile
+  int64_t blockN = 64;      // keys per tile
+};
+
+class BlockMask;
+
+struct AttentionArgs {
+  TensorView q;   // [B, Hq, Lq, Dqk]
+  TensorView k;   // [B, Hkv, Lkv, Dqk]
+  TensorView v;   // [B, Hkv, Lkv, Dv]
+  TensorView out; // [B, Hq, Lq, Dv], written
+  TensorView lse; // optional [B, Hq, Lq] f32 (natural log); data == null: none
+  std::vector<int32_t> kvLens;   // optional, per sequence (<= Lkv)
+  std::vector<int32_t> qOffsets; // optional, per sequence
+  double scale = 0.0;            // 0: 1 / sqrt(Dqk)
+  std::vector<std::pair<std::string, TensorView>> tensors; // captures
+  std::vector<std::pair<std::string, double>> scalars;
+  const BlockMask *blockMask = nullptr; // data-dependent masks (optional)
+  int numThreads = 0;                   // 0: every core
+};
+
+/// An attention problem after validation: sizes, lengths and bound params.
+struct Problem {
+  int64_t B = 0, Hq = 0, Hkv = 0, Lq = 0, Lkv = 0, Dqk = 0, Dv = 0;
+  std::vector<int32_t> kvLen, qPos0;
+  double scale = 1.0;
+  std::vector<BoundParam> params; // in VariantInfo::params order
+  bool hasLse = false;
+};
+
+/// Validates every argument against the variant (and the kernel's spec, if
+/// given) and resolves defaults. Messages name the argument and the
+/// expected versus actual shape, dtype or value.
+Status resolveProblem(const VariantInfo &variant, const KernelSpec *spec,
+                      const AttentionArgs &args, Problem &out);
+
+/// Per-(Q tile, KV tile) classes of a data-dependent mask, built once by
+/// evaluating mask_mod per element and reusable while the mask's inputs
+/// (captures, lengths, offsets) are unchanged. O(tiles) memory.
+class BlockMask {
+public:
+  int64_t batch = 1, heads = 1, numQTiles = 0, numKTiles = 0;
+  int64_t blockM = 0, blockN = 0, lq = 0;
+  std::vector<int32_t> kvLen, qPos0; // what it was built for
+  std::vector<int8_t> classes;       // [batch][heads][numQTiles][numKTiles]
+  int8_t at(int64_t b, int64_t h, int64_t qt, int64_t kt) const {
+    return classes[((b * heads + h) * numQTiles + qt) * numKTiles + kt];
+  }
+  /// Counts of (empty, partial, full) tiles.
+  std::array<int64_t, 3> histogram() const;
+};
+
+/// The fp64 oracle: naive attention with the modifiers evaluated by the
+/// interpreter of the variant's program. `out` is [B, Hq, Lq, Dv] and `lse`
+/// [B, Hq, Lq], both row-major. With `violation`, reports the first gather
+/// outside its tensor (the checked mode).
+Status referenceAttention(const VariantInfo &variant, const AttentionArgs &args,
+                          std::vector<double> &out, std::vector<double> &lse,
+                          GatherViolation *violation = nullptr);
+
+/// A kernel compiled for the host CPU (see KernelABI.h for the calling
+/// convention). `owner` keeps the code alive.
+struct CpuEntryPoints {
+  std::shared_ptr<void> owner;
+  void (*kernel)(void **) = nullptr;
+  void (*maskBuilder)(void **) = nullptr; // data-dependent masks only
+};
+
+class CpuKernel {
+public:
+  CpuKernel(VariantInfo variant, KernelSpec spec, CpuEntryPoints entry)
+      : variant_(std::move(variant)), spec_(spec), entry_(std::move(entry)) {}
+
+  const VariantInfo &variant() const { return variant_; }
+  const KernelSpec &spec() const { return spec_; }
+
+  /// Runs attention; validates everything first, touches nothing on error.
+  /// A data-dependent mask without args.blockMask builds one for this call.
+  Status run(const AttentionArgs &args) const;
+
+  /// Builds the block mask of a data-dependent variant for these inputs.
+  Status buildBlockMask(const AttentionArgs &args, BlockMask &out) const;
+
+private:
+  Status launch(const AttentionArgs &args, const Problem &p,
+                const BlockMask *bm) const;
+  VariantInfo variant_;
+  KernelSpec spec_;
+  CpuEntryPoints entry_;
+};
+
+/// A contiguous KV cache: K [B, Hkv, capacity, Dqk] and V [B, Hkv, capacity,
+/// Dv] owned here, with a current length per sequence.
+class KVCache {
+public:
+  static Status create(DType dtype, int64_t batch, int64_t kvHeads,
+                       int64_t capacity, int64_t headDim, int64_t vHeadDim,
+                       KVCache &out);
+  /// Appends `newK` [Hkv, T, Dqk] and `newV` [Hkv, T, Dv] (any strides, same
+  /// dtype as the cache) to sequence `seq`.
+  Status append(int64_t seq, const TensorView &newK, const TensorView &newV);
+  TensorView keys() const;
+  TensorView values() const;
+  const std::vector<int32_t> &lengths() const { return lengths_; }
+  int64_t capacity() const { return capacity_; }
+
+private:
+  DType dtype_ = DType::F32;
+  int64_t batch_ = 0, heads_ = 0, capacity_ = 0, dqk_ = 0, dv_ = 0;
+  std::vector<unsigned char> k_, v_;
+  std::vector<int32_t> lengths_;
+};
+
+} // namespace attnc::rt
+
+#endif

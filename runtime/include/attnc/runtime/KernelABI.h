@@ -1,0 +1,77 @@
+//===- KernelABI.h - The contract between kernels and the runtime -*- C++ -*-===//
+//
+// A CPU kernel is `void kernel(void **args)` (MLIR's packed calling
+// convention) over these operands, each a 1-D memref (5 descriptor words:
+// allocated, aligned, offset, size, stride):
+//
+//   q, k, v, o : element type of the kernel (f32 | f16 | bf16)
+//   lse        : f32           (size 0 when not requested)
+//   ip         : i64 parameters, laid out as below
+//   fp         : f32 parameters: [0] = scale, [1 + i] = f32 scalar param i
+//   blockmask  : i8 tile classes for data-dependent masks (size 0 if none)
+//   captures   : one memref per tensor parameter, in declaration order
+//   itemBegin, itemEnd : i64, work items ((b * Hq + h) * numQTiles + qt)
+//
+// Integer parameter layout (ip):
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_KERNELABI_H
+#define ATTNC_RUNTIME_KERNELABI_H
+
+#include "attnc/runtime/Variant.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace attnc::rt::abi {
+
+enum : int64_t {
+  kB = 0,
+  kHq,
+  kHkv,
+  kLq,
+  kLkv,        // capacity of the KV sequence axis
+  kNumQTiles,
+  kNumKTiles,  // ceil(Lkv / blockN): the block mask's last dimension
+  kQStride,    // 4 strides each, in elements, logical [B, H, S, D]
+  kKStride = kQStride + 4,
+  kVStride = kKStride + 4,
+  kOStride = kVStride + 4,
+  kLseStride = kOStride + 4, // 3: [B, H, S]
+  kHasLse = kLseStride + 3,
+  kHasBlockMask,
+  kBMStrideB,  // block mask [B|1][H|1][numQTiles][numKTiles], in elements
+  kBMStrideH,
+  kFixedEnd,   // then: params, capture shapes, per-sequence lengths
+};
+
+/// Tile classes, as stored in a block mask.
+enum TileClass : int8_t { kEmpty = 0, kPartial = 1, kFull = 2 };
+
+/// Where each variable-size part of `ip` starts, for one variant.
+struct Layout {
+  int64_t paramBase = kFixedEnd; // ip[paramBase + i] = i32 scalar param i
+  /// ip[captureBase[i] + d] = size of dim d; + rank + d = stride of dim d.
+  std::vector<int64_t> captureBase; // per param (-1 for scalars)
+  int64_t seqBase = 0; // ip[seqBase + b] = kv length, [seqBase + B + b] = q pos0
+  int64_t size(int64_t batch) const { return seqBase + 2 * batch; }
+};
+
+inline Layout computeLayout(const VariantInfo &v) {
+  Layout l;
+  int64_t next = l.paramBase + static_cast<int64_t>(v.params.size());
+  for (const ParamSpec &p : v.params) {
+    if (!p.isTensor) {
+      l.captureBase.push_back(-1);
+      continue;
+    }
+    l.captureBase.push_back(next);
+    next += 2 * static_cast<int64_t>(p.dims.size());
+  }
+  l.seqBase = next;
+  return l;
+}
+
+} // namespace attnc::rt::abi
+
+#endif

@@ -1,0 +1,106 @@
+//===- Variant.h - A compiled variant's signature and program --*- C++ -*-===//
+//
+// What the compiler hands the runtime about a variant, in a plain text form
+// (the "modifier program") that the runtime parses without LLVM:
+//
+//   variant synaptic
+//   param qamp tensor f32 B H Q
+//   param barrier scalar f32
+//   mask closed            (or: none | data)
+//   score
+//     %0 = gather qamp %b %h %q
+//     %1 = arith.mulf %0 %score
+//     yield %1
+//   mask
+//     %0 = arith.cmpi sge %q %kv
+//     yield %0
+//   end
+//
+// Values are `%score %b %h %q %kv` (modifier arguments) or `%N`; every
+// instruction is `%N = OP [ATTR] OPERANDS...` with a type-directed meaning
+// documented in ModProgram.cpp. The runtime evaluates it in fp64 for the
+// reference, and uses the signature to bind captures and scalars by name.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_VARIANT_H
+#define ATTNC_RUNTIME_VARIANT_H
+
+#include "attnc/runtime/DType.h"
+#include "attnc/runtime/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc::rt {
+
+/// One dimension of a captured tensor: a symbol (B, H, HKV, Q, KV, or a
+/// free name) or a fixed size.
+struct DimSpec {
+  std::string symbol; // empty when fixed
+  int64_t size = 0;
+};
+
+struct ParamSpec {
+  std::string name;
+  bool isTensor = false;
+  DType dtype = DType::F32; // element type (tensor) or scalar type (f32/i32)
+  std::vector<DimSpec> dims;
+};
+
+/// How the mask is classified into tiles.
+enum class MaskKind {
+  None,   // no mask: every tile is full
+  Closed, // affine: classified per tile in closed form, no per-call pass
+  Data,   // data-dependent: a block mask is built by evaluating it
+};
+
+class ModProgram; // defined in ModProgram.cpp
+
+struct VariantInfo {
+  std::string name;
+  std::vector<ParamSpec> params;
+  MaskKind maskKind = MaskKind::None;
+  bool maskUsesBatch = true; // whether the mask reads `b` (block-mask shape)
+  bool maskUsesHead = true;  // whether the mask reads `h`
+  std::shared_ptr<const ModProgram> program;
+
+  const ParamSpec *findParam(const std::string &name) const;
+  /// The text form (parse(toText()) round-trips).
+  std::string text;
+
+  /// Parses the text form. Errors name the line.
+  static Status parse(const std::string &text, VariantInfo &out);
+};
+
+/// The values a modifier reads at run time: captured tensors and scalars,
+/// indexed like VariantInfo::params.
+struct BoundParam {
+  const void *data = nullptr;      // tensors
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;      // tensors
+  std::vector<int64_t> strides;    // tensors, elements
+  double scalar = 0.0;             // scalars
+};
+
+/// A gather outside its tensor, as seen by the checked mode.
+struct GatherViolation {
+  std::string capture;
+  std::vector<int64_t> index;
+  std::vector<int64_t> shape;
+};
+
+/// Evaluates score_mod / mask_mod in fp64 (integers in wrapping i32).
+/// Out-of-range gathers are clamped, as the kernels do; the first one is
+/// recorded in `violation` when it is non-null.
+double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
+                    double score, int32_t b, int32_t h, int32_t q, int32_t kv,
+                    GatherViolation *violation = nullptr);
+bool evalMaskMod(const VariantInfo &v, const std::vector<BoundParam> &params,
+                 int32_t b, int32_t h, int32_t q, int32_t kv,
+                 GatherViolation *violation = nullptr);
+
+} // namespace attnc::rt
+
+#endif

@@ -1,0 +1,594 @@
+//===- Attention.cpp - Validation, binding, reference, CPU launch --------===//
+#include "attnc/runtime/Attention.h"
+#include "attnc/runtime/KernelABI.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <thread>
+
+namespace attnc::rt {
+
+namespace {
+
+bool hasView(const TensorView &t) { return t.data || !t.shape.empty(); }
+
+std::string describeParam(const ParamSpec &p) {
+  if (!p.isTensor)
+    return std::string(dtypeName(p.dtype));
+  std::string s = std::string(dtypeName(p.dtype)) + "[";
+  for (size_t i = 0; i < p.dims.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += p.dims[i].symbol.empty() ? std::to_string(p.dims[i].size)
+                                  : p.dims[i].symbol;
+  }
+  return s + "]";
+}
+
+Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
+  std::map<std::string, int64_t> bound = {{"B", p.B},     {"H", p.Hq},
+                                          {"HKV", p.Hkv}, {"Q", p.Lq},
+                                          {"KV", p.Lkv}};
+  std::map<std::string, std::string> boundBy;
+  p.params.assign(v.params.size(), BoundParam());
+  // Unknown names first: a typo should not read as a missing argument.
+  for (const auto &[name, t] : a.tensors) {
+    const ParamSpec *ps = v.findParam(name);
+    if (!ps || !ps->isTensor)
+      return Status::invalidArgument(fmt::format(
+          "variant '{}' has no tensor parameter '{}'{}", v.name, name,
+          ps ? " (it is a scalar)" : ""));
+  }
+  for (const auto &[name, val] : a.scalars) {
+    const ParamSpec *ps = v.findParam(name);
+    if (!ps || ps->isTensor)
+      return Status::invalidArgument(fmt::format(
+          "variant '{}' has no scalar parameter '{}'{}", v.name, name,
+          ps ? " (it is a tensor)" : ""));
+  }
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    const ParamSpec &ps = v.params[i];
+    BoundParam &bp = p.params[i];
+    if (!ps.isTensor) {
+      auto it = std::find_if(a.scalars.begin(), a.scalars.end(),
+                             [&](auto &s) { return s.first == ps.name; });
+      if (it == a.scalars.end())
+        return Status::invalidArgument(fmt::format(
+            "missing scalar '{}' ({}) of variant '{}'", ps.name,
+            describeParam(ps), v.name));
+      if (std::count_if(a.scalars.begin(), a.scalars.end(),
+                        [&](auto &s) { return s.first == ps.name; }) > 1)
+        return Status::invalidArgument(
+            fmt::format("scalar '{}' is given more than once", ps.name));
+      double x = it->second;
+      if (ps.dtype == DType::I32 &&
+          (x != std::trunc(x) || x < -2147483648.0 || x > 2147483647.0))
+        return Status::invalidArgument(fmt::format(
+            "scalar '{}' is i32 but was given {}", ps.name, x));
+      bp.scalar = x;
+      continue;
+    }
+    auto it = std::find_if(a.tensors.begin(), a.tensors.end(),
+                           [&](auto &t) { return t.first == ps.name; });
+    if (it == a.tensors.end())
+      return Status::invalidArgument(
+          fmt::format("missing capture '{}' ({}) of variant '{}'", ps.name,
+                      describeParam(ps), v.name));
+    const TensorView &t = it->second;
+    if (t.dtype != ps.dtype)
+      return Status::invalidArgument(
+          fmt::format("capture '{}' has dtype {}, expected {}", ps.name,
+                      dtypeName(t.dtype), dtypeName(ps.dtype)));
+    if (t.shape.size() != ps.dims.size())
+      return Status::invalidArgument(fmt::format(
+          "capture '{}' has shape {}, expected rank {} ({})", ps.name,
+          TensorView::formatDims(t.shape), ps.dims.size(),
+          describeParam(ps)));
+    std::vector<int64_t> want;
+    for (size_t d = 0; d < ps.dims.size(); ++d) {
+      const DimSpec &ds = ps.dims[d];
+      int64_t n;
+      if (ds.symbol.empty())
+        n = ds.size;
+      else if (auto b = bound.find(ds.symbol); b != bound.end())
+        n = b->second;
+      else {
+        n = t.shape[d]; // a free dimension binds here
+        bound[ds.symbol] = n;
+        boundBy[ds.symbol] = ps.name;
+      }
+      want.push_back(n);
+    }
+    if (t.shape != want)
+      return Status::invalidArgument(fmt::format(
+          "capture '{}' has shape {}, expected {} ({})", ps.name,
+          TensorView::formatDims(t.shape), TensorView::formatDims(want),
+          describeParam(ps)));
+    Status s = checkShape(t, "capture '" + ps.name + "'", want);
+    if (!s)
+      return s;
+    for (int64_t n : t.shape)
+      if (n == 0)
+        return Status::invalidArgument(fmt::format(
+            "capture '{}' is empty (shape {}); a gather needs an element",
+            ps.name, TensorView::formatDims(t.shape)));
+    bp.data = t.data;
+    bp.dtype = t.dtype;
+    bp.shape = t.shape;
+    bp.strides = t.strides;
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
+                      const AttentionArgs &a, Problem &p) {
+  p = Problem();
+  auto rank4 = [](const TensorView &t, const char *name) -> Status {
+    if (t.shape.size() != 4)
+      return Status::invalidArgument(fmt::format(
+          "'{}' must be a 4-d view [B, H, S, D], got shape {}", name,
+          TensorView::formatDims(t.shape)));
+    return Status::ok();
+  };
+  for (auto [t, n] : {std::pair{&a.q, "q"}, std::pair{&a.k, "k"},
+                      std::pair{&a.v, "v"}, std::pair{&a.out, "out"}})
+    if (Status s = rank4(*t, n); !s)
+      return s;
+  p.B = a.q.shape[0];
+  p.Hq = a.q.shape[1];
+  p.Lq = a.q.shape[2];
+  p.Dqk = a.q.shape[3];
+  p.Hkv = a.k.shape[1];
+  p.Lkv = a.k.shape[2];
+  p.Dv = a.v.shape[3];
+  DType dt = spec ? spec->dtype : a.q.dtype;
+  if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16)
+    return Status::invalidArgument(fmt::format(
+        "'q' has dtype {}, expected f32, f16 or bf16", dtypeName(a.q.dtype)));
+  if (Status s = checkTensor(a.q, "q", dt, {p.B, p.Hq, p.Lq, p.Dqk}); !s)
+    return s;
+  if (Status s = checkTensor(a.k, "k", dt, {p.B, p.Hkv, p.Lkv, p.Dqk}); !s)
+    return s;
+  if (Status s = checkTensor(a.v, "v", dt, {p.B, p.Hkv, p.Lkv, p.Dv}); !s)
+    return s;
+  if (Status s = checkTensor(a.out, "out", dt, {p.B, p.Hq, p.Lq, p.Dv}); !s)
+    return s;
+  p.hasLse = hasView(a.lse);
+  if (p.hasLse)
+    if (Status s = checkTensor(a.lse, "lse", DType::F32, {p.B, p.Hq, p.Lq});
+        !s)
+      return s;
+  if (p.Hkv <= 0 || p.Hq % p.Hkv != 0)
+    return Status::invalidArgument(fmt::format(
+        "the number of query heads ({}) must be a multiple of the number of "
+        "KV heads ({})",
+        p.Hq, p.Hkv));
+  if (p.B <= 0 || p.Lq <= 0)
+    return Status::invalidArgument(fmt::format(
+        "'q' must have at least one sequence and one query, got shape {}",
+        TensorView::formatDims(a.q.shape)));
+  for (auto [d, n] : {std::pair{p.Dqk, "head dim (Dqk)"},
+                      std::pair{p.Dv, "value head dim (Dv)"}})
+    if (d <= 0 || d % 8 != 0 || d > 256)
+      return Status::invalidArgument(fmt::format(
+          "{} must be a multiple of 8 in [8, 256], got {}", n, d));
+  if (spec && (p.Dqk != spec->headDim || p.Dv != spec->vHeadDim))
+    return Status::invalidArgument(fmt::format(
+        "the kernel was compiled for Dqk={} Dv={}, but the inputs have Dqk={} "
+        "Dv={}",
+        spec->headDim, spec->vHeadDim, p.Dqk, p.Dv));
+  if (p.Lkv > std::numeric_limits<int32_t>::max() / 2 ||
+      p.Lq > std::numeric_limits<int32_t>::max() / 2)
+    return Status::invalidArgument("sequence lengths must fit in i32");
+
+  p.kvLen = a.kvLens;
+  if (p.kvLen.empty())
+    p.kvLen.assign(p.B, static_cast<int32_t>(p.Lkv));
+  if (static_cast<int64_t>(p.kvLen.size()) != p.B)
+    return Status::invalidArgument(fmt::format(
+        "'kvLens' has {} entries, expected one per sequence ({})",
+        p.kvLen.size(), p.B));
+  for (int64_t b = 0; b < p.B; ++b)
+    if (p.kvLen[b] < 0 || p.kvLen[b] > p.Lkv)
+      return Status::invalidArgument(fmt::format(
+          "'kvLens[{}]' is {}, expected 0..{} (the KV capacity)", b,
+          p.kvLen[b], p.Lkv));
+  p.qPos0 = a.qOffsets;
+  if (p.qPos0.empty()) {
+    for (int64_t b = 0; b < p.B; ++b) {
+      if (p.kvLen[b] < p.Lq)
+        return Status::invalidArgument(fmt::format(
+            "sequence {} has {} keys but {} queries; pass 'qOffsets' to place "
+            "the queries explicitly",
+            b, p.kvLen[b], p.Lq));
+      p.qPos0.push_back(static_cast<int32_t>(p.kvLen[b] - p.Lq));
+    }
+  }
+  if (static_cast<int64_t>(p.qPos0.size()) != p.B)
+    return Status::invalidArgument(fmt::format(
+        "'qOffsets' has {} entries, expected one per sequence ({})",
+        p.qPos0.size(), p.B));
+  for (int64_t b = 0; b < p.B; ++b)
+    if (p.qPos0[b] < 0 ||
+        static_cast<int64_t>(p.qPos0[b]) + p.Lq > (int64_t(1) << 30))
+      return Status::invalidArgument(fmt::format(
+          "'qOffsets[{}]' is {}, expected a non-negative position", b,
+          p.qPos0[b]));
+  p.scale = a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(double(p.Dqk));
+  if (!std::isfinite(p.scale))
+    return Status::invalidArgument("'scale' must be finite");
+  return bindParams(v, a, p);
+}
+
+std::array<int64_t, 3> BlockMask::histogram() const {
+  std::array<int64_t, 3> h{0, 0, 0};
+  for (int8_t c : classes)
+    ++h[std::clamp<int>(c, 0, 2)];
+  return h;
+}
+
+Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
+                          std::vector<double> &out, std::vector<double> &lse,
+                          GatherViolation *violation) {
+  Problem p;
+  if (Status s = resolveProblem(v, nullptr, a, p); !s)
+    return s;
+  if (!v.program)
+    return Status::invalidArgument("the variant has no modifier program");
+  int64_t G = p.Hq / p.Hkv;
+  out.assign(p.B * p.Hq * p.Lq * p.Dv, 0.0);
+  lse.assign(p.B * p.Hq * p.Lq, 0.0);
+  std::vector<double> s(p.Lkv), w(p.Lkv);
+  auto ld = [](const TensorView &t, int64_t i0, int64_t i1, int64_t i2,
+               int64_t i3) {
+    return loadAsDouble(t.data, t.dtype,
+                        i0 * t.strides[0] + i1 * t.strides[1] +
+                            i2 * t.strides[2] + i3 * t.strides[3]);
+  };
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.Hq; ++h)
+      for (int64_t i = 0; i < p.Lq; ++i) {
+        int32_t qpos = p.qPos0[b] + static_cast<int32_t>(i);
+        double mx = ninf;
+        for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < p.Dqk; ++d)
+            dot += ld(a.q, b, h, i, d) * ld(a.k, b, h / G, j, d);
+          double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
+                                   int32_t(h), qpos, int32_t(j), violation);
+          bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
+                                  int32_t(j), violation);
+          s[j] = keep ? sc : ninf;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        if (mx != ninf)
+          for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+            w[j] = s[j] == ninf ? 0.0 : std::exp(s[j] - mx);
+            sum += w[j];
+          }
+        double *o = &out[((b * p.Hq + h) * p.Lq + i) * p.Dv];
+        lse[(b * p.Hq + h) * p.Lq + i] = sum > 0 ? mx + std::log(sum) : ninf;
+        if (sum > 0)
+          for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+            if (w[j] == 0)
+              continue;
+            for (int64_t d = 0; d < p.Dv; ++d)
+              o[d] += w[j] / sum * ld(a.v, b, h / G, j, d);
+          }
+      }
+  return Status::ok();
+}
+
+// ---- CPU launch --------------------------------------------------------
+
+namespace {
+
+/// A 1-D memref descriptor as MLIR lowers it.
+struct Desc {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t size;
+  int64_t stride;
+};
+
+Desc descOf(void *p, int64_t n) {
+  static int64_t dummy = 0; // a valid address for empty operands
+  void *ptr = p ? p : &dummy;
+  return Desc{ptr, ptr, 0, n, 1};
+}
+
+/// Elements spanned by a strided view (the extent kernels may touch).
+int64_t extent(const TensorView &t) {
+  int64_t e = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] > 0)
+      e += (t.shape[i] - 1) * t.strides[i];
+  return e;
+}
+
+void runItems(int64_t items, int threads,
+              const std::function<void(int64_t, int64_t)> &body) {
+  int n = threads > 0 ? threads
+                      : static_cast<int>(std::thread::hardware_concurrency());
+  n = static_cast<int>(std::clamp<int64_t>(n, 1, items));
+  if (n <= 1) {
+    body(0, items);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < n; ++t)
+    pool.emplace_back([&] {
+      for (int64_t i; (i = next.fetch_add(1)) < items;)
+        body(i, i + 1);
+    });
+  for (auto &t : pool)
+    t.join();
+}
+
+struct Operands {
+  std::vector<int64_t> ip;
+  std::vector<float> fp;
+};
+
+Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
+                       const AttentionArgs &a, const Problem &p,
+                       const BlockMask *bm) {
+  abi::Layout L = abi::computeLayout(v);
+  Operands o;
+  o.ip.assign(L.size(p.B), 0);
+  o.fp.assign(1 + v.params.size(), 0.f);
+  auto &ip = o.ip;
+  ip[abi::kB] = p.B;
+  ip[abi::kHq] = p.Hq;
+  ip[abi::kHkv] = p.Hkv;
+  ip[abi::kLq] = p.Lq;
+  ip[abi::kLkv] = p.Lkv;
+  ip[abi::kNumQTiles] = (p.Lq + spec.blockM - 1) / spec.blockM;
+  ip[abi::kNumKTiles] = (p.Lkv + spec.blockN - 1) / spec.blockN;
+  for (int d = 0; d < 4; ++d) {
+    ip[abi::kQStride + d] = a.q.strides[d];
+    ip[abi::kKStride + d] = a.k.strides[d];
+    ip[abi::kVStride + d] = a.v.strides[d];
+    ip[abi::kOStride + d] = a.out.strides[d];
+  }
+  if (p.hasLse)
+    for (int d = 0; d < 3; ++d)
+      ip[abi::kLseStride + d] = a.lse.strides[d];
+  ip[abi::kHasLse] = p.hasLse;
+  if (bm) {
+    ip[abi::kHasBlockMask] = 1;
+    ip[abi::kBMStrideB] = bm->heads * bm->numQTiles * bm->numKTiles;
+    ip[abi::kBMStrideH] = bm->heads > 1 ? bm->numQTiles * bm->numKTiles : 0;
+  }
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    const ParamSpec &ps = v.params[i];
+    const BoundParam &bp = p.params[i];
+    if (!ps.isTensor) {
+      if (ps.dtype == DType::I32)
+        ip[L.paramBase + i] = static_cast<int64_t>(bp.scalar);
+      else
+        o.fp[1 + i] = static_cast<float>(bp.scalar);
+      continue;
+    }
+    int64_t base = L.captureBase[i], r = static_cast<int64_t>(bp.shape.size());
+    for (int64_t d = 0; d < r; ++d) {
+      ip[base + d] = bp.shape[d];
+      ip[base + r + d] = bp.strides[d];
+    }
+  }
+  for (int64_t b = 0; b < p.B; ++b) {
+    ip[L.seqBase + b] = p.kvLen[b];
+    ip[L.seqBase + p.B + b] = p.qPos0[b];
+  }
+  o.fp[0] = static_cast<float>(p.scale);
+  return o;
+}
+
+/// The packed argument array: 5 pointers per memref, then the item range.
+struct PackedArgs {
+  std::vector<Desc> descs;
+  int64_t begin = 0, end = 0;
+  std::vector<void *> ptrs;
+  void finish() {
+    for (Desc &d : descs) {
+      ptrs.push_back(&d.allocated);
+      ptrs.push_back(&d.aligned);
+      ptrs.push_back(&d.offset);
+      ptrs.push_back(&d.size);
+      ptrs.push_back(&d.stride);
+    }
+    ptrs.push_back(&begin);
+    ptrs.push_back(&end);
+  }
+};
+
+void addCaptures(const VariantInfo &v, const Problem &p,
+                 std::vector<Desc> &descs) {
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    if (!v.params[i].isTensor)
+      continue;
+    const BoundParam &bp = p.params[i];
+    TensorView t;
+    t.shape = bp.shape;
+    t.strides = bp.strides;
+    descs.push_back(descOf(const_cast<void *>(bp.data), extent(t)));
+  }
+}
+
+} // namespace
+
+Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
+  if (variant_.maskKind != MaskKind::Data || !entry_.maskBuilder)
+    return Status::invalidArgument(fmt::format(
+        "variant '{}' has no data-dependent mask; it needs no block mask",
+        variant_.name));
+  Problem p;
+  if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
+    return s;
+  bm = BlockMask();
+  bm.batch = p.B;
+  bm.heads = variant_.maskUsesHead ? p.Hq : 1;
+  bm.blockM = spec_.blockM;
+  bm.blockN = spec_.blockN;
+  bm.lq = p.Lq;
+  bm.numQTiles = (p.Lq + spec_.blockM - 1) / spec_.blockM;
+  bm.numKTiles = (p.Lkv + spec_.blockN - 1) / spec_.blockN;
+  bm.kvLen = p.kvLen;
+  bm.qPos0 = p.qPos0;
+  bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
+  Operands ops = buildOperands(variant_, spec_, a, p, &bm);
+  int64_t items = bm.batch * bm.heads * bm.numQTiles;
+  // The builder's items are (b * heads + h) * numQTiles + qt; it learns
+  // `heads` from kBMStrideH (0 when shared by every head).
+  runItems(items, a.numThreads, [&](int64_t lo, int64_t hi) {
+    PackedArgs pa;
+    pa.descs.push_back(descOf(ops.ip.data(), ops.ip.size()));
+    pa.descs.push_back(descOf(ops.fp.data(), ops.fp.size()));
+    pa.descs.push_back(descOf(bm.classes.data(), bm.classes.size()));
+    addCaptures(variant_, p, pa.descs);
+    pa.begin = lo;
+    pa.end = hi;
+    pa.finish();
+    entry_.maskBuilder(pa.ptrs.data());
+  });
+  return Status::ok();
+}
+
+Status CpuKernel::run(const AttentionArgs &a) const {
+  Problem p;
+  if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
+    return s;
+  if (variant_.maskKind != MaskKind::Data)
+    return launch(a, p, nullptr);
+  if (a.blockMask) {
+    const BlockMask &bm = *a.blockMask;
+    if (bm.blockM != spec_.blockM || bm.blockN != spec_.blockN ||
+        bm.batch != p.B || bm.lq != p.Lq || bm.kvLen != p.kvLen ||
+        bm.qPos0 != p.qPos0 ||
+        bm.numKTiles != (p.Lkv + spec_.blockN - 1) / spec_.blockN ||
+        (bm.heads != 1 && bm.heads != p.Hq))
+      return Status::invalidArgument(
+          "'blockMask' was built for different lengths, offsets or tile "
+          "sizes; rebuild it for these inputs");
+    return launch(a, p, &bm);
+  }
+  BlockMask bm;
+  if (Status s = buildBlockMask(a, bm); !s)
+    return s;
+  return launch(a, p, &bm);
+}
+
+Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
+                         const BlockMask *bm) const {
+  if (!entry_.kernel)
+    return Status::internal("the CPU kernel has no entry point");
+  Operands ops = buildOperands(variant_, spec_, a, p, bm);
+  int64_t nqt = (p.Lq + spec_.blockM - 1) / spec_.blockM;
+  int64_t items = p.B * p.Hq * nqt;
+  runItems(items, a.numThreads, [&](int64_t lo, int64_t hi) {
+    PackedArgs pa;
+    pa.descs.push_back(descOf(a.q.data, extent(a.q)));
+    pa.descs.push_back(descOf(a.k.data, extent(a.k)));
+    pa.descs.push_back(descOf(a.v.data, extent(a.v)));
+    pa.descs.push_back(descOf(a.out.data, extent(a.out)));
+    pa.descs.push_back(p.hasLse ? descOf(a.lse.data, extent(a.lse))
+                                : descOf(nullptr, 0));
+    pa.descs.push_back(descOf(ops.ip.data(), ops.ip.size()));
+    pa.descs.push_back(descOf(ops.fp.data(), ops.fp.size()));
+    pa.descs.push_back(bm ? descOf(const_cast<int8_t *>(bm->classes.data()),
+                                   bm->classes.size())
+                          : descOf(nullptr, 0));
+    addCaptures(variant_, p, pa.descs);
+    pa.begin = lo;
+    pa.end = hi;
+    pa.finish();
+    entry_.kernel(pa.ptrs.data());
+  });
+  return Status::ok();
+}
+
+// ---- KV cache ----------------------------------------------------------
+
+Status KVCache::create(DType dtype, int64_t batch, int64_t kvHeads,
+                       int64_t capacity, int64_t headDim, int64_t vHeadDim,
+                       KVCache &out) {
+  if (batch <= 0 || kvHeads <= 0 || capacity <= 0 || headDim <= 0 ||
+      vHeadDim <= 0)
+    return Status::invalidArgument(fmt::format(
+        "KV cache sizes must be positive, got batch={} kv_heads={} "
+        "capacity={} head_dim={} v_head_dim={}",
+        batch, kvHeads, capacity, headDim, vHeadDim));
+  out = KVCache();
+  out.dtype_ = dtype;
+  out.batch_ = batch;
+  out.heads_ = kvHeads;
+  out.capacity_ = capacity;
+  out.dqk_ = headDim;
+  out.dv_ = vHeadDim;
+  size_t es = dtypeSize(dtype);
+  out.k_.assign(batch * kvHeads * capacity * headDim * es, 0);
+  out.v_.assign(batch * kvHeads * capacity * vHeadDim * es, 0);
+  out.lengths_.assign(batch, 0);
+  return Status::ok();
+}
+
+Status KVCache::append(int64_t seq, const TensorView &nk, const TensorView &nv) {
+  if (seq < 0 || seq >= batch_)
+    return Status::invalidArgument(fmt::format(
+        "sequence {} is out of range for a cache of {} sequences", seq,
+        batch_));
+  if (nk.shape.size() != 3)
+    return Status::invalidArgument(fmt::format(
+        "'newK' must be [Hkv, T, Dqk], got shape {}",
+        TensorView::formatDims(nk.shape)));
+  int64_t T = nk.shape[1];
+  if (Status s = checkTensor(nk, "newK", dtype_, {heads_, T, dqk_}); !s)
+    return s;
+  if (Status s = checkTensor(nv, "newV", dtype_, {heads_, T, dv_}); !s)
+    return s;
+  if (lengths_[seq] + T > capacity_)
+    return Status::invalidArgument(fmt::format(
+        "appending {} rows to sequence {} (length {}) exceeds the cache "
+        "capacity {}",
+        T, seq, lengths_[seq], capacity_));
+  size_t es = dtypeSize(dtype_);
+  auto copy = [&](std::vector<unsigned char> &dst, const TensorView &src,
+                  int64_t D) {
+    for (int64_t h = 0; h < heads_; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          int64_t to = ((seq * heads_ + h) * capacity_ + lengths_[seq] + t) * D + d;
+          int64_t from = h * src.strides[0] + t * src.strides[1] + d * src.strides[2];
+          std::memcpy(&dst[to * es],
+                      static_cast<const unsigned char *>(src.data) + from * es,
+                      es);
+        }
+  };
+  copy(k_, nk, dqk_);
+  copy(v_, nv, dv_);
+  lengths_[seq] += static_cast<int32_t>(T);
+  return Status::ok();
+}
+
+TensorView KVCache::keys() const {
+  return TensorView::contiguous(const_cast<unsigned char *>(k_.data()), dtype_,
+                                {batch_, heads_, capacity_, dqk_});
+}
+TensorView KVCache::values() const {
+  return TensorView::contiguous(const_cast<unsigned char *>(v_.data()), dtype_,
+                                {batch_, heads_, capacity_, dv_});
+}
+
+} // namespace attnc::rt

@@ -1,0 +1,467 @@
+//===- ModProgram.cpp - Parse and interpret the modifier program --------===//
+//
+// This is the reference semantics of a variant, independent of every code
+// generator: a direct interpreter of the `attn` IR's ops, in fp64 for
+// floats and wrapping 32-bit arithmetic for integers. Opcodes are the MLIR
+// op names (arith.addf, math.tanh, ...); `gather` and `scalar` read the
+// variant's parameters.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/runtime/Variant.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <sstream>
+
+namespace attnc::rt {
+
+enum class Op {
+  ConstI, ConstF, ConstB,
+  AddI, SubI, MulI, DivSI, RemSI, MinSI, MaxSI, AndI, OrI, XorI, CmpI,
+  AddF, SubF, MulF, DivF, RemF, NegF, MinimumF, MaximumF, CmpF,
+  Select, SIToFP, UIToFP, FPToSI, ExtUI, TruncI,
+  Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Floor, Ceil, AbsF, AbsI, Fma,
+  Gather, Scalar, Yield,
+};
+
+struct Instr {
+  Op op;
+  int dst = -1;
+  std::vector<int> args;
+  int64_t imm = 0;   // ConstI/ConstB value, predicate code, param index
+  double fimm = 0.0; // ConstF
+};
+
+class ModProgram {
+public:
+  std::vector<Instr> score, mask;
+  int numValues = 5; // %score %b %h %q %kv, then %0..
+};
+
+namespace {
+
+const std::map<std::string, Op> &opTable() {
+  static const std::map<std::string, Op> t = {
+      {"arith.addi", Op::AddI},       {"arith.subi", Op::SubI},
+      {"arith.muli", Op::MulI},       {"arith.divsi", Op::DivSI},
+      {"arith.remsi", Op::RemSI},     {"arith.minsi", Op::MinSI},
+      {"arith.maxsi", Op::MaxSI},     {"arith.andi", Op::AndI},
+      {"arith.ori", Op::OrI},         {"arith.xori", Op::XorI},
+      {"arith.cmpi", Op::CmpI},       {"arith.addf", Op::AddF},
+      {"arith.subf", Op::SubF},       {"arith.mulf", Op::MulF},
+      {"arith.divf", Op::DivF},       {"arith.remf", Op::RemF},
+      {"arith.negf", Op::NegF},       {"arith.minimumf", Op::MinimumF},
+      {"arith.maximumf", Op::MaximumF}, {"arith.cmpf", Op::CmpF},
+      {"arith.select", Op::Select},   {"arith.sitofp", Op::SIToFP},
+      {"arith.uitofp", Op::UIToFP},   {"arith.fptosi", Op::FPToSI},
+      {"arith.extui", Op::ExtUI},     {"arith.trunci", Op::TruncI},
+      {"math.exp", Op::Exp},          {"math.exp2", Op::Exp2},
+      {"math.log", Op::Log},          {"math.log2", Op::Log2},
+      {"math.sqrt", Op::Sqrt},        {"math.rsqrt", Op::Rsqrt},
+      {"math.tanh", Op::Tanh},        {"math.floor", Op::Floor},
+      {"math.ceil", Op::Ceil},        {"math.absf", Op::AbsF},
+      {"math.absi", Op::AbsI},        {"math.fma", Op::Fma},
+      {"gather", Op::Gather},         {"scalar", Op::Scalar},
+      {"const.i32", Op::ConstI},      {"const.f32", Op::ConstF},
+      {"const.i1", Op::ConstB},
+  };
+  return t;
+}
+
+// Predicate codes: the position in these lists.
+const std::vector<std::string> kCmpI = {"eq",  "ne",  "slt", "sle", "sgt",
+                                        "sge", "ult", "ule", "ugt", "uge"};
+const std::vector<std::string> kCmpF = {
+    "false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord",
+    "ueq",   "ugt", "uge", "ult", "ule", "une", "uno", "true"};
+
+std::vector<std::string> split(const std::string &line) {
+  std::istringstream is(line);
+  std::vector<std::string> out;
+  std::string w;
+  while (is >> w)
+    out.push_back(w);
+  return out;
+}
+
+int valueIndex(const std::string &tok, int limit) {
+  static const std::map<std::string, int> args = {
+      {"%score", 0}, {"%b", 1}, {"%h", 2}, {"%q", 3}, {"%kv", 4}};
+  auto it = args.find(tok);
+  if (it != args.end())
+    return it->second;
+  if (tok.size() < 2 || tok[0] != '%')
+    return -1;
+  char *end = nullptr;
+  long n = std::strtol(tok.c_str() + 1, &end, 10);
+  if (*end != '\0' || n < 0 || n + 5 >= limit)
+    return -1;
+  return static_cast<int>(n) + 5;
+}
+
+} // namespace
+
+const ParamSpec *VariantInfo::findParam(const std::string &n) const {
+  for (const ParamSpec &p : params)
+    if (p.name == n)
+      return &p;
+  return nullptr;
+}
+
+Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
+  out = VariantInfo();
+  out.text = text;
+  auto prog = std::make_shared<ModProgram>();
+  std::istringstream is(text);
+  std::string line;
+  int lineNo = 0;
+  std::vector<Instr> *section = nullptr;
+  constexpr int kMaxValues = 1 << 20;
+  auto err = [&](const std::string &m) {
+    return Status::invalidArgument(
+        fmt::format("modifier program line {}: {}", lineNo, m));
+  };
+  bool ended = false;
+  while (std::getline(is, line)) {
+    ++lineNo;
+    std::vector<std::string> w = split(line);
+    if (w.empty() || w[0][0] == '#')
+      continue;
+    if (w[0] == "variant" && w.size() == 2) {
+      out.name = w[1];
+    } else if (w[0] == "param" && w.size() >= 4) {
+      ParamSpec p;
+      p.name = w[1];
+      auto dt = parseDType(w[3]);
+      if (!dt)
+        return err("unknown dtype '" + w[3] + "'");
+      p.dtype = *dt;
+      p.isTensor = w[2] == "tensor";
+      if (!p.isTensor && w[2] != "scalar")
+        return err("expected 'tensor' or 'scalar'");
+      for (size_t i = 4; i < w.size(); ++i) {
+        DimSpec d;
+        if (std::isdigit(static_cast<unsigned char>(w[i][0])))
+          d.size = std::atoll(w[i].c_str());
+        else
+          d.symbol = w[i];
+        p.dims.push_back(d);
+      }
+      out.params.push_back(std::move(p));
+    } else if (w[0] == "mask-kind" && w.size() == 2) {
+      if (w[1] == "none")
+        out.maskKind = MaskKind::None;
+      else if (w[1] == "closed")
+        out.maskKind = MaskKind::Closed;
+      else if (w[1] == "data")
+        out.maskKind = MaskKind::Data;
+      else
+        return err("unknown mask kind '" + w[1] + "'");
+    } else if (w[0] == "mask-uses") {
+      out.maskUsesBatch = std::find(w.begin(), w.end(), "b") != w.end();
+      out.maskUsesHead = std::find(w.begin(), w.end(), "h") != w.end();
+    } else if (w[0] == "score" && w.size() == 1) {
+      section = &prog->score;
+    } else if (w[0] == "mask" && w.size() == 1) {
+      section = &prog->mask;
+    } else if (w[0] == "end") {
+      ended = true;
+      break;
+    } else if (section && w[0] == "yield" && w.size() == 2) {
+      Instr in;
+      in.op = Op::Yield;
+      int v = valueIndex(w[1], kMaxValues);
+      if (v < 0)
+        return err("bad value '" + w[1] + "'");
+      in.args.push_back(v);
+      section->push_back(in);
+    } else if (section && w.size() >= 3 && w[1] == "=") {
+      Instr in;
+      in.dst = valueIndex(w[0], kMaxValues);
+      if (in.dst < 5)
+        return err("bad result '" + w[0] + "'");
+      auto it = opTable().find(w[2]);
+      if (it == opTable().end())
+        return err("unsupported operation '" + w[2] + "'");
+      in.op = it->second;
+      size_t i = 3;
+      auto need = [&](size_t n) { return w.size() >= i + n; };
+      switch (in.op) {
+      case Op::ConstI:
+      case Op::ConstB:
+        if (!need(1))
+          return err("missing constant");
+        in.imm = std::atoll(w[i++].c_str());
+        break;
+      case Op::ConstF:
+        if (!need(1))
+          return err("missing constant");
+        in.fimm = std::strtod(w[i++].c_str(), nullptr);
+        break;
+      case Op::CmpI:
+      case Op::CmpF: {
+        const auto &names = in.op == Op::CmpI ? kCmpI : kCmpF;
+        auto p = need(1) ? std::find(names.begin(), names.end(), w[i])
+                         : names.end();
+        if (p == names.end())
+          return err("bad predicate");
+        in.imm = p - names.begin();
+        ++i;
+        break;
+      }
+      case Op::Gather:
+      case Op::Scalar: {
+        if (!need(1))
+          return err("missing parameter name");
+        auto p = std::find_if(out.params.begin(), out.params.end(),
+                              [&](const ParamSpec &s) { return s.name == w[i]; });
+        if (p == out.params.end())
+          return err("unknown parameter '" + w[i] + "'");
+        if (p->isTensor != (in.op == Op::Gather))
+          return err("'" + w[i] + "' used as the wrong kind of parameter");
+        in.imm = p - out.params.begin();
+        ++i;
+        if (in.op == Op::Gather && w.size() - i != p->dims.size())
+          return err("gather of '" + p->name + "' has the wrong rank");
+        break;
+      }
+      default:
+        break;
+      }
+      for (; i < w.size(); ++i) {
+        int v = valueIndex(w[i], kMaxValues);
+        if (v < 0)
+          return err("bad operand '" + w[i] + "'");
+        in.args.push_back(v);
+      }
+      prog->numValues = std::max(prog->numValues, in.dst + 1);
+      section->push_back(std::move(in));
+    } else {
+      return err("cannot parse '" + line + "'");
+    }
+  }
+  if (!ended)
+    return Status::invalidArgument("modifier program: missing 'end'");
+  for (auto *s : {&prog->score, &prog->mask})
+    if (s->empty() || s->back().op != Op::Yield)
+      return Status::invalidArgument(
+          "modifier program: a modifier does not end with 'yield'");
+  // Operands must be defined before use (and by this point, in range).
+  for (auto *s : {&prog->score, &prog->mask}) {
+    std::vector<char> defined(prog->numValues, 0);
+    for (int a = 0; a < 5; ++a)
+      defined[a] = 1;
+    for (const Instr &in : *s) {
+      for (int a : in.args)
+        if (a >= prog->numValues || !defined[a])
+          return Status::invalidArgument(
+              "modifier program: a value is used before it is defined");
+      if (in.dst >= 0)
+        defined[in.dst] = 1;
+    }
+  }
+  out.program = prog;
+  return Status::ok();
+}
+
+namespace {
+
+struct Val {
+  double f = 0.0;
+  int64_t i = 0; // i32 values (wrapped) and i1 (0/1)
+};
+
+int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+
+bool cmpI(int64_t pred, int32_t a, int32_t b) {
+  uint32_t ua = static_cast<uint32_t>(a), ub = static_cast<uint32_t>(b);
+  switch (pred) {
+  case 0: return a == b;
+  case 1: return a != b;
+  case 2: return a < b;
+  case 3: return a <= b;
+  case 4: return a > b;
+  case 5: return a >= b;
+  case 6: return ua < ub;
+  case 7: return ua <= ub;
+  case 8: return ua > ub;
+  default: return ua >= ub;
+  }
+}
+
+bool cmpF(int64_t pred, double a, double b) {
+  bool uno = std::isnan(a) || std::isnan(b);
+  switch (pred) {
+  case 0: return false;
+  case 1: return !uno && a == b;
+  case 2: return !uno && a > b;
+  case 3: return !uno && a >= b;
+  case 4: return !uno && a < b;
+  case 5: return !uno && a <= b;
+  case 6: return !uno && a != b;
+  case 7: return !uno;
+  case 8: return uno || a == b;
+  case 9: return uno || a > b;
+  case 10: return uno || a >= b;
+  case 11: return uno || a < b;
+  case 12: return uno || a <= b;
+  case 13: return uno || a != b;
+  case 14: return uno;
+  default: return true;
+  }
+}
+
+double nanMin(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b);
+}
+double nanMax(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
+}
+
+Val run(const VariantInfo &v, const std::vector<Instr> &code,
+        const std::vector<BoundParam> &params, Val args[5],
+        GatherViolation *violation) {
+  const ModProgram &p = *v.program;
+  std::vector<Val> vals(p.numValues);
+  std::copy(args, args + 5, vals.begin());
+  for (const Instr &in : code) {
+    auto A = [&](int k) -> const Val & { return vals[in.args[k]]; };
+    Val r;
+    switch (in.op) {
+    case Op::ConstI: r.i = wrap(in.imm); break;
+    case Op::ConstB: r.i = in.imm != 0; break;
+    case Op::ConstF: r.f = in.fimm; break;
+    case Op::AddI: r.i = wrap(A(0).i + A(1).i); break;
+    case Op::SubI: r.i = wrap(A(0).i - A(1).i); break;
+    case Op::MulI: r.i = wrap(A(0).i * A(1).i); break;
+    case Op::DivSI:
+    case Op::RemSI: {
+      int64_t x = A(0).i, y = A(1).i;
+      bool div = in.op == Op::DivSI;
+      if (y == 0)
+        r.i = div ? 0 : x; // total, as the front end defines it
+      else
+        r.i = wrap(div ? x / y : x % y);
+      break;
+    }
+    case Op::MinSI: r.i = std::min(A(0).i, A(1).i); break;
+    case Op::MaxSI: r.i = std::max(A(0).i, A(1).i); break;
+    case Op::AndI: r.i = wrap(A(0).i & A(1).i); break;
+    case Op::OrI: r.i = wrap(A(0).i | A(1).i); break;
+    case Op::XorI: r.i = wrap(A(0).i ^ A(1).i); break;
+    case Op::CmpI:
+      r.i = cmpI(in.imm, static_cast<int32_t>(A(0).i),
+                 static_cast<int32_t>(A(1).i));
+      break;
+    case Op::AddF: r.f = A(0).f + A(1).f; break;
+    case Op::SubF: r.f = A(0).f - A(1).f; break;
+    case Op::MulF: r.f = A(0).f * A(1).f; break;
+    case Op::DivF: r.f = A(0).f / A(1).f; break;
+    case Op::RemF: r.f = std::fmod(A(0).f, A(1).f); break;
+    case Op::NegF: r.f = -A(0).f; break;
+    case Op::MinimumF: r.f = nanMin(A(0).f, A(1).f); break;
+    case Op::MaximumF: r.f = nanMax(A(0).f, A(1).f); break;
+    case Op::CmpF: r.i = cmpF(in.imm, A(0).f, A(1).f); break;
+    case Op::Select: r = A(0).i ? A(1) : A(2); break;
+    case Op::SIToFP: r.f = static_cast<double>(A(0).i); break;
+    case Op::UIToFP: r.f = static_cast<double>(static_cast<uint32_t>(A(0).i));
+      break;
+    case Op::FPToSI: {
+      double x = A(0).f;
+      r.i = std::isnan(x) ? 0
+                          : static_cast<int64_t>(std::clamp(
+                                std::trunc(x), -2147483648.0, 2147483647.0));
+      break;
+    }
+    case Op::ExtUI: r.i = A(0).i & 1; break;
+    case Op::TruncI: r.i = wrap(A(0).i); break;
+    case Op::Exp: r.f = std::exp(A(0).f); break;
+    case Op::Exp2: r.f = std::exp2(A(0).f); break;
+    case Op::Log: r.f = std::log(A(0).f); break;
+    case Op::Log2: r.f = std::log2(A(0).f); break;
+    case Op::Sqrt: r.f = std::sqrt(A(0).f); break;
+    case Op::Rsqrt: r.f = 1.0 / std::sqrt(A(0).f); break;
+    case Op::Tanh: r.f = std::tanh(A(0).f); break;
+    case Op::Floor: r.f = std::floor(A(0).f); break;
+    case Op::Ceil: r.f = std::ceil(A(0).f); break;
+    case Op::AbsF: r.f = std::fabs(A(0).f); break;
+    case Op::AbsI: r.i = wrap(A(0).i < 0 ? -A(0).i : A(0).i); break;
+    case Op::Fma: r.f = A(0).f * A(1).f + A(2).f; break;
+    case Op::Scalar: {
+      const ParamSpec &ps = v.params[in.imm];
+      double s = params[in.imm].scalar;
+      if (ps.dtype == DType::F32)
+        r.f = s;
+      else
+        r.i = wrap(static_cast<int64_t>(s));
+      break;
+    }
+    case Op::Gather: {
+      const BoundParam &bp = params[in.imm];
+      int64_t off = 0;
+      bool bad = false;
+      std::vector<int64_t> idx;
+      for (size_t d = 0; d < in.args.size(); ++d) {
+        int64_t i = static_cast<int32_t>(A(d).i);
+        idx.push_back(i);
+        int64_t c = std::clamp<int64_t>(i, 0, bp.shape[d] - 1);
+        bad |= c != i;
+        off += c * bp.strides[d];
+      }
+      if (bad && violation && violation->capture.empty()) {
+        violation->capture = v.params[in.imm].name;
+        violation->index = idx;
+        violation->shape = bp.shape;
+      }
+      double x = loadAsDouble(bp.data, bp.dtype, off);
+      if (bp.dtype == DType::F32 || bp.dtype == DType::F16 ||
+          bp.dtype == DType::BF16)
+        r.f = x;
+      else if (bp.dtype == DType::Bool)
+        r.i = x != 0.0;
+      else if (bp.dtype == DType::I64)
+        r.i = wrap(static_cast<const int64_t *>(bp.data)[off]);
+      else
+        r.i = static_cast<int64_t>(x);
+      break;
+    }
+    case Op::Yield: return A(0);
+    }
+    vals[in.dst] = r;
+  }
+  return Val();
+}
+
+} // namespace
+
+double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
+                    double score, int32_t b, int32_t h, int32_t q, int32_t kv,
+                    GatherViolation *violation) {
+  Val args[5];
+  args[0].f = score;
+  args[1].i = b;
+  args[2].i = h;
+  args[3].i = q;
+  args[4].i = kv;
+  return run(v, v.program->score, params, args, violation).f;
+}
+
+bool evalMaskMod(const VariantInfo &v, const std::vector<BoundParam> &params,
+                 int32_t b, int32_t h, int32_t q, int32_t kv,
+                 GatherViolation *violation) {
+  // mask_mod's arguments are (b, h, q, kv): slots 0..3 of the text form's
+  // %b %h %q %kv, which the compiler prints as %b %h %q %kv too.
+  Val args[5];
+  args[1].i = b;
+  args[2].i = h;
+  args[3].i = q;
+  args[4].i = kv;
+  return run(v, v.program->mask, params, args, violation).i != 0;
+}
+
+} // namespace attnc::rt
