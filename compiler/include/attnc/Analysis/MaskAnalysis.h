@@ -1,0 +1,62 @@
+//===- MaskAnalysis.h - Classify mask_mod into tile classes ----*- C++ -*-===//
+//
+// A mask built from &&, ||, ! of comparisons between affine forms of q and
+// kv (integer coefficients) plus terms that do not depend on q or kv
+// (constants, scalars, b, h, gathers indexed by those) is classified per
+// (Q tile, KV tile) in closed form: over a box q in [qlo, qhi], kv in
+// [klo, khi] an affine form's range is known from its corners, so each
+// comparison is always-true, always-false or mixed, and three-valued logic
+// combines them. Anything else is data-dependent and needs a block mask.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_ANALYSIS_MASKANALYSIS_H
+#define ATTNC_ANALYSIS_MASKANALYSIS_H
+
+#include "attn/AttnDialect.h"
+#include "attnc/runtime/KernelABI.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+/// cq * q + ckv * kv + c0 + sum(coef * inv): the invariant terms are i32
+/// values of the mask region that do not depend on q or kv.
+struct AffineForm {
+  int64_t cq = 0, ckv = 0, c0 = 0;
+  std::vector<std::pair<mlir::Value, int64_t>> inv;
+};
+
+struct MaskNode {
+  enum Kind { True, False, Atom, And, Or, Not, Invariant } kind;
+  mlir::arith::CmpIPredicate pred = mlir::arith::CmpIPredicate::eq;
+  AffineForm form;          // Atom: (lhs - rhs) `pred` 0
+  mlir::Value value;        // Invariant: an i1 that does not depend on q, kv
+  int lhs = -1, rhs = -1;   // And, Or: children; Not: lhs
+  MaskNode(Kind k) : kind(k) {}
+};
+
+struct MaskAnalysis {
+  rt::MaskKind kind = rt::MaskKind::None;
+  std::vector<MaskNode> nodes; // Closed: the formula, root last
+  bool usesBatch = false, usesHead = false;
+  /// The formula in words, e.g. "(q - kv >= 0)"; "data-dependent", "none".
+  std::string describe() const;
+};
+
+MaskAnalysis analyzeMask(mlir::attn::VariantOp variant);
+
+/// Classifies one tile of a closed-form mask with concrete values for the
+/// scalars (by name), b and h. Invariants that are not computable from
+/// those (e.g. gathers) make their atoms partial. q and kv ranges are
+/// inclusive.
+rt::abi::TileClass classifyTile(const MaskAnalysis &m,
+                                const std::map<std::string, int64_t> &scalars,
+                                int64_t b, int64_t h, int64_t qlo, int64_t qhi,
+                                int64_t klo, int64_t khi);
+
+} // namespace attnc
+
+#endif

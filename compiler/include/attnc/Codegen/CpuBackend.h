@@ -1,0 +1,40 @@
+//===- CpuBackend.h - Compile variants for the host CPU ---------*- C++ -*-===//
+#ifndef ATTNC_CODEGEN_CPUBACKEND_H
+#define ATTNC_CODEGEN_CPUBACKEND_H
+
+#include "attnc/Codegen/FlashProgram.h"
+#include "attnc/runtime/Attention.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <memory>
+#include <string>
+
+namespace attnc {
+
+/// f32 lanes of the host's widest vector registers we use (16 with
+/// AVX-512, else 8).
+int64_t hostVectorWidth();
+
+/// The tiled program for one variant: a new module holding `@kernel` (and
+/// `@kernel_block_mask` for data-dependent masks).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildTiledModule(mlir::attn::VariantOp variant, const FlashConfig &config,
+                 std::string &error);
+
+/// Lowers the tiled program to the LLVM dialect (scf/vector/memref/math/arith
+/// -> llvm), with polynomial approximations for exp2/exp/log/tanh so that
+/// the softmax and the modifiers vectorize.
+mlir::LogicalResult lowerToLLVMDialect(mlir::ModuleOp module);
+
+/// LLVM IR for the host, optimized at -O3 (`attnc compile --emit=llvm`).
+std::string emitHostLLVMIR(mlir::ModuleOp llvmDialectModule, std::string &error);
+
+/// Compiles `variant` for the host CPU and JIT-links it.
+rt::Status compileForCpu(mlir::attn::VariantOp variant,
+                         const rt::KernelSpec &spec,
+                         std::unique_ptr<rt::CpuKernel> &out);
+
+} // namespace attnc
+
+#endif

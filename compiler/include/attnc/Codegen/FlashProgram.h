@@ -1,0 +1,36 @@
+//===- FlashProgram.h - The tiled flash-attention program ------*- C++ -*-===//
+//
+// Turns a variant and a kernel configuration into one function over work
+// items (b, h, Q tile): loops over only the non-empty KV tiles, QK^T x
+// scale, score_mod on every visited tile, mask_mod only on partial tiles
+// and sequence tails, x log2(e), exp2 online softmax with fp32 running max
+// and sum, P.V, and an epilogue writing O and the natural-log LSE. The
+// calling convention is runtime/include/attnc/runtime/KernelABI.h.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_FLASHPROGRAM_H
+#define ATTNC_CODEGEN_FLASHPROGRAM_H
+
+#include "attnc/Analysis/MaskAnalysis.h"
+#include "attnc/runtime/Attention.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace attnc {
+
+struct FlashConfig {
+  rt::KernelSpec spec;
+  int64_t vectorWidth = 8; // f32 lanes of the target's SIMD registers
+};
+
+/// Adds `@<name>` (the kernel) and, for data-dependent masks,
+/// `@<name>_block_mask` (the block-mask builder) to `module`.
+mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
+                                      mlir::attn::VariantOp variant,
+                                      const MaskAnalysis &mask,
+                                      const FlashConfig &config,
+                                      llvm::StringRef name);
+
+} // namespace attnc
+
+#endif

@@ -1,0 +1,40 @@
+//===- Session.h - Compile a .attn file for the runtime --------*- C++ -*-===//
+//
+// The front door for tools and apps that link the compiler: parse, check and
+// lower a file once, then compile any of its variants for the CPU. No MLIR
+// in this header.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_DRIVER_SESSION_H
+#define ATTNC_DRIVER_SESSION_H
+
+#include "attnc/runtime/Attention.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+class Session {
+public:
+  ~Session();
+  /// Loads `path` ('-' is stdin). On a language error, `diagnostics` holds
+  /// the rendered `file:line:col: error:` messages.
+  static rt::Status load(const std::string &path, std::string &diagnostics,
+                         std::unique_ptr<Session> &out);
+  const std::vector<std::string> &variants() const;
+  /// The variant's signature and modifier program (for the reference).
+  rt::Status info(const std::string &variant, rt::VariantInfo &out) const;
+  /// JIT-compiles `variant` for the host CPU.
+  rt::Status compileCpu(const std::string &variant, const rt::KernelSpec &spec,
+                        std::unique_ptr<rt::CpuKernel> &out) const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace attnc
+
+#endif

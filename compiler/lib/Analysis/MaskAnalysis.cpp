@@ -1,0 +1,346 @@
+//===- MaskAnalysis.cpp - Closed-form tile classes for affine masks ------===//
+#include "attnc/Analysis/MaskAnalysis.h"
+
+#include "mlir/IR/Matchers.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <algorithm>
+#include <sstream>
+
+using namespace mlir;
+
+namespace attnc {
+namespace {
+
+class Analyzer {
+public:
+  explicit Analyzer(attn::VariantOp v) : block_(v.getMaskBlock()) {
+    q_ = block_.getArgument(2);
+    kv_ = block_.getArgument(3);
+    dependent_.insert(q_);
+    dependent_.insert(kv_);
+    for (Operation &op : block_)
+      for (Value operand : op.getOperands())
+        if (dependent_.contains(operand)) {
+          for (Value r : op.getResults())
+            dependent_.insert(r);
+          break;
+        }
+  }
+
+  MaskAnalysis run() {
+    MaskAnalysis m;
+    m.usesBatch = !block_.getArgument(0).use_empty();
+    m.usesHead = !block_.getArgument(1).use_empty();
+    Value root = cast<attn::YieldOp>(block_.getTerminator()).getValue();
+    if (matchPattern(root, m_One())) {
+      m.kind = rt::MaskKind::None;
+      return m;
+    }
+    if (build(root, m.nodes) < 0) {
+      m.kind = rt::MaskKind::Data;
+      m.nodes.clear();
+      return m;
+    }
+    m.kind = rt::MaskKind::Closed;
+    return m;
+  }
+
+private:
+  std::optional<AffineForm> affine(Value v) {
+    AffineForm f;
+    APInt c;
+    if (matchPattern(v, m_ConstantInt(&c))) {
+      f.c0 = c.getSExtValue();
+      return f;
+    }
+    if (v == q_) {
+      f.cq = 1;
+      return f;
+    }
+    if (v == kv_) {
+      f.ckv = 1;
+      return f;
+    }
+    if (!dependent_.contains(v)) {
+      f.inv.push_back({v, 1});
+      return f;
+    }
+    Operation *op = v.getDefiningOp();
+    if (!op)
+      return std::nullopt;
+    auto combine = [](AffineForm a, const AffineForm &b, int64_t sign) {
+      a.cq += sign * b.cq;
+      a.ckv += sign * b.ckv;
+      a.c0 += sign * b.c0;
+      for (auto [val, coef] : b.inv)
+        a.inv.push_back({val, sign * coef});
+      return a;
+    };
+    if (isa<arith::AddIOp, arith::SubIOp>(op)) {
+      auto a = affine(op->getOperand(0)), b = affine(op->getOperand(1));
+      if (!a || !b)
+        return std::nullopt;
+      return combine(*a, *b, isa<arith::AddIOp>(op) ? 1 : -1);
+    }
+    if (isa<arith::MulIOp>(op)) {
+      for (int i = 0; i < 2; ++i) {
+        if (!matchPattern(op->getOperand(i), m_ConstantInt(&c)))
+          continue;
+        auto a = affine(op->getOperand(1 - i));
+        if (!a)
+          return std::nullopt;
+        int64_t k = c.getSExtValue();
+        AffineForm r;
+        r.cq = a->cq * k;
+        r.ckv = a->ckv * k;
+        r.c0 = a->c0 * k;
+        for (auto [val, coef] : a->inv)
+          r.inv.push_back({val, coef * k});
+        return r;
+      }
+    }
+    return std::nullopt;
+  }
+
+  static bool affinePredicate(arith::CmpIPredicate p) {
+    using P = arith::CmpIPredicate;
+    return p == P::eq || p == P::ne || p == P::slt || p == P::sle ||
+           p == P::sgt || p == P::sge;
+  }
+
+  /// Appends the formula for `v`; returns its node index or -1.
+  int build(Value v, std::vector<MaskNode> &nodes) {
+    auto push = [&](MaskNode n) {
+      nodes.push_back(std::move(n));
+      return static_cast<int>(nodes.size()) - 1;
+    };
+    if (matchPattern(v, m_One()))
+      return push({MaskNode::True});
+    if (matchPattern(v, m_Zero()))
+      return push({MaskNode::False});
+    if (!dependent_.contains(v)) {
+      MaskNode n{MaskNode::Invariant};
+      n.value = v;
+      return push(n);
+    }
+    Operation *op = v.getDefiningOp();
+    if (!op)
+      return -1;
+    if (isa<arith::AndIOp, arith::OrIOp>(op)) {
+      int a = build(op->getOperand(0), nodes);
+      int b = a < 0 ? -1 : build(op->getOperand(1), nodes);
+      if (b < 0)
+        return -1;
+      MaskNode n{isa<arith::AndIOp>(op) ? MaskNode::And : MaskNode::Or};
+      n.lhs = a;
+      n.rhs = b;
+      return push(n);
+    }
+    if (isa<arith::XOrIOp>(op)) {
+      for (int i = 0; i < 2; ++i)
+        if (matchPattern(op->getOperand(i), m_One())) {
+          int a = build(op->getOperand(1 - i), nodes);
+          if (a < 0)
+            return -1;
+          MaskNode n{MaskNode::Not};
+          n.lhs = a;
+          return push(n);
+        }
+      return -1;
+    }
+    if (auto sel = dyn_cast<arith::SelectOp>(op)) {
+      // c ? a : b == (c && a) || (!c && b)
+      int c = build(sel.getCondition(), nodes);
+      int a = c < 0 ? -1 : build(sel.getTrueValue(), nodes);
+      int b = a < 0 ? -1 : build(sel.getFalseValue(), nodes);
+      if (b < 0)
+        return -1;
+      MaskNode notC{MaskNode::Not};
+      notC.lhs = c;
+      int nc = push(notC);
+      MaskNode l{MaskNode::And}, r{MaskNode::And}, o{MaskNode::Or};
+      l.lhs = c, l.rhs = a;
+      r.lhs = nc, r.rhs = b;
+      o.lhs = push(l);
+      o.rhs = push(r);
+      return push(o);
+    }
+    if (auto cmp = dyn_cast<arith::CmpIOp>(op)) {
+      if (!affinePredicate(cmp.getPredicate()) ||
+          !cmp.getLhs().getType().isInteger(32))
+        return -1;
+      auto a = affine(cmp.getLhs()), b = affine(cmp.getRhs());
+      if (!a || !b)
+        return -1;
+      MaskNode n{MaskNode::Atom};
+      n.pred = cmp.getPredicate();
+      n.form = *a;
+      n.form.cq -= b->cq;
+      n.form.ckv -= b->ckv;
+      n.form.c0 -= b->c0;
+      for (auto [val, coef] : b->inv)
+        n.form.inv.push_back({val, -coef});
+      return push(n);
+    }
+    return -1;
+  }
+
+  Block &block_;
+  Value q_, kv_;
+  llvm::DenseSet<Value> dependent_;
+};
+
+std::string valueName(Value v) {
+  if (auto s = v.getDefiningOp<attn::ScalarOp>())
+    return s.getParam().str();
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return arg.getArgNumber() == 0 ? "b" : "h";
+  return "<invariant>";
+}
+
+/// Evaluates an invariant i32/i1 value from scalars, b and h, if it can.
+std::optional<int64_t> evalInvariant(Value v,
+                                     const std::map<std::string, int64_t> &sc,
+                                     int64_t b, int64_t h) {
+  APInt c;
+  if (matchPattern(v, m_ConstantInt(&c)))
+    return c.getSExtValue();
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    return arg.getArgNumber() == 0 ? b : h;
+  Operation *op = v.getDefiningOp();
+  if (auto s = dyn_cast<attn::ScalarOp>(op)) {
+    auto it = sc.find(s.getParam().str());
+    if (it == sc.end())
+      return std::nullopt;
+    return it->second;
+  }
+  if (isa<arith::AddIOp, arith::SubIOp, arith::MulIOp>(op)) {
+    auto x = evalInvariant(op->getOperand(0), sc, b, h);
+    auto y = evalInvariant(op->getOperand(1), sc, b, h);
+    if (!x || !y)
+      return std::nullopt;
+    int64_t r = isa<arith::AddIOp>(op)   ? *x + *y
+                : isa<arith::SubIOp>(op) ? *x - *y
+                                         : *x * *y;
+    return static_cast<int32_t>(static_cast<uint32_t>(r));
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+MaskAnalysis analyzeMask(attn::VariantOp v) { return Analyzer(v).run(); }
+
+std::string MaskAnalysis::describe() const {
+  if (kind == rt::MaskKind::None)
+    return "none (every tile is full)";
+  if (kind == rt::MaskKind::Data)
+    return "data-dependent (a block mask is built at run time)";
+  std::function<std::string(int)> str = [&](int i) -> std::string {
+    const MaskNode &n = nodes[i];
+    switch (n.kind) {
+    case MaskNode::True: return "true";
+    case MaskNode::False: return "false";
+    case MaskNode::Invariant: return "invariant(" + valueName(n.value) + ")";
+    case MaskNode::Not: return "!" + str(n.lhs);
+    case MaskNode::And: return "(" + str(n.lhs) + " && " + str(n.rhs) + ")";
+    case MaskNode::Or: return "(" + str(n.lhs) + " || " + str(n.rhs) + ")";
+    case MaskNode::Atom: {
+      std::ostringstream os;
+      bool first = true;
+      auto term = [&](int64_t k, const std::string &name) {
+        if (k == 0)
+          return;
+        if (!first)
+          os << (k < 0 ? " - " : " + ");
+        else if (k < 0)
+          os << "-";
+        if (std::abs(k) != 1 || name.empty())
+          os << std::abs(k) << (name.empty() ? "" : "*");
+        os << name;
+        first = false;
+      };
+      term(n.form.cq, "q");
+      term(n.form.ckv, "kv");
+      for (auto [val, coef] : n.form.inv)
+        term(coef, valueName(val));
+      term(n.form.c0, "");
+      if (first)
+        os << "0";
+      os << " " << stringifyCmpIPredicate(n.pred).str() << " 0";
+      return "(" + os.str() + ")";
+    }
+    }
+    return "?";
+  };
+  return "closed form: " + str(static_cast<int>(nodes.size()) - 1);
+}
+
+rt::abi::TileClass classifyTile(const MaskAnalysis &m,
+                                const std::map<std::string, int64_t> &scalars,
+                                int64_t b, int64_t h, int64_t qlo, int64_t qhi,
+                                int64_t klo, int64_t khi) {
+  using rt::abi::TileClass;
+  if (m.kind == rt::MaskKind::None)
+    return TileClass::kFull;
+  if (m.kind == rt::MaskKind::Data)
+    return TileClass::kPartial;
+  // (mayBeTrue, mayBeFalse) per node, bottom-up (children precede parents).
+  std::vector<std::pair<bool, bool>> tv(m.nodes.size());
+  for (size_t i = 0; i < m.nodes.size(); ++i) {
+    const MaskNode &n = m.nodes[i];
+    switch (n.kind) {
+    case MaskNode::True: tv[i] = {true, false}; break;
+    case MaskNode::False: tv[i] = {false, true}; break;
+    case MaskNode::Not: tv[i] = {tv[n.lhs].second, tv[n.lhs].first}; break;
+    case MaskNode::And:
+      tv[i] = {tv[n.lhs].first && tv[n.rhs].first,
+               tv[n.lhs].second || tv[n.rhs].second};
+      break;
+    case MaskNode::Or:
+      tv[i] = {tv[n.lhs].first || tv[n.rhs].first,
+               tv[n.lhs].second && tv[n.rhs].second};
+      break;
+    case MaskNode::Invariant: {
+      auto x = evalInvariant(n.value, scalars, b, h);
+      tv[i] = x ? std::pair{*x != 0, *x == 0} : std::pair{true, true};
+      break;
+    }
+    case MaskNode::Atom: {
+      int64_t base = n.form.c0;
+      bool known = true;
+      for (auto [val, coef] : n.form.inv) {
+        auto x = evalInvariant(val, scalars, b, h);
+        known &= x.has_value();
+        if (x)
+          base += coef * *x;
+      }
+      if (!known) {
+        tv[i] = {true, true};
+        break;
+      }
+      int64_t lo = base + std::min(n.form.cq * qlo, n.form.cq * qhi) +
+                   std::min(n.form.ckv * klo, n.form.ckv * khi);
+      int64_t hi = base + std::max(n.form.cq * qlo, n.form.cq * qhi) +
+                   std::max(n.form.ckv * klo, n.form.ckv * khi);
+      using P = arith::CmpIPredicate;
+      switch (n.pred) {
+      case P::slt: tv[i] = {lo < 0, hi >= 0}; break;
+      case P::sle: tv[i] = {lo <= 0, hi > 0}; break;
+      case P::sgt: tv[i] = {hi > 0, lo <= 0}; break;
+      case P::sge: tv[i] = {hi >= 0, lo < 0}; break;
+      case P::eq: tv[i] = {lo <= 0 && hi >= 0, !(lo == 0 && hi == 0)}; break;
+      default: tv[i] = {!(lo == 0 && hi == 0), lo <= 0 && hi >= 0}; break;
+      }
+      break;
+    }
+    }
+  }
+  auto [mayTrue, mayFalse] = tv.back();
+  if (!mayTrue)
+    return TileClass::kEmpty;
+  return mayFalse ? TileClass::kPartial : TileClass::kFull;
+}
+
+} // namespace attnc

@@ -1,0 +1,204 @@
+//===- CpuBackend.cpp - Lowering and JIT for the host CPU ----------------===//
+#include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/VariantInfo.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+
+using namespace mlir;
+
+namespace attnc {
+
+int64_t hostVectorWidth() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  return features.lookup("avx512f") ? 16 : 8;
+}
+
+OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
+                                       const FlashConfig &config,
+                                       std::string &error) {
+  MaskAnalysis mask = analyzeMask(variant);
+  OpBuilder b(variant.getContext());
+  OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
+  // Keep the variant next to its program so both read together in lit tests
+  // and the tiled program can be re-verified.
+  b.setInsertionPointToEnd(m->getBody());
+  auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  if (failed(buildFlashProgram(*m, copy, mask, config, "kernel"))) {
+    error = "cannot build the tiled program for variant '" +
+            variant.getSymName().str() + "'";
+    return nullptr;
+  }
+  PassManager pm(variant.getContext());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(*m))) {
+    error = "internal error: the tiled program does not verify";
+    return nullptr;
+  }
+  return m;
+}
+
+LogicalResult lowerToLLVMDialect(ModuleOp module) {
+  // The variant op has done its job once the program is built.
+  for (auto v : llvm::make_early_inc_range(module.getOps<attn::VariantOp>()))
+    v.erase();
+  MLIRContext *ctx = module.getContext();
+  {
+    RewritePatternSet patterns(ctx);
+    math::populateExpansionPatterns(patterns, {"exp2"});
+    populateMathPolynomialApproximationPatterns(
+        patterns, [](StringRef name) {
+          return name == "exp" || name == "log" || name == "log2" ||
+                 name == "tanh" || name == "expm1" || name == "log1p";
+        });
+    if (failed(applyPatternsGreedily(module, std::move(patterns))))
+      return failure();
+  }
+  PassManager pm(ctx);
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createConvertVectorToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  return pm.run(module);
+}
+
+namespace {
+
+void initNativeTarget() {
+  static bool done = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)done;
+}
+
+std::unique_ptr<llvm::TargetMachine> hostTargetMachine(std::string &error) {
+  initNativeTarget();
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) {
+    error = llvm::toString(jtmb.takeError());
+    return nullptr;
+  }
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm) {
+    error = llvm::toString(tm.takeError());
+    return nullptr;
+  }
+  return std::move(*tm);
+}
+
+void registerTranslations(MLIRContext *ctx) {
+  DialectRegistry registry;
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  ctx->appendDialectRegistry(registry);
+}
+
+} // namespace
+
+std::string emitHostLLVMIR(ModuleOp module, std::string &error) {
+  registerTranslations(module.getContext());
+  auto tm = hostTargetMachine(error);
+  if (!tm)
+    return "";
+  llvm::LLVMContext llctx;
+  auto llmod = translateModuleToLLVMIR(module, llctx);
+  if (!llmod) {
+    error = "cannot translate to LLVM IR";
+    return "";
+  }
+  llmod->setDataLayout(tm->createDataLayout());
+  llmod->setTargetTriple(tm->getTargetTriple());
+  if (auto err = makeOptimizingTransformer(3, 0, tm.get())(llmod.get())) {
+    error = llvm::toString(std::move(err));
+    return "";
+  }
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  llmod->print(os, nullptr);
+  return s;
+}
+
+rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
+                         std::unique_ptr<rt::CpuKernel> &out) {
+  MaskAnalysis mask = analyzeMask(variant);
+  rt::VariantInfo info;
+  if (rt::Status s = rt::VariantInfo::parse(printVariantInfo(variant, mask), info);
+      !s)
+    return rt::Status::invalidArgument("variant '" +
+                                       variant.getSymName().str() +
+                                       "' cannot be run: " + s.message());
+  FlashConfig config;
+  config.spec = spec;
+  config.vectorWidth = spec.blockN % hostVectorWidth() == 0 ? hostVectorWidth() : 8;
+  std::string error;
+  auto module = buildTiledModule(variant, config, error);
+  if (!module)
+    return rt::Status::internal(error);
+  if (failed(lowerToLLVMDialect(*module)))
+    return rt::Status::internal("lowering the tiled program to LLVM failed");
+  registerTranslations(module->getContext());
+  auto tm = hostTargetMachine(error);
+  if (!tm)
+    return rt::Status::internal("no host target machine: " + error);
+  ExecutionEngineOptions opts;
+  opts.transformer = makeOptimizingTransformer(3, 0, tm.get());
+  opts.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  auto engine = ExecutionEngine::create(*module, opts, std::move(tm));
+  if (!engine)
+    return rt::Status::internal("JIT compilation failed: " +
+                                llvm::toString(engine.takeError()));
+  std::shared_ptr<ExecutionEngine> owner(std::move(*engine));
+  rt::CpuEntryPoints entry;
+  auto kernel = owner->lookupPacked("kernel");
+  if (!kernel)
+    return rt::Status::internal("JIT: " + llvm::toString(kernel.takeError()));
+  entry.kernel = *kernel;
+  if (mask.kind == rt::MaskKind::Data) {
+    auto builder = owner->lookupPacked("kernel_block_mask");
+    if (!builder)
+      return rt::Status::internal("JIT: " +
+                                  llvm::toString(builder.takeError()));
+    entry.maskBuilder = *builder;
+  }
+  entry.owner = owner;
+  out = std::make_unique<rt::CpuKernel>(std::move(info), spec, std::move(entry));
+  return rt::Status::ok();
+}
+
+} // namespace attnc

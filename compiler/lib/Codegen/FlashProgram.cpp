@@ -1,0 +1,683 @@
+//===- FlashProgram.cpp - Build the tiled flash-attention program --------===//
+//
+// The program is scf loops over 1-D memrefs with vector ops for the two
+// matrix products (vector width from the config) and scalar code for the
+// modifiers and the softmax, which LLVM vectorizes further. Tile scratch
+// (Q, K^T, V, S/P, the accumulator, running max and sum) lives in
+// stack-allocated f32 buffers, one set per call; input dtypes and strides
+// are handled once, where tiles are loaded.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/Codegen/FlashProgram.h"
+
+#include "attnc/runtime/KernelABI.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/IRMapping.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc {
+namespace {
+
+Type storageType(MLIRContext *ctx, rt::DType t) {
+  Builder b(ctx);
+  switch (t) {
+  case rt::DType::F32: return b.getF32Type();
+  case rt::DType::F16: return b.getF16Type();
+  case rt::DType::BF16: return b.getBF16Type();
+  case rt::DType::I32: return b.getI32Type();
+  case rt::DType::I64: return b.getI64Type();
+  case rt::DType::Bool: return b.getI8Type();
+  }
+  return {};
+}
+
+rt::DType paramDType(Type t) {
+  if (t.isF32()) return rt::DType::F32;
+  if (t.isF16()) return rt::DType::F16;
+  if (t.isBF16()) return rt::DType::BF16;
+  if (t.isInteger(64)) return rt::DType::I64;
+  if (t.isInteger(1)) return rt::DType::Bool;
+  return rt::DType::I32;
+}
+
+class Builder_ {
+public:
+  Builder_(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
+           const FlashConfig &cfg)
+      : ctx_(module.getContext()), b_(v.getLoc(), ctx_), v_(v), mask_(mask),
+        cfg_(cfg) {
+    b_.setInsertionPointToEnd(module.getBody());
+    f32_ = b_.getF32Type();
+    i32_ = b_.getI32Type();
+    i64_ = b_.getI64Type();
+    elem_ = storageType(ctx_, cfg.spec.dtype);
+    BM = cfg.spec.blockM;
+    BN = cfg.spec.blockN;
+    D = cfg.spec.headDim;
+    DV = cfg.spec.vHeadDim;
+    VW = cfg.vectorWidth;
+    // The ABI's parameter layout, from the same code the runtime uses.
+    for (Attribute a : v.getParams()) {
+      auto p = cast<attn::ParamAttr>(a);
+      rt::ParamSpec ps;
+      ps.name = p.getName().getValue().str();
+      ps.isTensor = p.isTensor();
+      ps.dtype = paramDType(p.getElementType());
+      ps.dims.resize(p.getRank());
+      info_.params.push_back(ps);
+    }
+    layout_ = abi::computeLayout(info_);
+  }
+
+  LogicalResult buildKernel(StringRef name);
+  LogicalResult buildMaskBuilder(StringRef name);
+
+private:
+  // ---- small helpers ----
+  Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b_, v); }
+  Value cF32(double v) {
+    return arith::ConstantOp::create(b_, b_.getF32FloatAttr(float(v)));
+  }
+  Value cI32(int64_t v) {
+    return arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(v)));
+  }
+  Value add(Value a, Value c) { return arith::AddIOp::create(b_, a, c); }
+  Value sub(Value a, Value c) { return arith::SubIOp::create(b_, a, c); }
+  Value mul(Value a, Value c) { return arith::MulIOp::create(b_, a, c); }
+  Value minI(Value a, Value c) { return arith::MinSIOp::create(b_, a, c); }
+  Value maxI(Value a, Value c) { return arith::MaxSIOp::create(b_, a, c); }
+  Value load(Value m, Value i) { return memref::LoadOp::create(b_, m, i); }
+  void store(Value x, Value m, Value i) { memref::StoreOp::create(b_, x, m, i); }
+  Value toIdx(Value i) {
+    return arith::IndexCastOp::create(b_, b_.getIndexType(), i);
+  }
+  Value ipAt(int64_t slot) { return toIdx(load(ip_, cIdx(slot))); }
+  Value ipAt(Value slot) { return toIdx(load(ip_, slot)); }
+  Value toF32(Value x) {
+    return x.getType() == f32_ ? x : Value(arith::ExtFOp::create(b_, f32_, x));
+  }
+  Value fromF32(Value x) {
+    return elem_ == f32_ ? x : Value(arith::TruncFOp::create(b_, elem_, x));
+  }
+  Value alloca(int64_t n) {
+    return memref::AllocaOp::create(b_, MemRefType::get({n}, f32_));
+  }
+  /// for (i = lb; i < ub; i += step) with loop-carried values.
+  scf::ForOp loop(Value lb, Value ub, int64_t step, ValueRange iters,
+                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, cIdx(step), iters);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPointToStart(f.getBody());
+    SmallVector<Value> next = body(f.getInductionVar(), f.getRegionIterArgs());
+    // ForOp::create adds an empty yield when there are no iter args.
+    if (!iters.empty() || f.getBody()->empty() ||
+        !isa<scf::YieldOp>(f.getBody()->back()))
+      scf::YieldOp::create(b_, next);
+    else
+      f.getBody()->back().setOperands(next);
+    return f;
+  }
+  void loop0(Value lb, Value ub, int64_t step, function_ref<void(Value)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, cIdx(step));
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(f.getBody()->getTerminator());
+    body(f.getInductionVar());
+  }
+  void ifThen(Value cond, function_ref<void()> then) {
+    auto op = scf::IfOp::create(b_, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+  }
+  Value select(Value c, Value a, Value x) {
+    return arith::SelectOp::create(b_, c, a, x);
+  }
+
+  void loadEntryValues(func::FuncOp f, unsigned firstCapture);
+  Value materialize(Value v, IRMapping &map);
+  Value gather(attn::GatherOp g, IRMapping &map);
+  Value emitModifier(Block &block, ValueRange args);
+  Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
+                 Value klo, Value khi, IRMapping &inv);
+
+  MLIRContext *ctx_;
+  ImplicitLocOpBuilder b_;
+  attn::VariantOp v_;
+  const MaskAnalysis &mask_;
+  const FlashConfig &cfg_;
+  Type f32_, i32_, i64_, elem_;
+  int64_t BM, BN, D, DV, VW;
+  rt::VariantInfo info_;
+  abi::Layout layout_;
+
+  // Entry values of the function being built.
+  Value ip_, fp_, bm_;
+  SmallVector<Value> captures_;               // per param (null for scalars)
+  SmallVector<SmallVector<Value>> capDims_, capStrides_;
+  SmallVector<Value> scalars_;                // per param (null for tensors)
+};
+
+void Builder_::loadEntryValues(func::FuncOp f, unsigned firstCapture) {
+  unsigned argNo = firstCapture;
+  for (size_t i = 0; i < info_.params.size(); ++i) {
+    const rt::ParamSpec &p = info_.params[i];
+    captures_.push_back({});
+    capDims_.push_back({});
+    capStrides_.push_back({});
+    scalars_.push_back({});
+    if (!p.isTensor) {
+      if (p.dtype == rt::DType::F32)
+        scalars_.back() = load(fp_, cIdx(1 + i));
+      else
+        scalars_.back() = arith::TruncIOp::create(
+            b_, i32_, load(ip_, cIdx(layout_.paramBase + i)));
+      continue;
+    }
+    captures_.back() = f.getArgument(argNo++);
+    int64_t base = layout_.captureBase[i], r = p.dims.size();
+    for (int64_t d = 0; d < r; ++d) {
+      capDims_.back().push_back(ipAt(base + d));
+      capStrides_.back().push_back(ipAt(base + r + d));
+    }
+  }
+}
+
+/// A gather with every index clamped into its dimension: never out of
+/// bounds, whatever the modifier computes.
+Value Builder_::gather(attn::GatherOp g, IRMapping &map) {
+  size_t pi = 0;
+  while (info_.params[pi].name != g.getCapture())
+    ++pi;
+  Value off = cIdx(0);
+  for (auto [d, idx] : llvm::enumerate(g.getIndices())) {
+    Value i = toIdx(map.lookup(idx));
+    Value hi = sub(capDims_[pi][d], cIdx(1));
+    i = minI(maxI(i, cIdx(0)), hi);
+    off = add(off, mul(i, capStrides_[pi][d]));
+  }
+  Value x = load(captures_[pi], off);
+  switch (info_.params[pi].dtype) {
+  case rt::DType::F16:
+  case rt::DType::BF16: return arith::ExtFOp::create(b_, f32_, x);
+  case rt::DType::I64: return arith::TruncIOp::create(b_, i32_, x);
+  case rt::DType::Bool:
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, x,
+                                 arith::ConstantOp::create(
+                                     b_, b_.getI8IntegerAttr(0)));
+  default: return x;
+  }
+}
+
+/// Clones the ops that compute `v` (already-mapped values are reused).
+Value Builder_::materialize(Value v, IRMapping &map) {
+  if (Value m = map.lookupOrNull(v))
+    return m;
+  Operation *op = v.getDefiningOp();
+  for (Value operand : op->getOperands())
+    materialize(operand, map);
+  Value r;
+  if (auto g = dyn_cast<attn::GatherOp>(op))
+    r = gather(g, map);
+  else if (auto s = dyn_cast<attn::ScalarOp>(op)) {
+    size_t pi = 0;
+    while (info_.params[pi].name != s.getParam())
+      ++pi;
+    r = scalars_[pi];
+  } else
+    r = b_.clone(*op, map)->getResult(0);
+  map.map(v, r);
+  return r;
+}
+
+Value Builder_::emitModifier(Block &block, ValueRange args) {
+  IRMapping map;
+  for (auto [a, x] : llvm::zip(block.getArguments(), args))
+    map.map(a, x);
+  return materialize(cast<attn::YieldOp>(block.getTerminator()).getValue(),
+                     map);
+}
+
+/// The tile's class as an i8 (abi::TileClass).
+Value Builder_::classify(Value b, Value h, Value qt, Value j, Value qlo,
+                         Value qhi, Value klo, Value khi, IRMapping &inv) {
+  auto i8 = [&](int64_t c) {
+    return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
+  };
+  if (mask_.kind == rt::MaskKind::None)
+    return i8(abi::kFull);
+  if (mask_.kind == rt::MaskKind::Data) {
+    // From the block mask when one was given; otherwise partial.
+    Value has = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
+                                      load(ip_, cIdx(abi::kHasBlockMask)),
+                                      arith::ConstantOp::create(
+                                          b_, b_.getI64IntegerAttr(0)));
+    auto ifOp = scf::IfOp::create(b_, TypeRange{b_.getI8Type()}, has,
+                                  /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard g(b_);
+      b_.setInsertionPointToStart(ifOp.thenBlock());
+      Value off = add(add(mul(b, ipAt(abi::kBMStrideB)),
+                          mul(h, ipAt(abi::kBMStrideH))),
+                      add(mul(qt, ipAt(abi::kNumKTiles)), j));
+      scf::YieldOp::create(b_, load(bm_, off));
+      b_.setInsertionPointToStart(ifOp.elseBlock());
+      scf::YieldOp::create(b_, Value(i8(abi::kPartial)));
+    }
+    return ifOp.getResult(0);
+  }
+  // Closed form: (mayBeTrue, mayBeFalse) per node, in i1.
+  Value t = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  Value f = arith::ConstantOp::create(b_, b_.getBoolAttr(false));
+  auto toI64 = [&](Value x) { return arith::IndexCastOp::create(b_, i64_, x); };
+  Value qlo64 = toI64(qlo), qhi64 = toI64(qhi), klo64 = toI64(klo),
+        khi64 = toI64(khi);
+  auto c64 = [&](int64_t x) {
+    return arith::ConstantOp::create(b_, b_.getI64IntegerAttr(x));
+  };
+  std::vector<std::pair<Value, Value>> tv;
+  for (const MaskNode &n : mask_.nodes) {
+    switch (n.kind) {
+    case MaskNode::True: tv.push_back({t, f}); break;
+    case MaskNode::False: tv.push_back({f, t}); break;
+    case MaskNode::Not: tv.push_back({tv[n.lhs].second, tv[n.lhs].first}); break;
+    case MaskNode::And:
+      tv.push_back({arith::AndIOp::create(b_, tv[n.lhs].first, tv[n.rhs].first),
+                    arith::OrIOp::create(b_, tv[n.lhs].second,
+                                         tv[n.rhs].second)});
+      break;
+    case MaskNode::Or:
+      tv.push_back({arith::OrIOp::create(b_, tv[n.lhs].first, tv[n.rhs].first),
+                    arith::AndIOp::create(b_, tv[n.lhs].second,
+                                          tv[n.rhs].second)});
+      break;
+    case MaskNode::Invariant: {
+      Value x = materialize(n.value, inv);
+      tv.push_back({x, arith::XOrIOp::create(b_, x, t)});
+      break;
+    }
+    case MaskNode::Atom: {
+      Value base = c64(n.form.c0);
+      for (auto [val, coef] : n.form.inv)
+        base = add(base, mul(arith::ExtSIOp::create(b_, i64_,
+                                                    materialize(val, inv)),
+                             c64(coef)));
+      auto range = [&](int64_t c, Value lo, Value hi, bool wantMax) {
+        // c * x over x in [lo, hi]: the extreme is at an end chosen by c's
+        // sign, known at compile time.
+        bool useHi = (c >= 0) == wantMax;
+        return mul(c64(c), useHi ? hi : lo);
+      };
+      Value lo = add(base, add(range(n.form.cq, qlo64, qhi64, false),
+                               range(n.form.ckv, klo64, khi64, false)));
+      Value hi = add(base, add(range(n.form.cq, qlo64, qhi64, true),
+                               range(n.form.ckv, klo64, khi64, true)));
+      Value zero = c64(0);
+      using P = arith::CmpIPredicate;
+      auto cmp = [&](P p, Value a, Value c) {
+        return arith::CmpIOp::create(b_, p, a, c);
+      };
+      switch (n.pred) {
+      case P::slt: tv.push_back({cmp(P::slt, lo, zero), cmp(P::sge, hi, zero)}); break;
+      case P::sle: tv.push_back({cmp(P::sle, lo, zero), cmp(P::sgt, hi, zero)}); break;
+      case P::sgt: tv.push_back({cmp(P::sgt, hi, zero), cmp(P::sle, lo, zero)}); break;
+      case P::sge: tv.push_back({cmp(P::sge, hi, zero), cmp(P::slt, lo, zero)}); break;
+      default: {
+        Value straddles = arith::AndIOp::create(b_, cmp(P::sle, lo, zero),
+                                                cmp(P::sge, hi, zero));
+        Value exact = arith::AndIOp::create(b_, cmp(P::eq, lo, zero),
+                                            cmp(P::eq, hi, zero));
+        Value notExact = arith::XOrIOp::create(b_, exact, t);
+        if (n.pred == P::eq)
+          tv.push_back({straddles, notExact});
+        else
+          tv.push_back({notExact, straddles});
+      }
+      }
+      break;
+    }
+    }
+  }
+  auto [mayTrue, mayFalse] = tv.back();
+  Value cls = select(mayFalse, i8(abi::kPartial), i8(abi::kFull));
+  return select(mayTrue, cls, i8(abi::kEmpty));
+}
+
+LogicalResult Builder_::buildKernel(StringRef name) {
+  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
+  SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
+                            dyn(f32_),  dyn(i64_),  dyn(f32_),
+                            dyn(b_.getI8Type())};
+  for (const rt::ParamSpec &p : info_.params)
+    if (p.isTensor)
+      args.push_back(dyn(storageType(ctx_, p.dtype)));
+  args.push_back(i64_);
+  args.push_back(i64_);
+  auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(entry);
+  Value q = fn.getArgument(0), k = fn.getArgument(1), v = fn.getArgument(2),
+        o = fn.getArgument(3), lse = fn.getArgument(4);
+  ip_ = fn.getArgument(5);
+  fp_ = fn.getArgument(6);
+  bm_ = fn.getArgument(7);
+  loadEntryValues(fn, 8);
+  Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
+  Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
+
+  Value Hq = ipAt(abi::kHq), Hkv = ipAt(abi::kHkv), Lq = ipAt(abi::kLq),
+        B = ipAt(abi::kB), nQT = ipAt(abi::kNumQTiles);
+  Value G = arith::DivUIOp::create(b_, Hq, Hkv);
+  SmallVector<Value> qs, ks, vs, os, ls;
+  for (int d = 0; d < 4; ++d) {
+    qs.push_back(ipAt(abi::kQStride + d));
+    ks.push_back(ipAt(abi::kKStride + d));
+    vs.push_back(ipAt(abi::kVStride + d));
+    os.push_back(ipAt(abi::kOStride + d));
+  }
+  for (int d = 0; d < 3; ++d)
+    ls.push_back(ipAt(abi::kLseStride + d));
+  Value hasLse = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
+      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
+  Value scale = load(fp_, cIdx(0));
+  Value ninf = cF32(-std::numeric_limits<double>::infinity());
+  Value zeroF = cF32(0.0);
+  Value log2e = cF32(1.4426950408889634);
+  Value ln2 = cF32(0.6931471805599453);
+  Value c0 = cIdx(0), c1 = cIdx(1);
+
+  Value Qs = alloca(BM * D), Kt = alloca(D * BN), Vs = alloca(BN * DV),
+        S = alloca(BM * BN), Acc = alloca(BM * DV), M = alloca(BM),
+        L = alloca(BM);
+  VectorType vecQK = VectorType::get({VW}, f32_);
+  VectorType vec8 = VectorType::get({8}, f32_);
+
+  loop0(begin, end, 1, [&](Value item) {
+    Value qt = arith::RemUIOp::create(b_, item, nQT);
+    Value t = arith::DivUIOp::create(b_, item, nQT);
+    Value h = arith::RemUIOp::create(b_, t, Hq);
+    Value bb = arith::DivUIOp::create(b_, t, Hq);
+    Value kvh = arith::DivUIOp::create(b_, h, G);
+    Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
+    Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
+    Value r0 = mul(qt, cIdx(BM));
+    Value rows = minI(cIdx(BM), sub(Lq, r0));
+    Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
+    Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+
+    // Q tile -> Qs (f32); rows past the end are zero.
+    Value qBase = add(mul(bb, qs[0]), mul(h, qs[1]));
+    loop0(c0, cIdx(BM), 1, [&](Value r) {
+      loop0(c0, cIdx(D), 1, [&](Value d) {
+        store(zeroF, Qs, add(mul(r, cIdx(D)), d));
+      });
+    });
+    loop0(c0, rows, 1, [&](Value r) {
+      Value rowBase = add(qBase, mul(add(r0, r), qs[2]));
+      loop0(c0, cIdx(D), 1, [&](Value d) {
+        store(toF32(load(q, add(rowBase, mul(d, qs[3])))), Qs,
+              add(mul(r, cIdx(D)), d));
+      });
+    });
+    loop0(c0, cIdx(BM), 1, [&](Value r) {
+      store(ninf, M, r);
+      store(zeroF, L, r);
+      loop0(c0, cIdx(DV), 1, [&](Value d) {
+        store(zeroF, Acc, add(mul(r, cIdx(DV)), d));
+      });
+    });
+
+    // The mask's q/kv-independent values, once per work item.
+    IRMapping inv;
+    inv.map(v_.getMaskBlock().getArgument(0), bI32);
+    inv.map(v_.getMaskBlock().getArgument(1), hI32);
+    Value qlo = add(qpos0, r0);
+    Value qhi = sub(add(qlo, rows), c1);
+    Value nKT = arith::CeilDivUIOp::create(b_, kvLen, cIdx(BN));
+    Value kBase = add(mul(bb, ks[0]), mul(kvh, ks[1]));
+    Value vBase = add(mul(bb, vs[0]), mul(kvh, vs[1]));
+
+    loop0(c0, nKT, 1, [&](Value j) {
+      Value kv0 = mul(j, cIdx(BN));
+      Value cols = minI(cIdx(BN), sub(kvLen, kv0));
+      Value khi = sub(add(kv0, cols), c1);
+      Value cls = classify(bb, h, qt, j, qlo, qhi, kv0, khi, inv);
+      Value visit = arith::CmpIOp::create(
+          b_, arith::CmpIPredicate::ne, cls,
+          arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty)));
+      ifThen(visit, [&] {
+        // K^T and V tiles (f32); columns past the end are zero.
+        loop0(c0, cIdx(BN), 1, [&](Value c) {
+          Value inRange = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt,
+                                                c, cols);
+          Value row = minI(add(kv0, c), sub(add(kv0, cols), c1));
+          Value kRow = add(kBase, mul(row, ks[2]));
+          Value vRow = add(vBase, mul(row, vs[2]));
+          loop0(c0, cIdx(D), 1, [&](Value d) {
+            Value x = toF32(load(k, add(kRow, mul(d, ks[3]))));
+            store(select(inRange, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
+          });
+          loop0(c0, cIdx(DV), 1, [&](Value d) {
+            Value x = toF32(load(v, add(vRow, mul(d, vs[3]))));
+            store(select(inRange, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
+          });
+        });
+        // S = Qs . Kt, VW keys at a time.
+        loop0(c0, rows, 1, [&](Value r) {
+          loop0(c0, cIdx(BN), VW, [&](Value cv) {
+            Value acc0 = arith::ConstantOp::create(
+                b_, DenseElementsAttr::get(vecQK, 0.0f));
+            auto dl = loop(c0, cIdx(D), 1, {acc0}, [&](Value d, ValueRange it) {
+              Value qv = vector::BroadcastOp::create(
+                  b_, vecQK, load(Qs, add(mul(r, cIdx(D)), d)));
+              Value kvv = vector::LoadOp::create(b_, vecQK, Kt,
+                                                 ValueRange{add(mul(d, cIdx(BN)), cv)});
+              return SmallVector<Value>{
+                  vector::FMAOp::create(b_, qv, kvv, it[0])};
+            });
+            vector::StoreOp::create(b_, dl.getResult(0), S,
+                                    ValueRange{add(mul(r, cIdx(BN)), cv)});
+          });
+        });
+        // Modifiers, mask (partial tiles and tails only), online softmax.
+        Value full = arith::CmpIOp::create(
+            b_, arith::CmpIPredicate::eq, cls,
+            arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull)));
+        Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
+                                             cols, cIdx(BN));
+        Value skipMask = arith::AndIOp::create(b_, full, noTail);
+        loop0(c0, rows, 1, [&](Value r) {
+          Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
+          Value sRow = mul(r, cIdx(BN));
+          auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
+            Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
+            Value s = arith::MulFOp::create(b_, load(S, add(sRow, c)), scale);
+            s = emitModifier(v_.getScoreBlock(), {s, bI32, hI32, qpos, kvpos});
+            auto keepIf = scf::IfOp::create(b_, TypeRange{b_.getI1Type()},
+                                            skipMask, /*withElse=*/true);
+            {
+              OpBuilder::InsertionGuard g(b_);
+              b_.setInsertionPointToStart(keepIf.thenBlock());
+              scf::YieldOp::create(
+                  b_, Value(arith::ConstantOp::create(b_, b_.getBoolAttr(true))));
+              b_.setInsertionPointToStart(keepIf.elseBlock());
+              Value inRange = arith::CmpIOp::create(
+                  b_, arith::CmpIPredicate::slt, c, cols);
+              Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
+              scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, inRange, m)));
+            }
+            Value s2 = select(keepIf.getResult(0),
+                              arith::MulFOp::create(b_, s, log2e), ninf);
+            store(s2, S, add(sRow, c));
+            return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], s2)};
+          });
+          Value mOld = load(M, r);
+          Value mNew = arith::MaximumFOp::create(b_, mOld, mx.getResult(0));
+          Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ,
+                                               mNew, ninf);
+          Value mUse = select(isNinf, zeroF, mNew);
+          Value alpha = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse));
+          auto sum = loop(c0, cIdx(BN), 1, {zeroF}, [&](Value c, ValueRange it) {
+            Value p = math::Exp2Op::create(
+                b_, arith::SubFOp::create(b_, load(S, add(sRow, c)), mUse));
+            store(p, S, add(sRow, c));
+            return SmallVector<Value>{arith::AddFOp::create(b_, it[0], p)};
+          });
+          store(arith::AddFOp::create(
+                    b_, arith::MulFOp::create(b_, load(L, r), alpha),
+                    sum.getResult(0)),
+                L, r);
+          store(mNew, M, r);
+          // acc = acc * alpha + P . V, 8 value dims at a time.
+          Value alphaV = vector::BroadcastOp::create(b_, vec8, alpha);
+          loop0(c0, cIdx(DV), 8, [&](Value d0) {
+            Value at = add(mul(r, cIdx(DV)), d0);
+            Value a0 = arith::MulFOp::create(
+                b_, vector::LoadOp::create(b_, vec8, Acc, ValueRange{at}), alphaV);
+            auto pv = loop(c0, cIdx(BN), 1, {a0}, [&](Value c, ValueRange it) {
+              Value pb = vector::BroadcastOp::create(b_, vec8, load(S, add(sRow, c)));
+              Value vv = vector::LoadOp::create(
+                  b_, vec8, Vs, ValueRange{add(mul(c, cIdx(DV)), d0)});
+              return SmallVector<Value>{vector::FMAOp::create(b_, pb, vv, it[0])};
+            });
+            vector::StoreOp::create(b_, pv.getResult(0), Acc, ValueRange{at});
+          });
+        });
+      });
+    });
+
+    // Epilogue: O = acc / l (0 for fully masked rows), LSE = ln(sum e^s).
+    Value oBase = add(mul(bb, os[0]), mul(h, os[1]));
+    loop0(c0, rows, 1, [&](Value r) {
+      Value l = load(L, r);
+      Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, zeroF);
+      Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), zeroF);
+      Value oRow = add(oBase, mul(add(r0, r), os[2]));
+      loop0(c0, cIdx(DV), 1, [&](Value d) {
+        Value x = arith::MulFOp::create(
+            b_, load(Acc, add(mul(r, cIdx(DV)), d)), invL);
+        store(fromF32(x), o, add(oRow, mul(d, os[3])));
+      });
+      ifThen(hasLse, [&] {
+        Value lg = arith::MulFOp::create(
+            b_,
+            arith::AddFOp::create(b_, load(M, r), math::Log2Op::create(b_, l)),
+            ln2);
+        Value at = add(add(mul(bb, ls[0]), mul(h, ls[1])),
+                       mul(add(r0, r), ls[2]));
+        store(select(pos, lg, ninf), lse, at);
+      });
+    });
+  });
+  func::ReturnOp::create(b_);
+  return success();
+}
+
+LogicalResult Builder_::buildMaskBuilder(StringRef name) {
+  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
+  SmallVector<Type> args = {dyn(i64_), dyn(f32_), dyn(b_.getI8Type())};
+  for (const rt::ParamSpec &p : info_.params)
+    if (p.isTensor)
+      args.push_back(dyn(storageType(ctx_, p.dtype)));
+  args.push_back(i64_);
+  args.push_back(i64_);
+  auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToStart(entry);
+  ip_ = fn.getArgument(0);
+  fp_ = fn.getArgument(1);
+  Value out = fn.getArgument(2);
+  captures_.clear();
+  capDims_.clear();
+  capStrides_.clear();
+  scalars_.clear();
+  loadEntryValues(fn, 3);
+  Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
+  Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  Value B = ipAt(abi::kB), Hq = ipAt(abi::kHq), Lq = ipAt(abi::kLq),
+        nQT = ipAt(abi::kNumQTiles), nKT = ipAt(abi::kNumKTiles),
+        sB = ipAt(abi::kBMStrideB), sH = ipAt(abi::kBMStrideH);
+  Value shared = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, sH, c0);
+  Value heads = select(shared, c1, Hq);
+  auto i8 = [&](int64_t c) {
+    return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
+  };
+  loop0(begin, end, 1, [&](Value item) {
+    Value qt = arith::RemUIOp::create(b_, item, nQT);
+    Value t = arith::DivUIOp::create(b_, item, nQT);
+    Value h = arith::RemUIOp::create(b_, t, heads);
+    Value bb = arith::DivUIOp::create(b_, t, heads);
+    Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
+    Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
+    Value r0 = mul(qt, cIdx(BM));
+    Value rows = minI(cIdx(BM), sub(Lq, r0));
+    Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
+    Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+    loop0(c0, nKT, 1, [&](Value j) {
+      Value kv0 = mul(j, cIdx(BN));
+      Value cols = maxI(c0, minI(cIdx(BN), sub(kvLen, kv0)));
+      auto count = loop(c0, rows, 1, {c0}, [&](Value r, ValueRange it) {
+        Value qpos = arith::IndexCastOp::create(b_, i32_, add(add(qpos0, r0), r));
+        auto inner = loop(c0, cols, 1, {it[0]}, [&](Value c, ValueRange it2) {
+          Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
+          Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
+          Value one = arith::IndexCastOp::create(
+              b_, b_.getIndexType(), arith::ExtUIOp::create(b_, i64_, m));
+          return SmallVector<Value>{add(it2[0], one)};
+        });
+        return SmallVector<Value>{inner.getResult(0)};
+      });
+      Value total = mul(rows, cols);
+      Value n = count.getResult(0);
+      Value none = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, n, c0);
+      Value all = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, n, total);
+      Value cls = select(none, i8(abi::kEmpty),
+                         select(all, i8(abi::kFull), i8(abi::kPartial)));
+      Value at = add(add(mul(bb, sB), mul(h, sH)), add(mul(qt, nKT), j));
+      store(cls, out, at);
+    });
+  });
+  func::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace
+
+LogicalResult buildFlashProgram(ModuleOp module, attn::VariantOp variant,
+                                const MaskAnalysis &mask,
+                                const FlashConfig &config, StringRef name) {
+  const rt::KernelSpec &s = config.spec;
+  if (s.headDim % 8 || s.vHeadDim % 8 || s.blockN % config.vectorWidth ||
+      s.blockM <= 0 || s.headDim <= 0 || s.vHeadDim <= 0)
+    return variant.emitError("invalid kernel configuration: head dims must be "
+                             "multiples of 8 and blockN a multiple of the "
+                             "vector width");
+  module->getContext()
+      ->loadDialect<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
+                    vector::VectorDialect, arith::ArithDialect,
+                    math::MathDialect>();
+  Builder_ kernel(module, variant, mask, config);
+  if (failed(kernel.buildKernel(name)))
+    return failure();
+  if (mask.kind == rt::MaskKind::Data) {
+    Builder_ builder(module, variant, mask, config);
+    if (failed(builder.buildMaskBuilder((name + "_block_mask").str())))
+      return failure();
+  }
+  return success();
+}
+
+} // namespace attnc

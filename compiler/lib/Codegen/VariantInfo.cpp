@@ -1,0 +1,106 @@
+//===- VariantInfo.cpp - attn IR -> the runtime's modifier program ------===//
+#include "attnc/Codegen/VariantInfo.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+using namespace mlir;
+
+namespace attnc {
+namespace {
+
+std::string dtypeOf(Type t) {
+  if (t.isF32()) return "f32";
+  if (t.isF16()) return "f16";
+  if (t.isBF16()) return "bf16";
+  if (t.isInteger(64)) return "i64";
+  if (t.isInteger(1)) return "bool";
+  return "i32";
+}
+
+std::string floatText(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", d);
+  return buf;
+}
+
+void printRegion(Block &block, bool isScore, std::ostringstream &os) {
+  llvm::DenseMap<Value, std::string> names;
+  const char *scoreArgs[] = {"%score", "%b", "%h", "%q", "%kv"};
+  const char *maskArgs[] = {"%b", "%h", "%q", "%kv"};
+  for (BlockArgument a : block.getArguments())
+    names[a] = isScore ? scoreArgs[a.getArgNumber()] : maskArgs[a.getArgNumber()];
+  int next = 0;
+  auto use = [&](Value v) { return names.lookup(v); };
+  for (Operation &op : block) {
+    if (auto y = dyn_cast<attn::YieldOp>(op)) {
+      os << "  yield " << use(y.getValue()) << "\n";
+      continue;
+    }
+    std::string dst = "%" + std::to_string(next++);
+    names[op.getResult(0)] = dst;
+    os << "  " << dst << " = ";
+    if (auto c = dyn_cast<arith::ConstantOp>(op)) {
+      if (auto f = dyn_cast<FloatAttr>(c.getValue()))
+        os << "const.f32 " << floatText(f.getValueAsDouble());
+      else if (c.getType().isInteger(1))
+        os << "const.i1 " << (cast<IntegerAttr>(c.getValue()).getInt() & 1);
+      else
+        os << "const.i32 " << cast<IntegerAttr>(c.getValue()).getInt();
+    } else if (auto g = dyn_cast<attn::GatherOp>(op)) {
+      os << "gather " << g.getCapture().str();
+      for (Value i : g.getIndices())
+        os << " " << use(i);
+    } else if (auto s = dyn_cast<attn::ScalarOp>(op)) {
+      os << "scalar " << s.getParam().str();
+    } else {
+      os << op.getName().getStringRef().str();
+      if (auto c = dyn_cast<arith::CmpIOp>(op))
+        os << " " << arith::stringifyCmpIPredicate(c.getPredicate()).str();
+      if (auto c = dyn_cast<arith::CmpFOp>(op))
+        os << " " << arith::stringifyCmpFPredicate(c.getPredicate()).str();
+      for (Value v : op.getOperands())
+        os << " " << use(v);
+    }
+    os << "\n";
+  }
+}
+
+} // namespace
+
+std::string printVariantInfo(attn::VariantOp v, const MaskAnalysis &m) {
+  std::ostringstream os;
+  os << "variant " << v.getSymName().str() << "\n";
+  for (Attribute a : v.getParams()) {
+    auto p = cast<attn::ParamAttr>(a);
+    os << "param " << p.getName().getValue().str() << " "
+       << (p.isTensor() ? "tensor " : "scalar ") << dtypeOf(p.getElementType());
+    for (Attribute d : p.getDims()) {
+      if (auto s = dyn_cast<StringAttr>(d))
+        os << " " << s.getValue().str();
+      else
+        os << " " << cast<IntegerAttr>(d).getInt();
+    }
+    os << "\n";
+  }
+  os << "mask-kind "
+     << (m.kind == rt::MaskKind::None     ? "none"
+         : m.kind == rt::MaskKind::Closed ? "closed"
+                                          : "data")
+     << "\n";
+  os << "mask-uses" << (m.usesBatch ? " b" : "") << (m.usesHead ? " h" : "")
+     << "\n";
+  os << "score\n";
+  printRegion(v.getScoreBlock(), true, os);
+  os << "mask\n";
+  printRegion(v.getMaskBlock(), false, os);
+  os << "end\n";
+  return os.str();
+}
+
+} // namespace attnc

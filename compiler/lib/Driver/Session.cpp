@@ -1,0 +1,95 @@
+//===- Session.cpp - Parse, check, lower and compile a .attn file --------===//
+#include "attnc/Driver/Session.h"
+
+#include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/VariantInfo.h"
+#include "attnc/Frontend/Sema.h"
+#include "attnc/MLIRGen/MLIRGen.h"
+
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace attnc {
+
+struct Session::Impl {
+  mlir::MLIRContext ctx;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  std::vector<std::string> names;
+  mlir::attn::VariantOp find(const std::string &n) {
+    for (auto v : module->getOps<mlir::attn::VariantOp>())
+      if (v.getSymName() == n)
+        return v;
+    return {};
+  }
+};
+
+Session::~Session() = default;
+
+rt::Status Session::load(const std::string &path, std::string &diagnostics,
+                         std::unique_ptr<Session> &out) {
+  std::string text;
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return rt::Status::notFound("cannot read '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::string name = path == "-" ? "<stdin>" : path;
+  SourceFile file(name, std::move(text));
+  DiagnosticEngine diag(file);
+  Module ast;
+  if (!parseAndCheck(file, diag, ast)) {
+    std::ostringstream os;
+    diag.print(os);
+    diagnostics = os.str();
+    return rt::Status::invalidArgument("'" + name + "' has errors");
+  }
+  auto s = std::unique_ptr<Session>(new Session());
+  s->impl_ = std::make_unique<Impl>();
+  s->impl_->module = emitAttn(s->impl_->ctx, ast, name);
+  if (!s->impl_->module || mlir::failed(mlir::verify(*s->impl_->module)))
+    return rt::Status::internal("the generated attn IR does not verify");
+  mlir::PassManager pm(&s->impl_->ctx);
+  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(mlir::createCSEPass());
+  if (mlir::failed(pm.run(*s->impl_->module)))
+    return rt::Status::internal("canonicalization failed");
+  for (const Variant &v : ast.variants)
+    s->impl_->names.push_back(v.name);
+  out = std::move(s);
+  return rt::Status::ok();
+}
+
+const std::vector<std::string> &Session::variants() const {
+  return impl_->names;
+}
+
+rt::Status Session::info(const std::string &variant,
+                         rt::VariantInfo &out) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  return rt::VariantInfo::parse(printVariantInfo(v, analyzeMask(v)), out);
+}
+
+rt::Status Session::compileCpu(const std::string &variant,
+                               const rt::KernelSpec &spec,
+                               std::unique_ptr<rt::CpuKernel> &out) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  return compileForCpu(v, spec, out);
+}
+
+} // namespace attnc
