@@ -6,6 +6,11 @@
 // Each subcommand parses its own options; a new stage is a new --emit value.
 //
 //===----------------------------------------------------------------------===//
+#include "Check.h"
+
+#include "attnc/Analysis/MaskAnalysis.h"
+#include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/VariantInfo.h"
 #include "attnc/Frontend/Parser.h"
 #include "attnc/Frontend/Sema.h"
 #include "attnc/MLIRGen/MLIRGen.h"
@@ -18,7 +23,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
+#include <array>
 #include <fstream>
+#include <map>
+#include <tuple>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -30,12 +39,27 @@ const char *kUsage = R"(attnc - the attention-variant compiler
 
 usage:
   attnc compile FILE.attn [options]   compile variants and print a stage
+  attnc check FILE.attn [options]     run a variant against the fp64 reference
+                                      (attnc check --help)
+  attnc bench FILE.attn [options]     time a variant (attnc bench --help)
   attnc --help                        show this help
   attnc --version                     show the version
 
 compile options:
-  --emit=STAGE      what to print: ast (typed syntax tree) or attn (the attn
-                    dialect, verified and canonicalized; the default)
+  --emit=STAGE      what to print:
+                      ast     the typed syntax tree
+                      attn    the attn dialect, verified and canonicalized
+                              (the default)
+                      mask    the mask analysis and a grid of tile classes
+                      info    the signature and modifier program the runtime
+                              reads (the fp64 reference runs it)
+                      tiled   the tiled flash program (scf/vector/memref)
+                      llvm    LLVM IR for the host, optimized (--target=cpu)
+  --target=cpu      code generation target (cpu; GPU targets come later)
+  --dtype T --head-dim N --v-head-dim N --block-m N --block-n N
+                    kernel configuration for tiled/llvm (f32, 64, 64, 16, 64)
+  --q-len N --kv-len N --set NAME=VALUE
+                    the problem the mask grid is drawn for (256, 256)
   --variant NAME    only this variant (default: every variant in the file)
   -o FILE           write to FILE instead of standard output
   -O0               do not canonicalize the attn IR
@@ -73,11 +97,90 @@ bool readFile(const std::string &path, std::string &out, std::string &err) {
 struct CompileOptions {
   std::string input;
   std::string emit = "attn";
+  std::string target = "cpu";
+  attnc::rt::KernelSpec spec;
+  int64_t qLen = 256, kvLen = 256;
+  std::map<std::string, int64_t> sets;
   std::string variant;
   std::string output;
   bool canonicalize = true;
   bool debugLocs = false;
 };
+
+/// Prints the mask analysis of each variant and its tile classes for the
+/// problem given on the command line.
+void printMaskGrid(mlir::attn::VariantOp v, const CompileOptions &o,
+                   std::ostream &os) {
+  attnc::MaskAnalysis m = attnc::analyzeMask(v);
+  os << "variant @" << v.getSymName().str() << "\n";
+  os << "  mask: " << m.describe() << "\n";
+  int64_t bm = o.spec.blockM == 16 ? 64 : o.spec.blockM, bn = o.spec.blockN;
+  os << "  tiles for Lq=" << o.qLen << " Lkv=" << o.kvLen << " (block " << bm
+     << "x" << bn << ", queries at the end of the keys)";
+  for (auto &[k, val] : o.sets)
+    os << " " << k << "=" << val;
+  os << ":  F full, P partial, . empty\n";
+  int64_t q0 = o.kvLen - o.qLen;
+  std::array<int64_t, 3> counts{0, 0, 0};
+  for (int64_t qt = 0; qt * bm < o.qLen; ++qt) {
+    os << "    ";
+    for (int64_t kt = 0; kt * bn < o.kvLen; ++kt) {
+      int64_t qlo = q0 + qt * bm, qhi = q0 + std::min(o.qLen, (qt + 1) * bm) - 1;
+      int64_t klo = kt * bn, khi = std::min(o.kvLen, (kt + 1) * bn) - 1;
+      auto c = attnc::classifyTile(m, o.sets, 0, 0, qlo, qhi, klo, khi);
+      counts[c]++;
+      os << (c == attnc::rt::abi::kFull      ? 'F'
+             : c == attnc::rt::abi::kPartial ? 'P'
+                                             : '.');
+    }
+    os << "\n";
+  }
+  os << "  " << counts[2] << " full, " << counts[1] << " partial, " << counts[0]
+     << " empty\n";
+}
+
+int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
+                   std::ostream &os) {
+  for (auto v : module.getOps<mlir::attn::VariantOp>()) {
+    if (o.emit == "mask") {
+      printMaskGrid(v, o, os);
+      continue;
+    }
+    if (o.emit == "info") {
+      os << attnc::printVariantInfo(v, attnc::analyzeMask(v));
+      continue;
+    }
+    attnc::FlashConfig config;
+    config.spec = o.spec;
+    if (o.spec.vHeadDim == 64 && o.spec.headDim != 64)
+      config.spec.vHeadDim = o.spec.headDim;
+    config.vectorWidth = 8;
+    std::string error;
+    auto tiled = attnc::buildTiledModule(v, config, error);
+    if (!tiled) {
+      std::cerr << "attnc: error: " << error << "\n";
+      return 1;
+    }
+    if (o.emit == "tiled") {
+      std::string s;
+      llvm::raw_string_ostream rso(s);
+      tiled->print(rso);
+      os << s;
+      continue;
+    }
+    if (mlir::failed(attnc::lowerToLLVMDialect(*tiled))) {
+      std::cerr << "attnc: error: lowering to LLVM failed\n";
+      return 1;
+    }
+    std::string ir = attnc::emitHostLLVMIR(*tiled, error);
+    if (ir.empty()) {
+      std::cerr << "attnc: error: " << error << "\n";
+      return 1;
+    }
+    os << ir;
+  }
+  return 0;
+}
 
 int runCompile(const std::vector<std::string> &args) {
   CompileOptions o;
@@ -95,8 +198,57 @@ int runCompile(const std::vector<std::string> &args) {
       return false;
     };
     if (value("--emit", o.emit) || value("--variant", o.variant) ||
-        value("-o", o.output))
+        value("-o", o.output) || value("--target", o.target))
       continue;
+    std::string num;
+    auto intValue = [&](const std::string &flag, int64_t &dst, int64_t lo,
+                        int64_t hi) -> int {
+      if (!value(flag, num))
+        return 0;
+      char *end = nullptr;
+      long long v = std::strtoll(num.c_str(), &end, 10);
+      if (num.empty() || *end || v < lo || v > hi)
+        return -1;
+      dst = v;
+      return 1;
+    };
+    int r = 0;
+    for (auto [flag, dst, lo, hi] :
+         {std::tuple{"--head-dim", &o.spec.headDim, 8, 256},
+          std::tuple{"--v-head-dim", &o.spec.vHeadDim, 8, 256},
+          std::tuple{"--block-m", &o.spec.blockM, 1, 256},
+          std::tuple{"--block-n", &o.spec.blockN, 8, 1024},
+          std::tuple{"--q-len", &o.qLen, 1, 1 << 20},
+          std::tuple{"--kv-len", &o.kvLen, 1, 1 << 20}}) {
+      r = intValue(flag, *dst, lo, hi);
+      if (r < 0)
+        return usageError(std::string("invalid value '") + num + "' for " +
+                          flag);
+      if (r > 0)
+        break;
+    }
+    if (r > 0)
+      continue;
+    if (value("--dtype", num)) {
+      auto t = attnc::rt::parseDType(num);
+      if (!t || (*t != attnc::rt::DType::F32 && *t != attnc::rt::DType::F16 &&
+                 *t != attnc::rt::DType::BF16))
+        return usageError("--dtype must be f32, f16 or bf16");
+      o.spec.dtype = *t;
+      continue;
+    }
+    if (value("--set", num)) {
+      size_t eq = num.find('=');
+      char *end = nullptr;
+      long long v = eq == std::string::npos
+                        ? 0
+                        : std::strtoll(num.c_str() + eq + 1, &end, 10);
+      if (eq == std::string::npos || eq == 0 || !end || *end)
+        return usageError("--set expects NAME=INTEGER for the mask grid, got '" +
+                          num + "'");
+      o.sets[num.substr(0, eq)] = v;
+      continue;
+    }
     if (a == "-O0")
       o.canonicalize = false;
     else if (a == "--debug-locs")
@@ -114,9 +266,15 @@ int runCompile(const std::vector<std::string> &args) {
   }
   if (o.input.empty())
     return usageError("'compile' needs an input file");
-  if (o.emit != "ast" && o.emit != "attn")
+  static const char *kStages[] = {"ast", "attn", "mask", "info", "tiled",
+                                  "llvm"};
+  if (std::find(std::begin(kStages), std::end(kStages), o.emit) ==
+      std::end(kStages))
     return usageError("unknown --emit stage '" + o.emit +
-                      "' (expected ast or attn)");
+                      "' (expected ast, attn, mask, info, tiled or llvm)");
+  if (o.target != "cpu")
+    return usageError("unknown --target '" + o.target +
+                      "' (only cpu is built so far)");
 
   std::string text, err;
   if (!readFile(o.input, text, err)) {
@@ -184,6 +342,8 @@ int runCompile(const std::vector<std::string> &args) {
       return 1;
     }
   }
+  if (o.emit != "attn")
+    return emitLaterStage(*ir, o, *os);
   mlir::OpPrintingFlags flags;
   if (o.debugLocs)
     flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/true);
@@ -215,5 +375,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "compile")
     return runCompile(rest);
+  if (cmd == "check")
+    return attnc::tools::runCheck(rest);
   return usageError("unknown command '" + cmd + "'");
 }

@@ -1,0 +1,15 @@
+//===- Check.h - `attnc check` and `attnc bench` ----------------*- C++ -*-===//
+#ifndef ATTNC_TOOLS_CHECK_H
+#define ATTNC_TOOLS_CHECK_H
+
+#include <string>
+#include <vector>
+
+namespace attnc::tools {
+
+int runCheck(const std::vector<std::string> &args);
+int runBench(const std::vector<std::string> &args);
+
+} // namespace attnc::tools
+
+#endif

@@ -1,0 +1,142 @@
+//===- Options.cpp - Parsing check/bench options --------------------------===//
+#include "Options.h"
+
+#include <cstdlib>
+#include <iostream>
+
+namespace attnc::tools {
+
+int usage(const char *command, const std::string &msg) {
+  std::cerr << "attnc: error: " << msg << "\nrun 'attnc " << command
+            << " --help' for usage\n";
+  return 2;
+}
+
+namespace {
+bool toInt(const std::string &s, int64_t lo, int64_t hi, int64_t &out) {
+  char *end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < lo || v > hi)
+    return false;
+  out = v;
+  return true;
+}
+} // namespace
+
+bool Options::parse(const std::vector<std::string> &args, std::string &err) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], val;
+    bool hasVal = false;
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos &&
+        a.rfind("--set", 0) != 0 && a.rfind("--input", 0) != 0) {
+      val = a.substr(a.find('=') + 1);
+      a = a.substr(0, a.find('='));
+      hasVal = true;
+    }
+    auto next = [&]() -> bool {
+      if (hasVal)
+        return true;
+      if (i + 1 >= args.size()) {
+        err = "option '" + a + "' needs a value";
+        return false;
+      }
+      val = args[++i];
+      return true;
+    };
+    auto intOpt = [&](int64_t &dst, int64_t lo, int64_t hi) -> bool {
+      if (!next())
+        return false;
+      if (!toInt(val, lo, hi, dst)) {
+        err = "option '" + a + "' expects an integer in [" + std::to_string(lo) +
+              ", " + std::to_string(hi) + "], got '" + val + "'";
+        return false;
+      }
+      return true;
+    };
+    int64_t tmp;
+    if (a == "--help" || a == "-h") help = true;
+    else if (a == "--suite") suite = true;
+    else if (a == "--checked") checked = true;
+    else if (a == "--json") json = true;
+    else if (a == "--no-baseline") baseline = false;
+    else if (a == "--variant") { if (!next()) return false; variant = val; }
+    else if (a == "--backend") { if (!next()) return false; backend = val; }
+    else if (a == "--output" || a == "-o") { if (!next()) return false; output = val; }
+    else if (a == "--batch") { if (!intOpt(shape.batch, 1, 1 << 16)) return false; }
+    else if (a == "--heads") { if (!intOpt(shape.heads, 1, 1024)) return false; }
+    else if (a == "--kv-heads") { if (!intOpt(shape.kvHeads, 1, 1024)) return false; }
+    else if (a == "--q-len") { if (!intOpt(shape.qLen, 1, 1 << 24)) return false; }
+    else if (a == "--kv-len") { if (!intOpt(shape.kvLen, 0, 1 << 24)) return false; }
+    else if (a == "--head-dim") { if (!intOpt(shape.headDim, 8, 256)) return false; }
+    else if (a == "--v-head-dim") { if (!intOpt(shape.vHeadDim, 8, 256)) return false; }
+    else if (a == "--seed") { if (!intOpt(tmp, 0, INT64_MAX)) return false; shape.seed = tmp; }
+    else if (a == "--threads") { if (!intOpt(tmp, 0, 1024)) return false; threads = int(tmp); }
+    else if (a == "--warmup") { if (!intOpt(tmp, 0, 100000)) return false; warmup = int(tmp); }
+    else if (a == "--iters") { if (!intOpt(tmp, 1, 100000)) return false; iters = int(tmp); }
+    else if (a == "--dtype") {
+      if (!next()) return false;
+      auto t = rt::parseDType(val);
+      if (!t || (*t != rt::DType::F32 && *t != rt::DType::F16 && *t != rt::DType::BF16)) {
+        err = "--dtype must be f32, f16 or bf16, got '" + val + "'";
+        return false;
+      }
+      shape.dtype = *t;
+    } else if (a == "--layout") {
+      if (!next()) return false;
+      if (val != "bhsd" && val != "bshd") {
+        err = "--layout must be bhsd or bshd, got '" + val + "'";
+        return false;
+      }
+      shape.bshd = val == "bshd";
+    } else if (a == "--mode") {
+      if (!next()) return false;
+      if (val == "prefill") shape.mode = Mode::Prefill;
+      else if (val == "decode") shape.mode = Mode::Decode;
+      else if (val == "chunk") shape.mode = Mode::Chunk;
+      else {
+        err = "--mode must be prefill, decode or chunk, got '" + val + "'";
+        return false;
+      }
+    } else if (a == "--set" || a.rfind("--set=", 0) == 0 || a == "--input" ||
+               a.rfind("--input=", 0) == 0) {
+      bool isSet = a.rfind("--set", 0) == 0;
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        val = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (!next()) {
+        return false;
+      }
+      size_t e = val.find('=');
+      if (e == std::string::npos || e == 0) {
+        err = a + " expects NAME=VALUE, got '" + val + "'";
+        return false;
+      }
+      std::string name = val.substr(0, e), rhs = val.substr(e + 1);
+      if (isSet) {
+        char *end = nullptr;
+        double d = std::strtod(rhs.c_str(), &end);
+        if (rhs.empty() || *end != '\0') {
+          err = "--set " + name + ": '" + rhs + "' is not a number";
+          return false;
+        }
+        sets[name] = d;
+      } else {
+        inputs[name] = rhs;
+      }
+    } else if (!a.empty() && a[0] == '-' && a != "-") {
+      err = "unknown option '" + a + "'";
+      return false;
+    } else {
+      positional.push_back(args[i]);
+    }
+  }
+  if (shape.kvHeads > 0 && shape.heads % shape.kvHeads != 0) {
+    err = "--heads (" + std::to_string(shape.heads) +
+          ") must be a multiple of --kv-heads (" + std::to_string(shape.kvHeads) + ")";
+    return false;
+  }
+  return true;
+}
+
+} // namespace attnc::tools

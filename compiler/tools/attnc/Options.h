@@ -1,0 +1,32 @@
+//===- Options.h - Command-line options shared by check and bench -*- C++ -*-===//
+#ifndef ATTNC_TOOLS_OPTIONS_H
+#define ATTNC_TOOLS_OPTIONS_H
+
+#include "Problem.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attnc::tools {
+
+struct Options {
+  std::vector<std::string> positional;
+  std::string variant, backend = "cpu", output;
+  Shape shape;
+  std::map<std::string, double> sets;
+  std::map<std::string, std::string> inputs;
+  bool suite = false, checked = false, help = false, json = false;
+  int threads = 0;
+  int warmup = 3, iters = 10;
+  bool baseline = true;
+  /// Parses `args`; on error, `err` says which option and why.
+  bool parse(const std::vector<std::string> &args, std::string &err);
+};
+
+/// Prints `attnc: error: <msg>` and a hint; returns 2.
+int usage(const char *command, const std::string &msg);
+
+} // namespace attnc::tools
+
+#endif

@@ -1,0 +1,203 @@
+//===- Problem.cpp - Seeded inputs for check and bench -------------------===//
+#include "Problem.h"
+
+#include "attnc/runtime/Npy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace attnc::tools {
+
+const char *modeName(Mode m) {
+  switch (m) {
+  case Mode::Prefill: return "prefill";
+  case Mode::Decode: return "decode";
+  case Mode::Chunk: return "chunk";
+  }
+  return "?";
+}
+
+void Shape::resolve() {
+  if (kvHeads < 0)
+    kvHeads = heads;
+  if (vHeadDim < 0)
+    vHeadDim = headDim;
+  switch (mode) {
+  case Mode::Prefill:
+    if (qLen < 0 && kvLen < 0)
+      qLen = kvLen = 100;
+    else if (qLen < 0)
+      qLen = kvLen;
+    else if (kvLen < 0)
+      kvLen = qLen;
+    break;
+  case Mode::Decode:
+    qLen = 1;
+    if (kvLen < 0)
+      kvLen = 100;
+    break;
+  case Mode::Chunk:
+    if (kvLen < 0)
+      kvLen = 100;
+    if (qLen < 0)
+      qLen = 23;
+    break;
+  }
+}
+
+std::string Shape::describe() const {
+  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}", heads, kvHeads,
+                     modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
+                     headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
+                     bshd ? " bshd" : "");
+}
+
+namespace {
+
+std::vector<unsigned char> fillFloat(rt::DType t, int64_t n, std::mt19937_64 &rng,
+                                     double lo, double hi) {
+  std::vector<unsigned char> buf(n * rt::dtypeSize(t));
+  std::uniform_real_distribution<double> dist(lo, hi);
+  for (int64_t i = 0; i < n; ++i)
+    rt::storeFromDouble(buf.data(), t, i, dist(rng));
+  return buf;
+}
+
+rt::Status loadNpy(const std::string &name, const std::string &path,
+                   rt::DType dtype, const std::vector<int64_t> &shape,
+                   std::vector<unsigned char> &buf) {
+  rt::NpyArray a;
+  if (rt::Status s = rt::readNpy(path, a); !s)
+    return s;
+  if (a.shape != shape)
+    return rt::Status::invalidArgument(fmt::format(
+        "--input {}={}: shape {}, expected {}", name, path,
+        rt::TensorView::formatDims(a.shape), rt::TensorView::formatDims(shape)));
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  buf.assign(n * rt::dtypeSize(dtype), 0);
+  for (int64_t i = 0; i < n; ++i)
+    rt::storeFromDouble(buf.data(), dtype, i,
+                        rt::loadAsDouble(a.bytes.data(), a.dtype, i));
+  return rt::Status::ok();
+}
+
+} // namespace
+
+rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
+                      const std::map<std::string, double> &sets,
+                      const std::map<std::string, std::string> &npy,
+                      Inputs &in) {
+  std::mt19937_64 rng(s.seed);
+  int64_t B = s.batch, H = s.heads, HK = s.kvHeads, Lq = s.qLen, Lk = s.kvLen,
+          D = s.headDim, DV = s.vHeadDim;
+  for (const auto &[name, path] : npy)
+    if (name != "q" && name != "k" && name != "v" && !v.findParam(name))
+      return rt::Status::invalidArgument(fmt::format(
+          "--input {}: not q, k, v or a capture of '{}'", name, v.name));
+  auto tensor = [&](std::vector<unsigned char> &buf, const char *name,
+                    int64_t h, int64_t len, int64_t d) -> rt::Status {
+    std::vector<int64_t> logical = {B, h, len, d};
+    auto it = npy.find(name);
+    if (it != npy.end()) {
+      // .npy inputs are in the layout chosen by --layout.
+      std::vector<int64_t> file = s.bshd ? std::vector<int64_t>{B, len, h, d}
+                                         : logical;
+      if (rt::Status st = loadNpy(name, it->second, s.dtype, file, buf); !st)
+        return st;
+    } else {
+      buf = fillFloat(s.dtype, B * h * len * d, rng, -1.0, 1.0);
+    }
+    return rt::Status::ok();
+  };
+  if (rt::Status st = tensor(in.q, "q", H, Lq, D); !st) return st;
+  if (rt::Status st = tensor(in.k, "k", HK, Lk, D); !st) return st;
+  if (rt::Status st = tensor(in.v, "v", HK, Lk, DV); !st) return st;
+  in.out.assign(B * H * Lq * DV * rt::dtypeSize(s.dtype), 0);
+  in.lse.assign(B * H * Lq, 0.f);
+  auto view = [&](std::vector<unsigned char> &buf, int64_t h, int64_t len,
+                  int64_t d) {
+    rt::TensorView t;
+    t.data = buf.data();
+    t.dtype = s.dtype;
+    t.shape = {B, h, len, d};
+    t.strides = s.bshd ? std::vector<int64_t>{len * h * d, d, h * d, 1}
+                       : rt::TensorView::rowMajorStrides(t.shape);
+    return t;
+  };
+  rt::AttentionArgs &a = in.args;
+  a.q = view(in.q, H, Lq, D);
+  a.k = view(in.k, HK, Lk, D);
+  a.v = view(in.v, HK, Lk, DV);
+  a.out = view(in.out, H, Lq, DV);
+  a.lse = rt::TensorView::contiguous(in.lse.data(), rt::DType::F32, {B, H, Lq});
+
+  std::map<std::string, int64_t> bound = {
+      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
+  in.captures.reserve(v.params.size());
+  for (const rt::ParamSpec &p : v.params) {
+    if (!p.isTensor) {
+      auto it = sets.find(p.name);
+      double val = it != sets.end() ? it->second
+                   : p.dtype == rt::DType::F32
+                       ? 1.0
+                       : double(std::max<int64_t>(1, Lk / 3));
+      a.scalars.push_back({p.name, val});
+      continue;
+    }
+    std::vector<int64_t> shape;
+    for (const rt::DimSpec &d : p.dims) {
+      if (d.symbol.empty())
+        shape.push_back(d.size);
+      else if (bound.count(d.symbol))
+        shape.push_back(bound[d.symbol]);
+      else
+        shape.push_back(bound[d.symbol] = 64); // free dims default to 64
+    }
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    in.captures.emplace_back();
+    std::vector<unsigned char> &buf = in.captures.back();
+    if (auto it = npy.find(p.name); it != npy.end()) {
+      if (rt::Status st = loadNpy(p.name, it->second, p.dtype, shape, buf); !st)
+        return st;
+    } else if (p.dtype == rt::DType::F32 || p.dtype == rt::DType::F16 ||
+               p.dtype == rt::DType::BF16) {
+      buf = fillFloat(p.dtype, n, rng, 0.5, 1.5);
+    } else if (p.dtype == rt::DType::Bool) {
+      buf.assign(n, 0);
+      std::bernoulli_distribution coin(0.7);
+      for (int64_t i = 0; i < n; ++i)
+        buf[i] = coin(rng);
+    } else {
+      // Segment ids, non-decreasing along the last axis: ~4 segments.
+      buf.assign(n * rt::dtypeSize(p.dtype), 0);
+      int64_t last = shape.back();
+      std::uniform_int_distribution<int64_t> step(0, std::max<int64_t>(1, last / 4));
+      for (int64_t row = 0; row < n / last; ++row) {
+        int64_t id = 0, next = step(rng) + 1;
+        for (int64_t i = 0; i < last; ++i) {
+          if (i == next) {
+            ++id;
+            next = i + step(rng) + 1;
+          }
+          rt::storeFromDouble(buf.data(), p.dtype, row * last + i, double(id));
+        }
+      }
+    }
+    a.tensors.push_back(
+        {p.name, rt::TensorView::contiguous(buf.data(), p.dtype, shape)});
+  }
+  for (const auto &[name, val] : sets)
+    if (!v.findParam(name) || v.findParam(name)->isTensor)
+      return rt::Status::invalidArgument(fmt::format(
+          "--set {}: variant '{}' has no scalar parameter of that name", name,
+          v.name));
+  return rt::Status::ok();
+}
+
+} // namespace attnc::tools

@@ -1,0 +1,52 @@
+//===- Problem.h - Shapes, seeded inputs and options for check/bench -*- C++ -*-===//
+#ifndef ATTNC_TOOLS_PROBLEM_H
+#define ATTNC_TOOLS_PROBLEM_H
+
+#include "attnc/runtime/Attention.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace attnc::tools {
+
+enum class Mode { Prefill, Decode, Chunk };
+
+struct Shape {
+  int64_t batch = 2, heads = 8, kvHeads = -1, qLen = -1, kvLen = -1;
+  int64_t headDim = 64, vHeadDim = -1;
+  rt::DType dtype = rt::DType::F32;
+  bool bshd = false;
+  Mode mode = Mode::Prefill;
+  uint64_t seed = 42;
+  /// Fills in the defaults that depend on the mode: lengths that are not
+  /// multiples of any tile size.
+  void resolve();
+  std::string describe() const;
+};
+
+const char *modeName(Mode m);
+
+/// Owns the buffers of one attention call and the views onto them.
+struct Inputs {
+  std::vector<unsigned char> q, k, v, out;
+  std::vector<float> lse;
+  std::vector<std::vector<unsigned char>> captures;
+  rt::AttentionArgs args;
+};
+
+/// Fills Q, K, V from the seed and every capture with its default fill
+/// (docs/check.md): floats uniform in [0.5, 1.5] (so log of a product of
+/// fills is finite), integers as non-decreasing segment ids along the last
+/// axis (document-like), bools 70% true. Scalars default to 1.0 (f32) or
+/// max(1, Lkv / 3) (i32). `sets` overrides scalars; `npy` names files for
+/// q, k, v or captures.
+rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
+                      const std::map<std::string, double> &sets,
+                      const std::map<std::string, std::string> &npy,
+                      Inputs &in);
+
+} // namespace attnc::tools
+
+#endif
