@@ -5,6 +5,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 using namespace mlir;
@@ -75,8 +76,24 @@ private:
       a.c0 += sign * b.c0;
       for (auto [val, coef] : b.inv)
         a.inv.push_back({val, sign * coef});
+      for (DivTerm d : b.divs) {
+        d.coef *= sign;
+        a.divs.push_back(d);
+      }
       return a;
     };
+    if (isa<arith::DivSIOp>(op) &&
+        matchPattern(op->getOperand(1), m_ConstantInt(&c)) &&
+        c.getSExtValue() > 0) {
+      auto inner = affine(op->getOperand(0));
+      if (!inner)
+        return std::nullopt;
+      DivTerm d;
+      d.inner = std::make_shared<AffineForm>(*inner);
+      d.divisor = c.getSExtValue();
+      f.divs.push_back(d);
+      return f;
+    }
     if (isa<arith::AddIOp, arith::SubIOp>(op)) {
       auto a = affine(op->getOperand(0)), b = affine(op->getOperand(1));
       if (!a || !b)
@@ -97,6 +114,10 @@ private:
         r.c0 = a->c0 * k;
         for (auto [val, coef] : a->inv)
           r.inv.push_back({val, coef * k});
+        for (DivTerm d : a->divs) {
+          d.coef *= k;
+          r.divs.push_back(d);
+        }
         return r;
       }
     }
@@ -181,6 +202,10 @@ private:
       n.form.c0 -= b->c0;
       for (auto [val, coef] : b->inv)
         n.form.inv.push_back({val, -coef});
+      for (DivTerm d : b->divs) {
+        d.coef = -d.coef;
+        n.form.divs.push_back(d);
+      }
       return push(n);
     }
     return -1;
@@ -228,6 +253,35 @@ std::optional<int64_t> evalInvariant(Value v,
   return std::nullopt;
 }
 
+/// The range of `f` over q in [qlo, qhi], kv in [klo, khi]; nullopt when an
+/// invariant cannot be evaluated.
+std::optional<std::pair<int64_t, int64_t>>
+rangeOf(const AffineForm &f, const std::map<std::string, int64_t> &sc,
+        int64_t b, int64_t h, int64_t qlo, int64_t qhi, int64_t klo,
+        int64_t khi) {
+  int64_t base = f.c0;
+  for (auto [val, coef] : f.inv) {
+    auto x = evalInvariant(val, sc, b, h);
+    if (!x)
+      return std::nullopt;
+    base += coef * *x;
+  }
+  int64_t lo = base + std::min(f.cq * qlo, f.cq * qhi) +
+               std::min(f.ckv * klo, f.ckv * khi);
+  int64_t hi = base + std::max(f.cq * qlo, f.cq * qhi) +
+               std::max(f.ckv * klo, f.ckv * khi);
+  for (const DivTerm &d : f.divs) {
+    auto r = rangeOf(*d.inner, sc, b, h, qlo, qhi, klo, khi);
+    if (!r)
+      return std::nullopt;
+    int64_t a = d.coef * (r->first / d.divisor);
+    int64_t z = d.coef * (r->second / d.divisor);
+    lo += std::min(a, z);
+    hi += std::max(a, z);
+  }
+  return std::pair{lo, hi};
+}
+
 } // namespace
 
 MaskAnalysis analyzeMask(attn::VariantOp v) { return Analyzer(v).run(); }
@@ -261,10 +315,33 @@ std::string MaskAnalysis::describe() const {
         os << name;
         first = false;
       };
+      std::function<std::string(const AffineForm &)> inner =
+          [&](const AffineForm &f) {
+            std::ostringstream is;
+            bool first2 = true;
+            auto t2 = [&](int64_t k, const std::string &name) {
+              if (k == 0)
+                return;
+              is << (first2 ? (k < 0 ? "-" : "") : (k < 0 ? " - " : " + "));
+              if (std::abs(k) != 1 || name.empty())
+                is << std::abs(k) << (name.empty() ? "" : "*");
+              is << name;
+              first2 = false;
+            };
+            t2(f.cq, "q");
+            t2(f.ckv, "kv");
+            for (auto [val, coef] : f.inv)
+              t2(coef, valueName(val));
+            t2(f.c0, "");
+            return first2 ? std::string("0") : is.str();
+          };
       term(n.form.cq, "q");
       term(n.form.ckv, "kv");
       for (auto [val, coef] : n.form.inv)
         term(coef, valueName(val));
+      for (const DivTerm &d : n.form.divs)
+        term(d.coef, "(" + inner(*d.inner) + ") / " +
+                         std::to_string(d.divisor));
       term(n.form.c0, "");
       if (first)
         os << "0";
@@ -308,22 +385,12 @@ rt::abi::TileClass classifyTile(const MaskAnalysis &m,
       break;
     }
     case MaskNode::Atom: {
-      int64_t base = n.form.c0;
-      bool known = true;
-      for (auto [val, coef] : n.form.inv) {
-        auto x = evalInvariant(val, scalars, b, h);
-        known &= x.has_value();
-        if (x)
-          base += coef * *x;
-      }
-      if (!known) {
+      auto range = rangeOf(n.form, scalars, b, h, qlo, qhi, klo, khi);
+      if (!range) {
         tv[i] = {true, true};
         break;
       }
-      int64_t lo = base + std::min(n.form.cq * qlo, n.form.cq * qhi) +
-                   std::min(n.form.ckv * klo, n.form.ckv * khi);
-      int64_t hi = base + std::max(n.form.cq * qlo, n.form.cq * qhi) +
-                   std::max(n.form.ckv * klo, n.form.ckv * khi);
+      auto [lo, hi] = *range;
       using P = arith::CmpIPredicate;
       switch (n.pred) {
       case P::slt: tv[i] = {lo < 0, hi >= 0}; break;

@@ -74,6 +74,7 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
     math::populateExpansionPatterns(patterns, {"exp2"});
     populateMathPolynomialApproximationPatterns(
         patterns, [](StringRef name) {
+          name.consume_front("math.");
           return name == "exp" || name == "log" || name == "log2" ||
                  name == "tanh" || name == "expm1" || name == "log1p";
         });

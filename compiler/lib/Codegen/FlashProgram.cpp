@@ -20,6 +20,7 @@
 #include "mlir/IR/IRMapping.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -306,21 +307,35 @@ Value Builder_::classify(Value b, Value h, Value qt, Value j, Value qlo,
       break;
     }
     case MaskNode::Atom: {
-      Value base = c64(n.form.c0);
-      for (auto [val, coef] : n.form.inv)
-        base = add(base, mul(arith::ExtSIOp::create(b_, i64_,
-                                                    materialize(val, inv)),
-                             c64(coef)));
-      auto range = [&](int64_t c, Value lo, Value hi, bool wantMax) {
-        // c * x over x in [lo, hi]: the extreme is at an end chosen by c's
-        // sign, known at compile time.
-        bool useHi = (c >= 0) == wantMax;
-        return mul(c64(c), useHi ? hi : lo);
+      // The range of an affine form over the tile (i64, no overflow for
+      // i32 positions): c * x over x in [lo, hi] peaks at an end chosen by
+      // c's sign, known at compile time; division terms divide the range of
+      // their inner form (monotone for a positive constant divisor).
+      std::function<std::pair<Value, Value>(const AffineForm &)> rangeOf =
+          [&](const AffineForm &form) -> std::pair<Value, Value> {
+        Value base = c64(form.c0);
+        for (auto [val, coef] : form.inv)
+          base = add(base, mul(arith::ExtSIOp::create(b_, i64_,
+                                                      materialize(val, inv)),
+                               c64(coef)));
+        auto ext = [&](int64_t c, Value lo, Value hi, bool wantMax) {
+          bool useHi = (c >= 0) == wantMax;
+          return mul(c64(c), useHi ? hi : lo);
+        };
+        Value lo = add(base, add(ext(form.cq, qlo64, qhi64, false),
+                                 ext(form.ckv, klo64, khi64, false)));
+        Value hi = add(base, add(ext(form.cq, qlo64, qhi64, true),
+                                 ext(form.ckv, klo64, khi64, true)));
+        for (const DivTerm &d : form.divs) {
+          auto [ilo, ihi] = rangeOf(*d.inner);
+          Value a = arith::DivSIOp::create(b_, ilo, c64(d.divisor));
+          Value z = arith::DivSIOp::create(b_, ihi, c64(d.divisor));
+          lo = add(lo, ext(d.coef, a, z, false));
+          hi = add(hi, ext(d.coef, a, z, true));
+        }
+        return {lo, hi};
       };
-      Value lo = add(base, add(range(n.form.cq, qlo64, qhi64, false),
-                               range(n.form.ckv, klo64, khi64, false)));
-      Value hi = add(base, add(range(n.form.cq, qlo64, qhi64, true),
-                               range(n.form.ckv, klo64, khi64, true)));
+      auto [lo, hi] = rangeOf(n.form);
       Value zero = c64(0);
       using P = arith::CmpIPredicate;
       auto cmp = [&](P p, Value a, Value c) {

@@ -16,17 +16,31 @@
 #include "attnc/runtime/KernelABI.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace attnc {
 
-/// cq * q + ckv * kv + c0 + sum(coef * inv): the invariant terms are i32
-/// values of the mask region that do not depend on q or kv.
+struct AffineForm;
+
+/// coef * (inner / divisor) with a constant divisor > 0. Truncating division
+/// by a positive constant is monotone, so the term's range over a tile is
+/// the inner form's range divided: chunked-local masks (q / C == kv / C)
+/// stay closed-form.
+struct DivTerm {
+  std::shared_ptr<AffineForm> inner;
+  int64_t divisor = 1;
+  int64_t coef = 1;
+};
+
+/// cq * q + ckv * kv + c0 + sum(coef * inv) + sum(div terms): the invariant
+/// terms are i32 values of the mask region that do not depend on q or kv.
 struct AffineForm {
   int64_t cq = 0, ckv = 0, c0 = 0;
   std::vector<std::pair<mlir::Value, int64_t>> inv;
+  std::vector<DivTerm> divs;
 };
 
 struct MaskNode {
