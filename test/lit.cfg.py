@@ -16,3 +16,5 @@ path = os.path.pathsep.join([config.attnc_tools_dir, config.llvm_tools_dir,
 config.environment["PATH"] = path
 config.substitutions.append(("%examples",
                              os.path.join(config.attnc_src_root, "examples")))
+import sys
+config.substitutions.append(("%python", sys.executable))

@@ -97,12 +97,11 @@ Status writeNpy(const std::string &path, const NpyArray &a) {
   const char *descr = descrOf(a.dtype);
   if (!descr)
     return Status::invalidArgument("bf16 has no .npy dtype; convert to f32");
+  // NumPy's own spelling: "(3,)" for one dimension, "(1, 2, 3)" otherwise.
   std::string shape = "(";
-  for (int64_t d : a.shape)
-    shape += std::to_string(d) + ",";
-  if (a.shape.size() > 1)
-    shape.pop_back();
-  shape += ")";
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    shape += (i ? ", " : "") + std::to_string(a.shape[i]);
+  shape += a.shape.size() == 1 ? ",)" : ")";
   std::string header = fmt::format(
       "{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr, shape);
   size_t total = 10 + header.size() + 1;

@@ -157,6 +157,16 @@ std::string emitHostLLVMIR(ModuleOp module, std::string &error) {
 
 rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
                          std::unique_ptr<rt::CpuKernel> &out) {
+  for (auto [d, what] : {std::pair{spec.headDim, "head dim (Dqk)"},
+                         std::pair{spec.vHeadDim, "value head dim (Dv)"}})
+    if (d <= 0 || d % 8 != 0 || d > 256)
+      return rt::Status::invalidArgument(
+          std::string(what) + " must be a multiple of 8 in [8, 256], got " +
+          std::to_string(d));
+  if (spec.blockM <= 0 || spec.blockN <= 0 || spec.blockN % 8 != 0)
+    return rt::Status::invalidArgument(
+        "tile sizes must be positive and blockN a multiple of 8, got " +
+        std::to_string(spec.blockM) + "x" + std::to_string(spec.blockN));
   MaskAnalysis mask = analyzeMask(variant);
   rt::VariantInfo info;
   if (rt::Status s = rt::VariantInfo::parse(printVariantInfo(variant, mask), info);
