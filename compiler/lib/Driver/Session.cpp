@@ -45,7 +45,13 @@ rt::Status Session::load(const std::string &path, std::string &diagnostics,
     ss << in.rdbuf();
     text = ss.str();
   }
-  std::string name = path == "-" ? "<stdin>" : path;
+  return loadSource(path == "-" ? "<stdin>" : path, std::move(text),
+                    diagnostics, out);
+}
+
+rt::Status Session::loadSource(const std::string &name, std::string text,
+                               std::string &diagnostics,
+                               std::unique_ptr<Session> &out) {
   SourceFile file(name, std::move(text));
   DiagnosticEngine diag(file);
   Module ast;

@@ -23,6 +23,10 @@ public:
   /// the rendered `file:line:col: error:` messages.
   static rt::Status load(const std::string &path, std::string &diagnostics,
                          std::unique_ptr<Session> &out);
+  /// Loads source text held in memory; `name` is used in diagnostics.
+  static rt::Status loadSource(const std::string &name, std::string text,
+                               std::string &diagnostics,
+                               std::unique_ptr<Session> &out);
   const std::vector<std::string> &variants() const;
   /// The variant's signature and modifier program (for the reference).
   rt::Status info(const std::string &variant, rt::VariantInfo &out) const;

@@ -1,0 +1,356 @@
+// Runtime tests that need no compiler: argument validation (one test per
+// message), capture binding, the modifier-program interpreter, the fp64
+// reference, .npy files and the KV cache.
+#include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Npy.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+using namespace attnc::rt;
+
+namespace {
+
+const char *kVariant = R"(variant t
+param bias tensor f32 H N
+param doc tensor i32 B KV
+param w scalar i32
+param s scalar f32
+mask-kind closed
+mask-uses
+score
+  %0 = gather bias %h %kv
+  %1 = scalar s
+  %2 = arith.mulf %0 %1
+  %3 = arith.addf %score %2
+  yield %3
+mask
+  %0 = scalar w
+  %1 = arith.subi %q %kv
+  %2 = arith.cmpi slt %1 %0
+  %3 = arith.cmpi sge %q %kv
+  %4 = arith.andi %2 %3
+  yield %4
+end
+)";
+
+VariantInfo variant(const char *text = kVariant) {
+  VariantInfo v;
+  Status s = VariantInfo::parse(text, v);
+  INFO(s.toString());
+  REQUIRE(s.isOk());
+  return v;
+}
+
+/// A small, valid problem for kVariant: B=2, Hq=4, Hkv=2, L=12, D=8.
+struct Fixture {
+  int64_t B = 2, H = 4, HK = 2, L = 12, D = 8;
+  std::vector<float> q, k, v, o, lse, bias;
+  std::vector<int32_t> doc;
+  AttentionArgs a;
+  Fixture() {
+    q.resize(B * H * L * D);
+    k.resize(B * HK * L * D);
+    v.resize(B * HK * L * D);
+    o.resize(B * H * L * D);
+    lse.resize(B * H * L);
+    bias.resize(H * 5);
+    doc.resize(B * L);
+    for (size_t i = 0; i < q.size(); ++i)
+      q[i] = std::sin(0.37 * i);
+    for (size_t i = 0; i < k.size(); ++i) {
+      k[i] = std::cos(0.11 * i);
+      v[i] = std::sin(0.05 * i + 1);
+    }
+    for (size_t i = 0; i < bias.size(); ++i)
+      bias[i] = 0.1f * i;
+    a.q = TensorView::contiguous(q.data(), DType::F32, {B, H, L, D});
+    a.k = TensorView::contiguous(k.data(), DType::F32, {B, HK, L, D});
+    a.v = TensorView::contiguous(v.data(), DType::F32, {B, HK, L, D});
+    a.out = TensorView::contiguous(o.data(), DType::F32, {B, H, L, D});
+    a.lse = TensorView::contiguous(lse.data(), DType::F32, {B, H, L});
+    a.tensors = {{"bias", TensorView::contiguous(bias.data(), DType::F32, {H, 5})},
+                 {"doc", TensorView::contiguous(doc.data(), DType::I32, {B, L})}};
+    a.scalars = {{"w", 4}, {"s", 0.5}};
+  }
+  std::string error() {
+    Problem p;
+    Status s = resolveProblem(variant(), nullptr, a, p);
+    return s.isOk() ? "" : s.message();
+  }
+};
+
+} // namespace
+
+TEST_CASE("a valid problem resolves with defaults", "[validate]") {
+  Fixture f;
+  Problem p;
+  REQUIRE(resolveProblem(variant(), nullptr, f.a, p).isOk());
+  CHECK(p.Hq == 4);
+  CHECK(p.Hkv == 2);
+  CHECK(p.kvLen == std::vector<int32_t>{12, 12});
+  CHECK(p.qPos0 == std::vector<int32_t>{0, 0});
+  CHECK(p.scale == Approx(1 / std::sqrt(8.0)));
+  CHECK(p.params[0].shape == std::vector<int64_t>{4, 5}); // N bound to 5
+}
+
+TEST_CASE("validate: q must be 4-d", "[validate]") {
+  Fixture f;
+  f.a.q.shape = {2, 4, 12};
+  f.a.q.strides = {1, 1, 1};
+  CHECK(f.error() == "'q' must be a 4-d view [B, H, S, D], got shape [2, 4, 12]");
+}
+
+TEST_CASE("validate: k's shape must agree with q", "[validate]") {
+  Fixture f;
+  f.a.k.shape[3] = 16;
+  CHECK(f.error() == "'k' has shape [2, 2, 12, 16], expected [2, 2, 12, 8]");
+}
+
+TEST_CASE("validate: out's shape", "[validate]") {
+  Fixture f;
+  f.a.out.shape[2] = 11;
+  CHECK(f.error() == "'out' has shape [2, 4, 11, 8], expected [2, 4, 12, 8]");
+}
+
+TEST_CASE("validate: dtypes of q, k, v must agree", "[validate]") {
+  Fixture f;
+  f.a.v.dtype = DType::BF16;
+  CHECK(f.error() == "'v' has dtype bf16, expected f32");
+}
+
+TEST_CASE("validate: lse must be f32 [B, H, Lq]", "[validate]") {
+  Fixture f;
+  f.a.lse.shape = {2, 4, 13};
+  CHECK(f.error() == "'lse' has shape [2, 4, 13], expected [2, 4, 12]");
+}
+
+TEST_CASE("validate: the GQA ratio", "[validate]") {
+  Fixture f;
+  f.HK = 3;
+  f.a.k.shape[1] = 3;
+  f.a.v.shape[1] = 3;
+  CHECK(f.error() == "the number of query heads (4) must be a multiple of "
+                     "the number of KV heads (3)");
+}
+
+TEST_CASE("validate: head dims are multiples of 8 up to 256", "[validate]") {
+  Fixture f;
+  for (auto *t : {&f.a.q, &f.a.k})
+    t->shape[3] = 12;
+  CHECK(f.error() == "head dim (Dqk) must be a multiple of 8 in [8, 256], got 12");
+}
+
+TEST_CASE("validate: kvLens within the KV capacity", "[validate]") {
+  Fixture f;
+  f.a.kvLens = {12, 13};
+  CHECK(f.error() == "'kvLens[1]' is 13, expected 0..12 (the KV capacity)");
+  f.a.kvLens = {12};
+  CHECK(f.error() == "'kvLens' has 1 entries, expected one per sequence (2)");
+}
+
+TEST_CASE("validate: more queries than keys needs explicit offsets",
+          "[validate]") {
+  Fixture f;
+  f.a.kvLens = {12, 5};
+  CHECK(f.error() == "sequence 1 has 5 keys but 12 queries; pass 'qOffsets' "
+                     "to place the queries explicitly");
+  f.a.qOffsets = {0, 0};
+  CHECK(f.error().empty());
+  f.a.qOffsets = {0, -1};
+  CHECK(f.error() == "'qOffsets[1]' is -1, expected a non-negative position");
+}
+
+TEST_CASE("bind: a missing capture is named with its declaration", "[bind]") {
+  Fixture f;
+  f.a.tensors.pop_back();
+  CHECK(f.error() == "missing capture 'doc' (i32[B, KV]) of variant 't'");
+}
+
+TEST_CASE("bind: an unknown capture is rejected", "[bind]") {
+  Fixture f;
+  f.a.tensors.push_back({"bais", f.a.tensors[0].second});
+  CHECK(f.error() == "variant 't' has no tensor parameter 'bais'");
+}
+
+TEST_CASE("bind: a scalar passed as a tensor is rejected", "[bind]") {
+  Fixture f;
+  f.a.tensors.push_back({"w", f.a.tensors[0].second});
+  CHECK(f.error() == "variant 't' has no tensor parameter 'w' (it is a scalar)");
+}
+
+TEST_CASE("bind: capture dtype must match the declaration", "[bind]") {
+  Fixture f;
+  f.a.tensors[1].second.dtype = DType::I64;
+  CHECK(f.error() == "capture 'doc' has dtype i64, expected i32");
+}
+
+TEST_CASE("bind: symbolic dims are checked", "[bind]") {
+  Fixture f;
+  f.a.tensors[1].second.shape = {2, 11};
+  CHECK(f.error() == "capture 'doc' has shape [2, 11], expected [2, 12] "
+                     "(i32[B, KV])");
+}
+
+TEST_CASE("bind: capture rank must match", "[bind]") {
+  Fixture f;
+  f.a.tensors[0].second.shape = {4};
+  f.a.tensors[0].second.strides = {1};
+  CHECK(f.error() == "capture 'bias' has shape [4], expected rank 2 (f32[H, N])");
+}
+
+TEST_CASE("bind: missing and mistyped scalars", "[bind]") {
+  Fixture f;
+  f.a.scalars = {{"s", 1.0}};
+  CHECK(f.error() == "missing scalar 'w' (i32) of variant 't'");
+  f.a.scalars = {{"s", 1.0}, {"w", 2.5}};
+  CHECK(f.error() == "scalar 'w' is i32 but was given 2.5");
+  f.a.scalars = {{"s", 1.0}, {"w", 2}, {"wdith", 3}};
+  CHECK(f.error() == "variant 't' has no scalar parameter 'wdith'");
+}
+
+TEST_CASE("interpreter: integer division is total", "[interp]") {
+  VariantInfo v = variant(R"(variant d
+mask-kind data
+mask-uses
+score
+  %0 = arith.divsi %q %kv
+  %1 = arith.remsi %q %kv
+  %2 = arith.sitofp %0
+  %3 = arith.sitofp %1
+  %4 = const.f32 1000
+  %5 = arith.mulf %2 %4
+  %6 = arith.addf %5 %3
+  yield %6
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)");
+  std::vector<BoundParam> none;
+  CHECK(evalScoreMod(v, none, 0, 0, 0, 7, 2) == 3 * 1000 + 1);
+  CHECK(evalScoreMod(v, none, 0, 0, 0, -7, 2) == -3 * 1000 - 1); // truncation
+  CHECK(evalScoreMod(v, none, 0, 0, 0, 7, 0) == 0 * 1000 + 7);   // x/0, x%0
+}
+
+TEST_CASE("interpreter: gathers clamp and report the first violation",
+          "[interp]") {
+  VariantInfo v = variant();
+  Fixture f;
+  Problem p;
+  REQUIRE(resolveProblem(v, nullptr, f.a, p).isOk());
+  GatherViolation viol;
+  // bias is [4, 5]; kv = 9 clamps to 4.
+  double s = evalScoreMod(v, p.params, 1.0, 0, 2, 9, 9, &viol);
+  CHECK(s == Approx(1.0 + 0.5 * f.bias[2 * 5 + 4]));
+  CHECK(viol.capture == "bias");
+  CHECK(viol.index == std::vector<int64_t>{2, 9});
+  CHECK(viol.shape == std::vector<int64_t>{4, 5});
+}
+
+TEST_CASE("modifier program: malformed text is an error, not a crash",
+          "[interp]") {
+  VariantInfo v;
+  CHECK_FALSE(VariantInfo::parse("variant x\nscore\n yield %0\nmask\n yield %b\nend\n", v).isOk());
+  CHECK(VariantInfo::parse("variant x\nscore\n  %0 = math.frobnicate %score\n", v)
+            .message() == "modifier program line 3: unsupported operation "
+                          "'math.frobnicate'");
+  CHECK_FALSE(VariantInfo::parse("variant x\nscore\n yield %score\n", v).isOk());
+  CHECK_FALSE(VariantInfo::parse("variant x\nscore\n %0 = gather nope %b\n", v).isOk());
+}
+
+TEST_CASE("reference: identical keys average the values", "[reference]") {
+  Fixture f;
+  std::fill(f.k.begin(), f.k.end(), 0.25f); // every score equal
+  VariantInfo plain = variant(R"(variant p
+mask-kind none
+mask-uses
+score
+  yield %score
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)");
+  f.a.tensors.clear();
+  f.a.scalars.clear();
+  std::vector<double> out, lse;
+  REQUIRE(referenceAttention(plain, f.a, out, lse).isOk());
+  // Row (b=1, h=3, i=5) of a uniform softmax is the mean of V over keys.
+  for (int d = 0; d < 8; ++d) {
+    double mean = 0;
+    for (int j = 0; j < 12; ++j)
+      mean += f.v[((1 * 2 + 1) * 12 + j) * 8 + d] / 12.0;
+    CHECK(out[((1 * 4 + 3) * 12 + 5) * 8 + d] == Approx(mean).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("reference: a fully masked row gives 0 and -inf", "[reference]") {
+  Fixture f;
+  f.a.scalars = {{"w", 0}, {"s", 0.5}}; // q - kv < 0 && q >= kv: never
+  std::vector<double> out, lse;
+  REQUIRE(referenceAttention(variant(), f.a, out, lse).isOk());
+  for (double x : out)
+    REQUIRE(x == 0.0);
+  for (double l : lse)
+    REQUIRE(l == -std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("reference: BSHD and BHSD views of the same data agree",
+          "[reference]") {
+  Fixture f;
+  std::vector<double> ref, refLse;
+  REQUIRE(referenceAttention(variant(), f.a, ref, refLse).isOk());
+  // Re-lay q as BSHD and view it with permuted strides.
+  std::vector<float> qb(f.q.size());
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t s = 0; s < 12; ++s)
+        for (int64_t d = 0; d < 8; ++d)
+          qb[((b * 12 + s) * 4 + h) * 8 + d] = f.q[((b * 4 + h) * 12 + s) * 8 + d];
+  f.a.q.data = qb.data();
+  f.a.q.strides = {12 * 4 * 8, 8, 4 * 8, 1};
+  std::vector<double> out, lse;
+  REQUIRE(referenceAttention(variant(), f.a, out, lse).isOk());
+  CHECK(out == ref);
+}
+
+TEST_CASE("npy: write then read round-trips", "[npy]") {
+  NpyArray a;
+  a.dtype = DType::F32;
+  a.shape = {2, 3};
+  std::vector<float> x = {1, 2, 3, 4, 5, -6.5f};
+  a.bytes.assign(reinterpret_cast<unsigned char *>(x.data()),
+                 reinterpret_cast<unsigned char *>(x.data() + 6));
+  std::string path = std::tmpnam(nullptr);
+  REQUIRE(writeNpy(path, a).isOk());
+  NpyArray b;
+  REQUIRE(readNpy(path, b).isOk());
+  CHECK(b.shape == a.shape);
+  CHECK(b.bytes == a.bytes);
+  std::remove(path.c_str());
+  CHECK(readNpy(path, b).code() == StatusCode::NotFound);
+}
+
+TEST_CASE("KV cache: append fills lengths and checks capacity", "[kvcache]") {
+  KVCache c;
+  REQUIRE(KVCache::create(DType::F32, 2, 1, 4, 8, 8, c).isOk());
+  std::vector<float> k(1 * 3 * 8, 1.f), v(1 * 3 * 8, 2.f);
+  auto nk = TensorView::contiguous(k.data(), DType::F32, {1, 3, 8});
+  auto nv = TensorView::contiguous(v.data(), DType::F32, {1, 3, 8});
+  REQUIRE(c.append(1, nk, nv).isOk());
+  CHECK(c.lengths() == std::vector<int32_t>{0, 3});
+  CHECK(c.append(1, nk, nv).message() ==
+        "appending 3 rows to sequence 1 (length 3) exceeds the cache capacity 4");
+  CHECK(c.append(2, nk, nv).message() ==
+        "sequence 2 is out of range for a cache of 2 sequences");
+  TensorView keys = c.keys();
+  CHECK(keys.shape == std::vector<int64_t>{2, 1, 4, 8});
+  CHECK(static_cast<float *>(keys.data)[keys.offsetOf({1, 0, 2, 7})] == 1.f);
+  CHECK(static_cast<float *>(keys.data)[keys.offsetOf({0, 0, 0, 0})] == 0.f);
+  auto bad = TensorView::contiguous(k.data(), DType::BF16, {1, 3, 8});
+  CHECK(c.append(0, bad, nv).message() == "'newK' has dtype bf16, expected f32");
+}
