@@ -98,4 +98,33 @@ rt::Status Session::compileCpu(const std::string &variant,
   return compileForCpu(v, spec, out);
 }
 
+rt::Status Session::countTiles(const std::string &variant,
+                               const rt::KernelSpec &spec, int64_t heads,
+                               int64_t qLen, const std::vector<int32_t> &kvLen,
+                               const std::vector<int32_t> &qPos0,
+                               const std::map<std::string, int64_t> &scalars,
+                               std::array<int64_t, 3> &counts) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  MaskAnalysis m = analyzeMask(v);
+  if (m.kind == rt::MaskKind::Data)
+    return rt::Status::invalidArgument(
+        "variant '" + variant + "' has a data-dependent mask: count the "
+        "tiles of its BlockMask instead");
+  counts = {0, 0, 0};
+  for (size_t b = 0; b < kvLen.size(); ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t qt = 0; qt * spec.blockM < qLen; ++qt) {
+        int64_t qlo = qPos0[b] + qt * spec.blockM;
+        int64_t qhi = qPos0[b] + std::min(qLen, (qt + 1) * spec.blockM) - 1;
+        for (int64_t kt = 0; kt * spec.blockN < kvLen[b]; ++kt) {
+          int64_t klo = kt * spec.blockN;
+          int64_t khi = std::min<int64_t>(kvLen[b], klo + spec.blockN) - 1;
+          counts[classifyTile(m, scalars, int64_t(b), h, qlo, qhi, klo, khi)]++;
+        }
+      }
+  return rt::Status::ok();
+}
+
 } // namespace attnc

@@ -377,5 +377,7 @@ int main(int argc, char **argv) {
     return runCompile(rest);
   if (cmd == "check")
     return attnc::tools::runCheck(rest);
+  if (cmd == "bench")
+    return attnc::tools::runBench(rest);
   return usageError("unknown command '" + cmd + "'");
 }

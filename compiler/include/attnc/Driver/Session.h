@@ -10,6 +10,8 @@
 
 #include "attnc/runtime/Attention.h"
 
+#include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +35,16 @@ public:
   /// JIT-compiles `variant` for the host CPU.
   rt::Status compileCpu(const std::string &variant, const rt::KernelSpec &spec,
                         std::unique_ptr<rt::CpuKernel> &out) const;
+
+  /// Counts the (empty, partial, full) tiles a kernel with `spec` visits
+  /// for a closed-form or absent mask, over every (b, h, Q tile, KV tile
+  /// up to the sequence's length). Data-dependent masks: use a BlockMask.
+  rt::Status countTiles(const std::string &variant, const rt::KernelSpec &spec,
+                        int64_t heads, int64_t qLen,
+                        const std::vector<int32_t> &kvLen,
+                        const std::vector<int32_t> &qPos0,
+                        const std::map<std::string, int64_t> &scalars,
+                        std::array<int64_t, 3> &counts) const;
 
 private:
   struct Impl;

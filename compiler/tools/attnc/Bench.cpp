@@ -1,0 +1,335 @@
+//===- Bench.cpp - `attnc bench`: timing the fused kernel ----------------===//
+//
+// Times the JIT-compiled kernel (warm-up, then timed iterations: median and
+// range), counts FLOPs over the tiles it visits and dense-equivalent, and
+// compares in the same run with the unfused OpenBLAS baseline (bench/),
+// cross-checking outputs so that no speed is reported for a wrong result.
+// Our runs go first for every length, so that their peak RSS is not the
+// baseline's O(T^2) score matrices.
+//
+//===----------------------------------------------------------------------===//
+#include "Check.h"
+#include "Options.h"
+#include "Problem.h"
+
+#include "attnc/Driver/Session.h"
+#ifdef ATTNC_HAVE_BASELINE
+#include "Unfused.h"
+#endif
+
+#include <fmt/format.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+namespace attnc::tools {
+
+namespace {
+
+const char *kBenchUsage = R"(usage: attnc bench FILE.attn [options]
+
+Times a variant's fused kernel and, where bench/ has one, the unfused
+OpenBLAS baseline over the same inputs, in one run.
+
+  --variant NAME        one variant (default: every variant in the file)
+  --backend cpu         (cuda comes with the CUDA runtime)
+  --sweep T1,T2,...     sequence lengths (prefill: Lq = Lkv = T)
+  --batch --heads --kv-heads --q-len --kv-len --head-dim --v-head-dim
+  --dtype --layout --mode --seed --set NAME=VALUE   as for attnc check
+  --warmup N --iters N  (default 3 and 10)
+  --threads N           CPU threads (default: all)
+  --no-baseline         skip the unfused baseline
+  --json                one JSON object per row instead of the table
+FLOP/s: "visited" counts 2*(Dqk + Dv) per score over the tiles the kernel
+visits (tile padding included); "dense" counts every (q, kv) pair as if
+nothing were masked. Peak RSS is the process's (getrusage).
+)";
+
+double peakRssMB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+struct Timing {
+  double median = 0, min = 0, max = 0;
+};
+
+template <typename F> Timing timeIt(int warmup, int iters, F &&run) {
+  for (int i = 0; i < warmup; ++i)
+    run();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), ms.back()};
+}
+
+struct Row {
+  std::string variant;
+  Shape shape;
+  Timing ours;
+  double visitedFlops = 0, denseFlops = 0, tokens = 0, rssMB = 0;
+  std::array<int64_t, 3> tiles{0, 0, 0};
+  bool haveBase = false;
+  Timing base;
+  double baseRssMB = 0, baseMaxAbs = 0;
+  std::string note;
+};
+
+std::vector<int64_t> parseSweep(const std::string &s, std::string &err) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char *end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v <= 0 || v > (1 << 22)) {
+      err = "--sweep expects positive lengths separated by commas, got '" + s + "'";
+      return {};
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+} // namespace
+
+int runBench(const std::vector<std::string> &argvIn) {
+  // --sweep is bench-only; take it out before the shared parser.
+  std::vector<std::string> argv;
+  std::string sweepText;
+  for (size_t i = 0; i < argvIn.size(); ++i) {
+    if (argvIn[i] == "--sweep" && i + 1 < argvIn.size())
+      sweepText = argvIn[++i];
+    else if (argvIn[i].rfind("--sweep=", 0) == 0)
+      sweepText = argvIn[i].substr(8);
+    else
+      argv.push_back(argvIn[i]);
+  }
+  Options o;
+  std::string err;
+  if (!o.parse(argv, err))
+    return usage("bench", err);
+  if (o.help) {
+    std::cout << kBenchUsage;
+    return 0;
+  }
+  if (o.positional.size() != 1)
+    return usage("bench", "'bench' needs exactly one input file");
+  if (o.backend != "cpu") {
+    std::cerr << "attnc: error: only the cpu backend can be benchmarked so "
+                 "far\n";
+    return 2;
+  }
+  std::vector<int64_t> sweep;
+  if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
+    return usage("bench", err);
+  std::string diags;
+  std::unique_ptr<Session> session;
+  if (rt::Status s = Session::load(o.positional[0], diags, session); !s) {
+    std::cerr << (diags.empty() ? "attnc: error: " + s.message() + "\n" : diags);
+    return 1;
+  }
+  std::vector<std::string> variants = session->variants();
+  if (!o.variant.empty()) {
+    if (std::find(variants.begin(), variants.end(), o.variant) == variants.end()) {
+      std::cerr << "attnc: error: no variant named '" << o.variant << "'\n";
+      return 1;
+    }
+    variants = {o.variant};
+  }
+  std::vector<Shape> shapes;
+  if (sweep.empty()) {
+    Shape s = o.shape;
+    s.resolve();
+    shapes.push_back(s);
+  }
+  for (int64_t t : sweep) {
+    Shape s = o.shape;
+    s.qLen = s.mode == Mode::Decode ? -1 : t;
+    s.kvLen = t;
+    if (s.mode == Mode::Chunk)
+      s.qLen = std::min<int64_t>(t, o.shape.qLen > 0 ? o.shape.qLen : 128);
+    s.resolve();
+    shapes.push_back(s);
+  }
+
+  std::vector<Row> rows;
+  std::map<std::string, std::unique_ptr<rt::CpuKernel>> kernels;
+  int failures = 0;
+  // Pass 1: the fused kernel.
+  for (const std::string &v : variants) {
+    rt::VariantInfo info;
+    if (rt::Status s = session->info(v, info); !s) {
+      std::cerr << "attnc: error: " << s.message() << "\n";
+      return 1;
+    }
+    for (const Shape &s : shapes) {
+      Row row;
+      row.variant = v;
+      row.shape = s;
+      rt::KernelSpec spec;
+      spec.dtype = s.dtype;
+      spec.headDim = s.headDim;
+      spec.vHeadDim = s.vHeadDim;
+      std::string key = v + "/" + s.describe();
+      std::unique_ptr<rt::CpuKernel> kernel;
+      if (rt::Status st = session->compileCpu(v, spec, kernel); !st) {
+        std::cerr << "attnc: error: " << st.message() << "\n";
+        return 1;
+      }
+      Inputs in;
+      if (rt::Status st = makeInputs(info, s, o.sets, o.inputs, in); !st) {
+        std::cerr << "attnc: error: " << st.message() << "\n";
+        return 1;
+      }
+      in.args.numThreads = o.threads;
+      in.args.lse = rt::TensorView();
+      rt::BlockMask bm;
+      if (info.maskKind == rt::MaskKind::Data) {
+        if (rt::Status st = kernel->buildBlockMask(in.args, bm); !st) {
+          std::cerr << "attnc: error: " << st.message() << "\n";
+          return 1;
+        }
+        in.args.blockMask = &bm;
+        row.tiles = bm.histogram();
+        if (bm.heads == 1)
+          for (int64_t &c : row.tiles)
+            c *= s.heads;
+      } else {
+        std::map<std::string, int64_t> scalars;
+        for (auto &[name, val] : in.args.scalars)
+          scalars[name] = static_cast<int64_t>(val);
+        std::vector<int32_t> kvLen(s.batch, int32_t(s.kvLen)),
+            qPos0(s.batch, int32_t(s.kvLen - s.qLen));
+        if (rt::Status st = session->countTiles(v, spec, s.heads, s.qLen, kvLen,
+                                                qPos0, scalars, row.tiles);
+            !st) {
+          std::cerr << "attnc: error: " << st.message() << "\n";
+          return 1;
+        }
+      }
+      rt::Status runStatus;
+      row.ours = timeIt(o.warmup, o.iters, [&] { runStatus = kernel->run(in.args); });
+      if (!runStatus) {
+        std::cerr << "attnc: error: " << runStatus.message() << "\n";
+        return 1;
+      }
+      row.rssMB = peakRssMB();
+      double perScore = 2.0 * (s.headDim + s.vHeadDim);
+      row.visitedFlops = double(row.tiles[1] + row.tiles[2]) * spec.blockM *
+                         spec.blockN * perScore;
+      row.denseFlops = double(s.batch) * s.heads * s.qLen * s.kvLen * perScore;
+      row.tokens = double(s.batch) * s.qLen;
+      rows.push_back(row);
+    }
+  }
+#ifdef ATTNC_HAVE_BASELINE
+  // Pass 2: the unfused baseline, on the same inputs, cross-checked.
+  if (o.baseline)
+    for (Row &row : rows) {
+      const Shape &s = row.shape;
+      if (!bench::hasUnfusedBaseline(row.variant) || s.dtype != rt::DType::F32 ||
+          s.mode != Mode::Prefill || s.bshd) {
+        row.note = "no unfused baseline for this case";
+        continue;
+      }
+      rt::VariantInfo info;
+      (void)session->info(row.variant, info);
+      rt::KernelSpec spec;
+      spec.headDim = s.headDim;
+      spec.vHeadDim = s.vHeadDim;
+      std::unique_ptr<rt::CpuKernel> kernel;
+      (void)session->compileCpu(row.variant, spec, kernel);
+      Inputs in;
+      (void)makeInputs(info, s, o.sets, o.inputs, in);
+      in.args.numThreads = o.threads;
+      (void)kernel->run(in.args);
+      std::vector<unsigned char> ours = in.out;
+      rt::Status st;
+      row.base = timeIt(std::min(o.warmup, 1), std::min(o.iters, 3), [&] {
+        st = bench::runUnfused(row.variant, in.args, o.threads);
+      });
+      if (!st) {
+        row.note = st.message();
+        continue;
+      }
+      row.baseRssMB = peakRssMB();
+      const float *a = reinterpret_cast<const float *>(ours.data());
+      const float *b = reinterpret_cast<const float *>(in.out.data());
+      for (size_t i = 0; i < ours.size() / 4; ++i)
+        row.baseMaxAbs = std::max<double>(row.baseMaxAbs, std::fabs(a[i] - b[i]));
+      row.haveBase = row.baseMaxAbs <= 1e-4;
+      if (!row.haveBase) {
+        row.note = fmt::format("baseline disagrees (max_abs {:.2e}); not timed",
+                               row.baseMaxAbs);
+        ++failures;
+      }
+    }
+#endif
+  if (o.json) {
+    for (const Row &r : rows) {
+      std::cout << fmt::format(
+          "{{\"variant\": \"{}\", \"backend\": \"cpu\", \"dtype\": \"{}\", "
+          "\"batch\": {}, \"heads\": {}, \"kv_heads\": {}, \"q_len\": {}, "
+          "\"kv_len\": {}, \"head_dim\": {}, \"v_head_dim\": {}, "
+          "\"mode\": \"{}\", \"ms_median\": {:.4f}, \"ms_min\": {:.4f}, "
+          "\"ms_max\": {:.4f}, \"gflops_visited\": {:.3f}, "
+          "\"gflops_dense\": {:.3f}, \"tokens_per_s\": {:.1f}, "
+          "\"peak_rss_mb\": {:.1f}, \"tiles_empty\": {}, \"tiles_partial\": {}, "
+          "\"tiles_full\": {}, \"baseline_ms_median\": {}, "
+          "\"baseline_peak_rss_mb\": {}}}\n",
+          r.variant, rt::dtypeName(r.shape.dtype), r.shape.batch, r.shape.heads,
+          r.shape.kvHeads, r.shape.qLen, r.shape.kvLen, r.shape.headDim,
+          r.shape.vHeadDim, modeName(r.shape.mode), r.ours.median, r.ours.min,
+          r.ours.max, r.visitedFlops / r.ours.median / 1e6,
+          r.denseFlops / r.ours.median / 1e6, r.tokens / r.ours.median * 1e3,
+          r.rssMB, r.tiles[0], r.tiles[1], r.tiles[2],
+          r.haveBase ? fmt::format("{:.4f}", r.base.median) : "null",
+          r.haveBase ? fmt::format("{:.1f}", r.baseRssMB) : "null");
+    }
+    return failures ? 1 : 0;
+  }
+  std::cout << fmt::format(
+      "{:<16} | {:>6} | {:>5} | {:>24} | {:>8} | {:>8} | {:>10} | {:>8} | "
+      "{:>10} | {:>8} | {:>7}\n",
+      "variant", "T", "D", "attnc ms med [min..max]", "GF/s vis", "GF/s den",
+      "tokens/s", "RSS MB", "unfused ms", "RSS MB", "speedup");
+  for (const Row &r : rows) {
+    std::string range = fmt::format("{:.2f} [{:.2f}..{:.2f}]", r.ours.median,
+                                    r.ours.min, r.ours.max);
+    std::cout << fmt::format(
+        "{:<16} | {:>6} | {:>5} | {:>24} | {:>8.2f} | {:>8.2f} | {:>10.0f} | "
+        "{:>8.1f} | {:>10} | {:>8} | {:>7}\n",
+        r.variant, r.shape.kvLen, r.shape.headDim, range,
+        r.visitedFlops / r.ours.median / 1e6, r.denseFlops / r.ours.median / 1e6,
+        r.tokens / r.ours.median * 1e3, r.rssMB,
+        r.haveBase ? fmt::format("{:.2f}", r.base.median) : "-",
+        r.haveBase ? fmt::format("{:.1f}", r.baseRssMB) : "-",
+        r.haveBase ? fmt::format("{:.2f}x", r.base.median / r.ours.median) : "-");
+    if (!r.note.empty() && r.note != "no unfused baseline for this case")
+      std::cout << "    " << r.note << "\n";
+  }
+  std::cout << fmt::format("({} {} B={} H={}/{} {} threads, warmup {}, iters "
+                           "{}; tiles {}x{})\n",
+                           modeName(shapes[0].mode),
+                           rt::dtypeName(shapes[0].dtype), shapes[0].batch,
+                           shapes[0].heads, shapes[0].kvHeads,
+                           o.threads ? o.threads : int(std::thread::hardware_concurrency()),
+                           o.warmup, o.iters, 16, 64);
+  return failures ? 1 : 0;
+}
+
+} // namespace attnc::tools
