@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <limits>
 
+#include <unistd.h>
+
 using namespace attnc::rt;
 
 namespace {
@@ -325,7 +327,11 @@ TEST_CASE("npy: write then read round-trips", "[npy]") {
   std::vector<float> x = {1, 2, 3, 4, 5, -6.5f};
   a.bytes.assign(reinterpret_cast<unsigned char *>(x.data()),
                  reinterpret_cast<unsigned char *>(x.data() + 6));
-  std::string path = std::tmpnam(nullptr);
+  char tmpl[] = "/tmp/attnc-npy-XXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::string path = tmpl;
   REQUIRE(writeNpy(path, a).isOk());
   NpyArray b;
   REQUIRE(readNpy(path, b).isOk());

@@ -190,6 +190,9 @@ rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   ExecutionEngineOptions opts;
   opts.transformer = makeOptimizingTransformer(3, 0, tm.get());
   opts.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  // ATTNC_PERF_JIT=1: tell `perf` about JIT'd code (perf record -k 1, then
+  // perf inject --jit), as docs/performance.md describes.
+  opts.enablePerfNotificationListener = std::getenv("ATTNC_PERF_JIT") != nullptr;
   auto engine = ExecutionEngine::create(*module, opts, std::move(tm));
   if (!engine)
     return rt::Status::internal("JIT compilation failed: " +

@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
 #include <functional>
@@ -67,6 +68,22 @@ public:
     D = cfg.spec.headDim;
     DV = cfg.spec.vHeadDim;
     VW = cfg.vectorWidth;
+    // Register blocking: RB rows at a time; CB vectors of keys (QK^T) and
+    // CBP vectors of value dims (P.V), as many as the register file holds
+    // (32 vector registers with AVX-512, 16 otherwise) and as divide the
+    // tile evenly.
+    RB = BM % 4 == 0 ? 4 : 1;
+    int64_t cap = VW == 16 ? 4 : 2;
+    auto fit = [&](int64_t n) {
+      for (int64_t c : {4, 2, 1})
+        if (c <= cap && n % c == 0)
+          return c;
+      return int64_t(1);
+    };
+    CB = fit(BN / VW);
+    VWP = VW == 16 && DV % 16 == 0 ? 16 : 8;
+    CBP = fit(DV / VWP);
+
     // The ABI's parameter layout, from the same code the runtime uses.
     for (Attribute a : v.getParams()) {
       auto p = cast<attn::ParamAttr>(a);
@@ -148,6 +165,15 @@ private:
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
   Value emitModifier(Block &block, ValueRange args);
+  /// Values of `block` that do not depend on its arguments `varying`.
+  llvm::DenseSet<Value> uniformValues(Block &block, ArrayRef<unsigned> varying);
+  /// The modifier over W lanes: `vecArgs` maps the varying block arguments
+  /// to vectors; uniform values come from `uniform` (scalars, computed once
+  /// outside the lane loop) and are broadcast.
+  Value emitModifierVec(Block &block, const llvm::DenseMap<Value, Value> &vecArgs,
+                        const llvm::DenseSet<Value> &uniformSet,
+                        IRMapping &uniform, int64_t W);
+  Value gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W);
   Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
                  Value klo, Value khi, IRMapping &inv);
 
@@ -157,7 +183,7 @@ private:
   const MaskAnalysis &mask_;
   const FlashConfig &cfg_;
   Type f32_, i32_, i64_, elem_;
-  int64_t BM, BN, D, DV, VW;
+  int64_t BM, BN, D, DV, VW, RB = 1, CB = 1, VWP = 8, CBP = 1;
   rt::VariantInfo info_;
   abi::Layout layout_;
 
@@ -246,6 +272,108 @@ Value Builder_::emitModifier(Block &block, ValueRange args) {
     map.map(a, x);
   return materialize(cast<attn::YieldOp>(block.getTerminator()).getValue(),
                      map);
+}
+
+llvm::DenseSet<Value> Builder_::uniformValues(Block &block,
+                                              ArrayRef<unsigned> varying) {
+  llvm::DenseSet<Value> dependent, uniform;
+  for (unsigned a : varying)
+    dependent.insert(block.getArgument(a));
+  for (BlockArgument a : block.getArguments())
+    if (!dependent.contains(a))
+      uniform.insert(a);
+  for (Operation &op : block) {
+    bool dep = llvm::any_of(op.getOperands(),
+                            [&](Value v) { return dependent.contains(v); });
+    for (Value r : op.getResults())
+      (dep ? dependent : uniform).insert(r);
+  }
+  return uniform;
+}
+
+/// A gather over W lanes: per-lane clamped offsets, then vector.gather.
+Value Builder_::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W) {
+  size_t pi = 0;
+  while (info_.params[pi].name != g.getCapture())
+    ++pi;
+  VectorType v64 = VectorType::get({W}, i64_);
+  auto splat64 = [&](Value idxScalar) {
+    return vector::BroadcastOp::create(
+        b_, v64, arith::IndexCastOp::create(b_, i64_, idxScalar));
+  };
+  Value zero = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(v64, ArrayRef<int64_t>{0}));
+  Value off = zero;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    Value i = arith::ExtSIOp::create(b_, v64, idx[d]);
+    Value hi = splat64(sub(capDims_[pi][d], cIdx(1)));
+    i = arith::MinSIOp::create(b_, arith::MaxSIOp::create(b_, i, zero), hi);
+    off = arith::AddIOp::create(
+        b_, off, arith::MulIOp::create(b_, i, splat64(capStrides_[pi][d])));
+  }
+  Type st = storageType(ctx_, info_.params[pi].dtype);
+  VectorType vt = VectorType::get({W}, st);
+  Value mask = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(VectorType::get({W}, b_.getI1Type()), true));
+  Value pass = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(vt, b_.getZeroAttr(st)));
+  Value x = vector::GatherOp::create(b_, vt, captures_[pi], ValueRange{cIdx(0)},
+                                     off, mask, pass);
+  switch (info_.params[pi].dtype) {
+  case rt::DType::F16:
+  case rt::DType::BF16:
+    return arith::ExtFOp::create(b_, VectorType::get({W}, f32_), x);
+  case rt::DType::I64:
+    return arith::TruncIOp::create(b_, VectorType::get({W}, i32_), x);
+  case rt::DType::Bool: {
+    Value z = arith::ConstantOp::create(
+        b_, DenseElementsAttr::get(vt, b_.getZeroAttr(st)));
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, x, z);
+  }
+  default: return x;
+  }
+}
+
+Value Builder_::emitModifierVec(Block &block,
+                                const llvm::DenseMap<Value, Value> &vecArgs,
+                                const llvm::DenseSet<Value> &uniformSet,
+                                IRMapping &uniform, int64_t W) {
+  llvm::DenseMap<Value, Value> vec(vecArgs);
+  auto vecOf = [&](Value v) -> Value {
+    if (Value x = vec.lookup(v))
+      return x;
+    // A uniform value: computed once (as a scalar) and broadcast.
+    Value s = uniform.lookupOrNull(v);
+    if (!s)
+      s = materialize(v, uniform);
+    Value x = vector::BroadcastOp::create(b_, VectorType::get({W}, s.getType()), s);
+    vec[v] = x;
+    return x;
+  };
+  for (Operation &op : block) {
+    if (auto y = dyn_cast<attn::YieldOp>(op))
+      return vecOf(y.getValue());
+    if (uniformSet.contains(op.getResult(0)))
+      continue; // broadcast on first use
+    Value r;
+    if (auto g = dyn_cast<attn::GatherOp>(op)) {
+      SmallVector<Value> idx;
+      for (Value i : g.getIndices())
+        idx.push_back(vecOf(i));
+      r = gatherVec(g, idx, W);
+    } else {
+      // arith/math ops are elementwise-mappable: the same op on vectors.
+      OperationState st(op.getLoc(), op.getName());
+      for (Value v : op.getOperands())
+        st.addOperands(vecOf(v));
+      st.addAttributes(op.getAttrs());
+      for (Type t : op.getResultTypes())
+        st.addTypes(VectorType::get({W}, t));
+      r = b_.create(st)->getResult(0);
+    }
+    vec[op.getResult(0)] = r;
+  }
+  return {};
 }
 
 /// The tile's class as an i8 (abi::TileClass).
@@ -414,9 +542,9 @@ LogicalResult Builder_::buildKernel(StringRef name) {
 
   Value Qs = alloca(BM * D), Kt = alloca(D * BN), Vs = alloca(BN * DV),
         S = alloca(BM * BN), Acc = alloca(BM * DV), M = alloca(BM),
-        L = alloca(BM);
+        L = alloca(BM), Alpha = alloca(BM);
   VectorType vecQK = VectorType::get({VW}, f32_);
-  VectorType vec8 = VectorType::get({8}, f32_);
+  VectorType vecPV = VectorType::get({VWP}, f32_);
 
   loop0(begin, end, 1, [&](Value item) {
     Value qt = arith::RemUIOp::create(b_, item, nQT);
@@ -448,6 +576,7 @@ LogicalResult Builder_::buildKernel(StringRef name) {
     loop0(c0, cIdx(BM), 1, [&](Value r) {
       store(ninf, M, r);
       store(zeroF, L, r);
+      store(cF32(1.0), Alpha, r);
       loop0(c0, cIdx(DV), 1, [&](Value d) {
         store(zeroF, Acc, add(mul(r, cIdx(DV)), d));
       });
@@ -488,21 +617,36 @@ LogicalResult Builder_::buildKernel(StringRef name) {
             store(select(inRange, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
           });
         });
-        // S = Qs . Kt, VW keys at a time.
-        loop0(c0, rows, 1, [&](Value r) {
-          loop0(c0, cIdx(BN), VW, [&](Value cv) {
-            Value acc0 = arith::ConstantOp::create(
+        // S = Qs . Kt, register-blocked: RB rows x CB vectors of VW keys
+        // per step over d, so each loaded K vector and broadcast Q value
+        // feeds several FMAs. Padding rows of Qs are zero, so computing all
+        // BM rows is harmless.
+        loop0(c0, cIdx(BM), RB, [&](Value r) {
+          loop0(c0, cIdx(BN), VW * CB, [&](Value cv) {
+            Value zero = arith::ConstantOp::create(
                 b_, DenseElementsAttr::get(vecQK, 0.0f));
-            auto dl = loop(c0, cIdx(D), 1, {acc0}, [&](Value d, ValueRange it) {
-              Value qv = vector::BroadcastOp::create(
-                  b_, vecQK, load(Qs, add(mul(r, cIdx(D)), d)));
-              Value kvv = vector::LoadOp::create(b_, vecQK, Kt,
-                                                 ValueRange{add(mul(d, cIdx(BN)), cv)});
-              return SmallVector<Value>{
-                  vector::FMAOp::create(b_, qv, kvv, it[0])};
+            SmallVector<Value> init(RB * CB, zero);
+            auto dl = loop(c0, cIdx(D), 1, init, [&](Value d, ValueRange it) {
+              SmallVector<Value> qb, kvv, next;
+              for (int64_t i = 0; i < RB; ++i)
+                qb.push_back(vector::BroadcastOp::create(
+                    b_, vecQK, load(Qs, add(mul(add(r, cIdx(i)), cIdx(D)), d))));
+              for (int64_t j = 0; j < CB; ++j)
+                kvv.push_back(vector::LoadOp::create(
+                    b_, vecQK, Kt,
+                    ValueRange{add(mul(d, cIdx(BN)), add(cv, cIdx(j * VW)))}));
+              for (int64_t i = 0; i < RB; ++i)
+                for (int64_t j = 0; j < CB; ++j)
+                  next.push_back(vector::FMAOp::create(b_, qb[i], kvv[j],
+                                                       it[i * CB + j]));
+              return next;
             });
-            vector::StoreOp::create(b_, dl.getResult(0), S,
-                                    ValueRange{add(mul(r, cIdx(BN)), cv)});
+            for (int64_t i = 0; i < RB; ++i)
+              for (int64_t j = 0; j < CB; ++j)
+                vector::StoreOp::create(
+                    b_, dl.getResult(i * CB + j), S,
+                    ValueRange{add(mul(add(r, cIdx(i)), cIdx(BN)),
+                                   add(cv, cIdx(j * VW)))});
           });
         });
         // Modifiers, mask (partial tiles and tails only), online softmax.
@@ -515,58 +659,146 @@ LogicalResult Builder_::buildKernel(StringRef name) {
         loop0(c0, rows, 1, [&](Value r) {
           Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
           Value sRow = mul(r, cIdx(BN));
-          auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
-            Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
-            Value s = arith::MulFOp::create(b_, load(S, add(sRow, c)), scale);
-            s = emitModifier(v_.getScoreBlock(), {s, bI32, hI32, qpos, kvpos});
-            auto keepIf = scf::IfOp::create(b_, TypeRange{b_.getI1Type()},
-                                            skipMask, /*withElse=*/true);
-            {
-              OpBuilder::InsertionGuard g(b_);
-              b_.setInsertionPointToStart(keepIf.thenBlock());
-              scf::YieldOp::create(
-                  b_, Value(arith::ConstantOp::create(b_, b_.getBoolAttr(true))));
-              b_.setInsertionPointToStart(keepIf.elseBlock());
-              Value inRange = arith::CmpIOp::create(
-                  b_, arith::CmpIPredicate::slt, c, cols);
-              Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
-              scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, inRange, m)));
-            }
-            Value s2 = select(keepIf.getResult(0),
-                              arith::MulFOp::create(b_, s, log2e), ninf);
-            store(s2, S, add(sRow, c));
-            return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], s2)};
-          });
+          // The scores of one row, W keys at a time: scale, score_mod on
+          // every key, x log2(e), and the mask only on partial tiles and
+          // tails (two copies of the loop, chosen once per tile). Values that
+          // do not depend on kv (or score) are computed once per row.
+          int64_t W = VW;
+          VectorType vF = VectorType::get({W}, f32_);
+          VectorType vI = VectorType::get({W}, i32_);
+          SmallVector<int32_t> lanes;
+          for (int64_t i = 0; i < W; ++i)
+            lanes.push_back(int32_t(i));
+          Value iota = arith::ConstantOp::create(
+              b_, DenseElementsAttr::get(vI, ArrayRef<int32_t>(lanes)));
+          Block &scoreBlock = v_.getScoreBlock(), &maskBlock = v_.getMaskBlock();
+          IRMapping scoreUni, maskUni;
+          scoreUni.map(scoreBlock.getArgument(1), bI32);
+          scoreUni.map(scoreBlock.getArgument(2), hI32);
+          scoreUni.map(scoreBlock.getArgument(3), qpos);
+          maskUni.map(maskBlock.getArgument(0), bI32);
+          maskUni.map(maskBlock.getArgument(1), hI32);
+          maskUni.map(maskBlock.getArgument(2), qpos);
+          llvm::DenseSet<Value> scoreU = uniformValues(scoreBlock, {0, 4});
+          llvm::DenseSet<Value> maskU = uniformValues(maskBlock, {3});
+          // Hoist: every uniform value that a lane-varying op (or the yield)
+          // uses is computed here, once per row.
+          auto hoist = [&](Block &block, const llvm::DenseSet<Value> &uni,
+                           IRMapping &map) {
+            for (Operation &op : block)
+              for (Value operand : op.getOperands())
+                if (uni.contains(operand) &&
+                    (isa<attn::YieldOp>(op) || !uni.contains(op.getResult(0))))
+                  materialize(operand, map);
+          };
+          hoist(scoreBlock, scoreU, scoreUni);
+          hoist(maskBlock, maskU, maskUni);
+          Value vNinf = vector::BroadcastOp::create(b_, vF, ninf);
+          Value vScale = vector::BroadcastOp::create(b_, vF, scale);
+          Value vLog2e = vector::BroadcastOp::create(b_, vF, log2e);
+          Value kv0I32 = arith::IndexCastOp::create(b_, i32_, kv0);
+          Value colsI32 = arith::IndexCastOp::create(b_, i32_, cols);
+          auto scoreLoop = [&](bool withMask) {
+            auto l = loop(c0, cIdx(BN), W, {vNinf}, [&](Value c, ValueRange it) {
+              Value cI32 = arith::IndexCastOp::create(b_, i32_, c);
+              Value col = arith::AddIOp::create(
+                  b_, vector::BroadcastOp::create(b_, vI, cI32), iota);
+              Value kvv = arith::AddIOp::create(
+                  b_, vector::BroadcastOp::create(b_, vI, kv0I32), col);
+              Value sv = arith::MulFOp::create(
+                  b_, vector::LoadOp::create(b_, vF, S, ValueRange{add(sRow, c)}),
+                  vScale);
+              llvm::DenseMap<Value, Value> args;
+              args[scoreBlock.getArgument(0)] = sv;
+              args[scoreBlock.getArgument(4)] = kvv;
+              sv = emitModifierVec(scoreBlock, args, scoreU, scoreUni, W);
+              sv = arith::MulFOp::create(b_, sv, vLog2e);
+              if (withMask) {
+                Value inRange = arith::CmpIOp::create(
+                    b_, arith::CmpIPredicate::slt, col,
+                    vector::BroadcastOp::create(b_, vI, colsI32));
+                llvm::DenseMap<Value, Value> margs;
+                margs[maskBlock.getArgument(3)] = kvv;
+                Value m = emitModifierVec(maskBlock, margs, maskU, maskUni, W);
+                sv = select(arith::AndIOp::create(b_, inRange, m), sv, vNinf);
+              }
+              vector::StoreOp::create(b_, sv, S, ValueRange{add(sRow, c)});
+              return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], sv)};
+            });
+            return Value(vector::ReductionOp::create(
+                b_, vector::CombiningKind::MAXIMUMF, l.getResult(0)));
+          };
+          auto branch = scf::IfOp::create(b_, TypeRange{f32_}, skipMask,
+                                          /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPointToStart(branch.thenBlock());
+            scf::YieldOp::create(b_, scoreLoop(false));
+            b_.setInsertionPointToStart(branch.elseBlock());
+            scf::YieldOp::create(b_, scoreLoop(true));
+          }
+          Value rowMax = branch.getResult(0);
           Value mOld = load(M, r);
-          Value mNew = arith::MaximumFOp::create(b_, mOld, mx.getResult(0));
+          Value mNew = arith::MaximumFOp::create(b_, mOld, rowMax);
           Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ,
                                                mNew, ninf);
           Value mUse = select(isNinf, zeroF, mNew);
           Value alpha = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse));
-          auto sum = loop(c0, cIdx(BN), 1, {zeroF}, [&](Value c, ValueRange it) {
+          Value vM = vector::BroadcastOp::create(b_, vF, mUse);
+          Value vZero = vector::BroadcastOp::create(b_, vF, zeroF);
+          auto sumv = loop(c0, cIdx(BN), W, {vZero}, [&](Value c, ValueRange it) {
             Value p = math::Exp2Op::create(
-                b_, arith::SubFOp::create(b_, load(S, add(sRow, c)), mUse));
-            store(p, S, add(sRow, c));
+                b_, arith::SubFOp::create(
+                        b_, vector::LoadOp::create(b_, vF, S, ValueRange{add(sRow, c)}),
+                        vM));
+            vector::StoreOp::create(b_, p, S, ValueRange{add(sRow, c)});
             return SmallVector<Value>{arith::AddFOp::create(b_, it[0], p)};
           });
+          Value sum = vector::ReductionOp::create(b_, vector::CombiningKind::ADD,
+                                                  sumv.getResult(0));
           store(arith::AddFOp::create(
-                    b_, arith::MulFOp::create(b_, load(L, r), alpha),
-                    sum.getResult(0)),
+                    b_, arith::MulFOp::create(b_, load(L, r), alpha), sum),
                 L, r);
           store(mNew, M, r);
-          // acc = acc * alpha + P . V, 8 value dims at a time.
-          Value alphaV = vector::BroadcastOp::create(b_, vec8, alpha);
-          loop0(c0, cIdx(DV), 8, [&](Value d0) {
-            Value at = add(mul(r, cIdx(DV)), d0);
-            Value a0 = arith::MulFOp::create(
-                b_, vector::LoadOp::create(b_, vec8, Acc, ValueRange{at}), alphaV);
-            auto pv = loop(c0, cIdx(BN), 1, {a0}, [&](Value c, ValueRange it) {
-              Value pb = vector::BroadcastOp::create(b_, vec8, load(S, add(sRow, c)));
-              Value vv = vector::LoadOp::create(
-                  b_, vec8, Vs, ValueRange{add(mul(c, cIdx(DV)), d0)});
-              return SmallVector<Value>{vector::FMAOp::create(b_, pb, vv, it[0])};
+          store(alpha, Alpha, r);
+        });
+        // acc = acc * alpha + P . V, register-blocked like QK^T: RB rows x
+        // CBP vectors of VWP value dims per step over the keys.
+        loop0(c0, cIdx(BM), RB, [&](Value r) {
+          loop0(c0, cIdx(DV), VWP * CBP, [&](Value d0) {
+            SmallVector<Value> init;
+            for (int64_t i = 0; i < RB; ++i) {
+              Value alphaV = vector::BroadcastOp::create(
+                  b_, vecPV, load(Alpha, add(r, cIdx(i))));
+              for (int64_t j = 0; j < CBP; ++j) {
+                Value at = add(mul(add(r, cIdx(i)), cIdx(DV)),
+                               add(d0, cIdx(j * VWP)));
+                init.push_back(arith::MulFOp::create(
+                    b_, vector::LoadOp::create(b_, vecPV, Acc, ValueRange{at}),
+                    alphaV));
+              }
+            }
+            auto pv = loop(c0, cIdx(BN), 1, init, [&](Value c, ValueRange it) {
+              SmallVector<Value> pb, vv, next;
+              for (int64_t i = 0; i < RB; ++i)
+                pb.push_back(vector::BroadcastOp::create(
+                    b_, vecPV, load(S, add(mul(add(r, cIdx(i)), cIdx(BN)), c))));
+              for (int64_t j = 0; j < CBP; ++j)
+                vv.push_back(vector::LoadOp::create(
+                    b_, vecPV, Vs,
+                    ValueRange{add(mul(c, cIdx(DV)), add(d0, cIdx(j * VWP)))}));
+              for (int64_t i = 0; i < RB; ++i)
+                for (int64_t j = 0; j < CBP; ++j)
+                  next.push_back(vector::FMAOp::create(b_, pb[i], vv[j],
+                                                       it[i * CBP + j]));
+              return next;
             });
-            vector::StoreOp::create(b_, pv.getResult(0), Acc, ValueRange{at});
+            for (int64_t i = 0; i < RB; ++i)
+              for (int64_t j = 0; j < CBP; ++j)
+                vector::StoreOp::create(
+                    b_, pv.getResult(i * CBP + j), Acc,
+                    ValueRange{add(mul(add(r, cIdx(i)), cIdx(DV)),
+                                   add(d0, cIdx(j * VWP)))});
           });
         });
       });

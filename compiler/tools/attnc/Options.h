@@ -19,6 +19,7 @@ struct Options {
   bool suite = false, checked = false, help = false, json = false;
   int threads = 0;
   int warmup = 3, iters = 10;
+  int64_t blockM = 0, blockN = 0; // 0: the kernel's defaults
   bool baseline = true;
   /// Parses `args`; on error, `err` says which option and why.
   bool parse(const std::vector<std::string> &args, std::string &err);

@@ -154,7 +154,11 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     config.spec = o.spec;
     if (o.spec.vHeadDim == 64 && o.spec.headDim != 64)
       config.spec.vHeadDim = o.spec.headDim;
-    config.vectorWidth = 8;
+    // The same vector width the JIT uses for this host (--emit=tiled shows
+    // 8-wide vectors unless --vector-width says otherwise, for stable tests).
+    config.vectorWidth = o.emit == "llvm" && o.spec.blockN % attnc::hostVectorWidth() == 0
+                             ? attnc::hostVectorWidth()
+                             : 8;
     std::string error;
     auto tiled = attnc::buildTiledModule(v, config, error);
     if (!tiled) {

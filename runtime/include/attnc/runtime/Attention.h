@@ -29,7 +29,7 @@ struct KernelSpec {
   DType dtype = DType::F32; // of Q, K, V and O
   int64_t headDim = 64;     // Dqk
   int64_t vHeadDim = 64;    // Dv
-  int64_t blockM = 16;      // query rows per tile
+  int64_t blockM = 64;      // query rows per tile
   int64_t blockN = 64;      // keys per tile
 };
 
