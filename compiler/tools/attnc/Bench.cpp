@@ -43,7 +43,7 @@ OpenBLAS baseline over the same inputs, in one run.
   --batch --heads --kv-heads --q-len --kv-len --head-dim --v-head-dim
   --dtype --layout --mode --seed --set NAME=VALUE   as for attnc check
   --warmup N --iters N  (default 3 and 10)
-  --block-m N --block-n N  tile sizes (default 16 x 64)
+  --block-m N --block-n N  tile sizes (default 64 x 64)
   --threads N           CPU threads (default: all)
   --no-baseline         skip the unfused baseline
   --json                one JSON object per row instead of the table
@@ -332,8 +332,9 @@ int runBench(const std::vector<std::string> &argvIn) {
                            rt::dtypeName(shapes[0].dtype), shapes[0].batch,
                            shapes[0].heads, shapes[0].kvHeads,
                            o.threads ? o.threads : int(std::thread::hardware_concurrency()),
-                           o.warmup, o.iters, o.blockM ? o.blockM : 16,
-                           o.blockN ? o.blockN : 64);
+                           o.warmup, o.iters,
+                           o.blockM ? o.blockM : rt::KernelSpec().blockM,
+                           o.blockN ? o.blockN : rt::KernelSpec().blockN);
   return failures ? 1 : 0;
 }
 

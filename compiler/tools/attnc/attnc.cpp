@@ -57,7 +57,7 @@ compile options:
                       llvm    LLVM IR for the host, optimized (--target=cpu)
   --target=cpu      code generation target (cpu; GPU targets come later)
   --dtype T --head-dim N --v-head-dim N --block-m N --block-n N
-                    kernel configuration for tiled/llvm (f32, 64, 64, 16, 64)
+                    kernel configuration for tiled/llvm (f32, 64, 64, 64, 64)
   --q-len N --kv-len N --set NAME=VALUE
                     the problem the mask grid is drawn for (256, 256)
   --variant NAME    only this variant (default: every variant in the file)
@@ -114,7 +114,7 @@ void printMaskGrid(mlir::attn::VariantOp v, const CompileOptions &o,
   attnc::MaskAnalysis m = attnc::analyzeMask(v);
   os << "variant @" << v.getSymName().str() << "\n";
   os << "  mask: " << m.describe() << "\n";
-  int64_t bm = o.spec.blockM == 16 ? 64 : o.spec.blockM, bn = o.spec.blockN;
+  int64_t bm = o.spec.blockM, bn = o.spec.blockN;
   os << "  tiles for Lq=" << o.qLen << " Lkv=" << o.kvLen << " (block " << bm
      << "x" << bn << ", queries at the end of the keys)";
   for (auto &[k, val] : o.sets)
