@@ -556,6 +556,9 @@ LogicalResult Builder_::buildKernel(StringRef name) {
     Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
     Value r0 = mul(qt, cIdx(BM));
     Value rows = minI(cIdx(BM), sub(Lq, r0));
+    // The matrix products cover the live rows rounded up to the register
+    // block (decode: 4 rows, not 64); the extra rows of Qs are zero.
+    Value rowsUp = mul(arith::CeilDivUIOp::create(b_, rows, cIdx(RB)), cIdx(RB));
     Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
     Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
 
@@ -621,7 +624,7 @@ LogicalResult Builder_::buildKernel(StringRef name) {
         // per step over d, so each loaded K vector and broadcast Q value
         // feeds several FMAs. Padding rows of Qs are zero, so computing all
         // BM rows is harmless.
-        loop0(c0, cIdx(BM), RB, [&](Value r) {
+        loop0(c0, rowsUp, RB, [&](Value r) {
           loop0(c0, cIdx(BN), VW * CB, [&](Value cv) {
             Value zero = arith::ConstantOp::create(
                 b_, DenseElementsAttr::get(vecQK, 0.0f));
@@ -764,7 +767,7 @@ LogicalResult Builder_::buildKernel(StringRef name) {
         });
         // acc = acc * alpha + P . V, register-blocked like QK^T: RB rows x
         // CBP vectors of VWP value dims per step over the keys.
-        loop0(c0, cIdx(BM), RB, [&](Value r) {
+        loop0(c0, rowsUp, RB, [&](Value r) {
           loop0(c0, cIdx(DV), VWP * CBP, [&](Value d0) {
             SmallVector<Value> init;
             for (int64_t i = 0; i < RB; ++i) {
