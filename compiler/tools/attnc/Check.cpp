@@ -5,6 +5,7 @@
 
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/Npy.h"
+#include "attnc/runtime/cuda/CudaDriver.h"
 
 #include <fmt/format.h>
 
@@ -231,9 +232,23 @@ int runCheck(const std::vector<std::string> &argv) {
   if (o.positional.size() != 1)
     return usage("check", "'check' needs exactly one input file");
   if (o.backend == "cuda") {
-    std::cerr << "attnc: error: the CUDA backend is not built yet; use "
-                 "--backend cpu\n";
-    return 2;
+    // Without a driver or a device, say so and use the CPU; with one, the
+    // missing piece is ours: the CUDA code generator is not built yet.
+    std::unique_ptr<rt::cuda::Driver> driver;
+    std::unique_ptr<rt::cuda::Device> device;
+    rt::Status s = rt::cuda::Driver::open(driver);
+    if (s)
+      s = rt::cuda::Device::open(*driver, 0, device);
+    if (!s) {
+      std::cerr << "attnc: " << s.message() << "; using the CPU backend\n";
+      o.backend = "cpu";
+    } else {
+      std::cerr << "attnc: error: found " << device->name() << " (sm_"
+                << device->computeCapability()
+                << "), but the CUDA code generator is not built yet; use "
+                   "--backend cpu\n";
+      return 2;
+    }
   }
   if (o.backend != "cpu")
     return usage("check", "unknown backend '" + o.backend + "'");

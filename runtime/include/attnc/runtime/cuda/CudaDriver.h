@@ -1,0 +1,108 @@
+//===- CudaDriver.h - The CUDA Driver API, loaded at run time ---*- C++ -*-===//
+//
+// Nothing in attnc links against CUDA: the driver library is opened with
+// dlopen and its entry points resolved by name, so everything builds and
+// runs on machines without the toolkit or a driver. Every failure is a
+// Status naming the call and the driver's own error name and text.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_CUDA_CUDADRIVER_H
+#define ATTNC_RUNTIME_CUDA_CUDADRIVER_H
+
+#include "attnc/runtime/Status.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace attnc::rt::cuda {
+
+// The few Driver API types we use, declared here so no CUDA header is
+// needed (they match cuda.h's ABI).
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = struct CUctx_st *;
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
+using CUstream = struct CUstream_st *;
+using CUevent = struct CUevent_st *;
+using CUdeviceptr = unsigned long long;
+
+/// The Driver API entry points attnc uses.
+struct DriverApi {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
+                                 void **);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, unsigned, unsigned, CUstream,
+                             void **, void **);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+};
+
+/// An opened driver library with every entry point resolved.
+class Driver {
+public:
+  ~Driver();
+  /// Opens `path` (default: $ATTNC_LIBCUDA, else "libcuda.so.1"), resolves
+  /// the entry points and calls cuInit. Errors say "no CUDA driver: ..."
+  /// when the library or a symbol is missing.
+  static Status open(std::unique_ptr<Driver> &out, const std::string &path = "");
+  const DriverApi &api() const { return api_; }
+  int version() const { return version_; }
+  /// Number of devices ("no CUDA device" when 0 is an error for callers).
+  Status deviceCount(int &count) const;
+  /// "cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (a PTX JIT
+  /// compilation failed)" for a failed call; ok for CUDA_SUCCESS.
+  Status check(CUresult r, const char *call) const;
+
+private:
+  Driver() = default;
+  void *handle_ = nullptr;
+  DriverApi api_{};
+  int version_ = 0;
+};
+
+/// A device with its primary context made current.
+class Device {
+public:
+  ~Device();
+  /// Opens device `ordinal`: "no CUDA device" when there is none.
+  static Status open(const Driver &driver, int ordinal,
+                     std::unique_ptr<Device> &out);
+  const std::string &name() const { return name_; }
+  int computeCapability() const { return cc_; } // e.g. 90 for sm_90
+
+private:
+  Device() = default;
+  const Driver *driver_ = nullptr;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  std::string name_;
+  int cc_ = 0;
+};
+
+} // namespace attnc::rt::cuda
+
+#endif

@@ -1,0 +1,181 @@
+// The kernel cache: round trips in memory and on disk, corruption and
+// truncation detected (never loaded), key mismatches, and atomicity under
+// concurrent threads and processes.
+#include "attnc/runtime/KernelCache.h"
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+using namespace attnc::rt;
+
+namespace {
+
+std::string freshDir() {
+  char tmpl[] = "/tmp/attnc-cache-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+std::string readAll(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void writeAll(const std::string &path, const std::string &data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+int countFiles(const std::string &dir, const std::string &prefix) {
+  int n = 0;
+  if (DIR *d = opendir(dir.c_str())) {
+    while (dirent *e = readdir(d))
+      n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    closedir(d);
+  }
+  return n;
+}
+
+const std::string kKey = "ir=attn.variant @causal...;config=f16,D128;target=sm_90;attnc 0.1.0";
+const std::string kPayload = std::string("//\n// PTX\n.version 8.0\n") +
+                             std::string(1000, 'x') + std::string(1, '\0') + "tail";
+
+} // namespace
+
+TEST_CASE("cache: store then lookup, from memory and from disk", "[cache]") {
+  std::string dir = freshDir();
+  {
+    KernelCache c(dir);
+    CHECK_FALSE(c.lookup(kKey).has_value());
+    REQUIRE(c.store(kKey, kPayload).isOk());
+    CHECK(c.lookup(kKey) == kPayload);
+    CHECK(c.memoryHits == 1);
+  }
+  KernelCache again(dir); // a new process would start like this
+  CHECK(again.lookup(kKey) == kPayload);
+  CHECK(again.diskHits == 1);
+  CHECK(again.lookup(kKey) == kPayload);
+  CHECK(again.memoryHits == 1);
+  CHECK(countFiles(dir, ".tmp-") == 0);
+}
+
+TEST_CASE("cache: a truncated entry is a miss and is removed", "[cache]") {
+  std::string dir = freshDir();
+  REQUIRE(KernelCache(dir).store(kKey, kPayload).isOk());
+  KernelCache c(dir);
+  std::string path = c.pathFor(kKey);
+  std::string data = readAll(path);
+  writeAll(path, data.substr(0, data.size() / 2));
+  CHECK_FALSE(c.lookup(kKey).has_value());
+  CHECK(c.corrupt == 1);
+  CHECK(readAll(path).empty()); // deleted
+  REQUIRE(c.store(kKey, kPayload).isOk()); // recompiled and stored again
+  CHECK(KernelCache(dir).lookup(kKey) == kPayload);
+}
+
+TEST_CASE("cache: a flipped byte fails the checksum", "[cache]") {
+  std::string dir = freshDir();
+  REQUIRE(KernelCache(dir).store(kKey, kPayload).isOk());
+  KernelCache c(dir);
+  std::string data = readAll(c.pathFor(kKey));
+  data[data.size() / 2] ^= 0x20;
+  writeAll(c.pathFor(kKey), data);
+  CHECK_FALSE(c.lookup(kKey).has_value());
+  CHECK(c.corrupt == 1);
+}
+
+TEST_CASE("cache: garbage and empty files are misses", "[cache]") {
+  std::string dir = freshDir();
+  KernelCache c(dir);
+  REQUIRE(c.store("other", "x").isOk());
+  writeAll(c.pathFor(kKey), "");
+  CHECK_FALSE(c.lookup(kKey).has_value());
+  writeAll(c.pathFor(kKey), "ATTNKC01\xff\xff\xff\xff\xff\xff\xff\x7f");
+  CHECK_FALSE(c.lookup(kKey).has_value());
+  CHECK(c.corrupt == 2);
+}
+
+TEST_CASE("cache: an entry for another key is never returned", "[cache]") {
+  std::string dir = freshDir();
+  KernelCache c(dir);
+  REQUIRE(c.store("key A", "payload A").isOk());
+  // Put A's entry where B's would be, as a hash collision would.
+  writeAll(c.pathFor("key B"), readAll(c.pathFor("key A")));
+  KernelCache fresh(dir);
+  CHECK_FALSE(fresh.lookup("key B").has_value());
+  CHECK(fresh.corrupt == 0);
+}
+
+TEST_CASE("cache: concurrent threads store and read consistently", "[cache]") {
+  std::string dir = freshDir();
+  KernelCache c(dir);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 8; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        std::string key = "k" + std::to_string(i % 4);
+        (void)c.store(key, "payload of " + key);
+        auto got = c.lookup(key);
+        REQUIRE(got.has_value());
+        REQUIRE(*got == "payload of " + key);
+      }
+      (void)t;
+    });
+  for (auto &th : pool)
+    th.join();
+  KernelCache fresh(dir);
+  for (int i = 0; i < 4; ++i)
+    CHECK(fresh.lookup("k" + std::to_string(i)) == "payload of k" + std::to_string(i));
+  CHECK(countFiles(dir, ".tmp-") == 0);
+}
+
+TEST_CASE("cache: concurrent processes writing one key leave a valid entry",
+          "[cache]") {
+  std::string dir = freshDir();
+  std::vector<pid_t> kids;
+  for (int p = 0; p < 6; ++p) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      KernelCache c(dir);
+      for (int i = 0; i < 30; ++i)
+        if (!c.store(kKey, kPayload).isOk())
+          _exit(1);
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  KernelCache c(dir);
+  CHECK(c.lookup(kKey) == kPayload);
+  CHECK(c.corrupt == 0);
+  CHECK(countFiles(dir, ".tmp-") == 0);
+}
+
+TEST_CASE("cache: the folder comes from ATTNC_CACHE_DIR, then XDG", "[cache]") {
+  setenv("ATTNC_CACHE_DIR", "/tmp/attnc-explicit", 1);
+  CHECK(KernelCache().directory() == "/tmp/attnc-explicit");
+  unsetenv("ATTNC_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  CHECK(KernelCache().directory() == "/tmp/xdg/attnc");
+  unsetenv("XDG_CACHE_HOME");
+  CHECK(KernelCache::hashKey("a") != KernelCache::hashKey("b"));
+  CHECK(KernelCache::hashKey("a").size() == 32);
+}
