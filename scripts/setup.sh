@@ -11,7 +11,7 @@ runtime_only=0
 
 packages=(cmake ninja-build g++ catch2 libfmt-dev python3)
 if [[ $runtime_only == 0 ]]; then
-  packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev)
+  packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib)
 fi
 
 missing=()

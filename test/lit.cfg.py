@@ -18,3 +18,5 @@ config.substitutions.append(("%examples",
                              os.path.join(config.attnc_src_root, "examples")))
 import sys
 config.substitutions.append(("%python", sys.executable))
+config.substitutions.append(("%bench",
+                             os.path.join(config.attnc_src_root, "bench")))

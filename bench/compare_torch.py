@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Side by side on a CUDA machine, in one run and on identical inputs:
+PyTorch SDPA with each available backend (flash, cuDNN, efficient) and
+flex_attention compiled with torch.compile (its BlockMask built by
+create_block_mask and timed separately). Outputs are cross-checked (max_abs
+against flex, and against SDPA where the variant is expressible there) so
+that no speed is reported for a wrong result. attnc's own GPU rows are
+merged from `attnc bench --backend cuda --json` output (--attnc-json) once
+the CUDA backend exists.
+
+  python3 bench/compare_torch.py --suite gym --dtype bf16 --out gym.json
+  python3 bench/compare_torch.py --suite protocol --dry-run   # list cases
+
+Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
+seed 42. Not yet run on a GPU: the first GPU session runs it and records the
+figures in docs/performance.md.
+"""
+import argparse
+import json
+import math
+import sys
+
+GYM = ["causal", "alibi", "sliding_window", "prefix_lm", "document_mask",
+       "softcap", "synaptic", "full"]
+
+
+def cases(suite):
+    out = []
+    if suite == "gym":
+        for d in (64, 128):
+            for t in (1024, 2048, 4096, 8192, 16384):
+                for v in GYM:
+                    out.append(dict(variant=v, B=max(1, 16384 // t), H=16,
+                                    HKV=16, Lq=t, Lkv=t, D=d))
+    elif suite == "protocol":
+        for b, h, s, d in [(1, 1, 128, 64), (8, 4, 128, 64), (32, 8, 128, 64),
+                           (32, 8, 256, 64)] + [(b, 8, s, 64) for b in (1, 4)
+                                                for s in (512, 1024, 2048, 4096)]:
+            for v in ("full", "causal"):
+                out.append(dict(variant=v, B=b, H=h, HKV=h, Lq=s, Lkv=s, D=d))
+    elif suite == "decode":
+        for kv in (1024, 2048, 4096, 8192, 16384, 32768):
+            out.append(dict(variant="causal", B=8, H=32, HKV=8, Lq=1, Lkv=kv,
+                            D=128))
+    else:
+        raise SystemExit("unknown suite '%s' (gym, protocol, decode)" % suite)
+    return out
+
+
+def modifiers(torch, variant, c, device):
+    """(score_mod, mask_mod) in FlexAttention terms, and the inputs they
+    capture, matching examples/<variant>.attn."""
+    B, H, T = c["B"], c["H"], c["Lkv"]
+    off = c["Lkv"] - c["Lq"]  # absolute query positions, as attnc uses
+    g = torch.Generator(device=device).manual_seed(7)
+    if variant == "alibi":
+        slope = torch.exp2(-(torch.arange(H, device=device) + 1) * 8.0 / H)
+        return (lambda s, b, h, q, kv: s + slope[h] * (kv - (q + off)),
+                lambda b, h, q, kv: q + off >= kv)
+    if variant == "sliding_window":
+        return (None, lambda b, h, q, kv: (q + off >= kv) & (q + off - kv < 1024))
+    if variant == "prefix_lm":
+        return (None, lambda b, h, q, kv: (kv < 1024) | (q + off >= kv))
+    if variant == "document_mask":
+        doc = (torch.arange(T, device=device) * 12 // T).repeat(B, 1)
+        return (None, lambda b, h, q, kv: (doc[b, q + off] == doc[b, kv]) &
+                (q + off >= kv))
+    if variant == "softcap":
+        return (lambda s, b, h, q, kv: 30.0 * torch.tanh(s / 30.0),
+                lambda b, h, q, kv: q + off >= kv)
+    if variant == "synaptic":
+        qamp = torch.rand(B, H, T, device=device, generator=g) + 0.5
+        kf = torch.rand(B, H, T, device=device, generator=g) + 0.5
+        return (lambda s, b, h, q, kv: s + torch.log(qamp[b, h, q + off] * kf[b, h, kv])
+                - 0.01 * torch.abs(q + off - kv),
+                lambda b, h, q, kv: q + off >= kv)
+    if variant == "causal":
+        return (None, lambda b, h, q, kv: q + off >= kv)
+    return (None, None)
+
+
+def time_ms(torch, fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2], times[0], times[-1]
+
+
+def run(args):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    dev = "cuda"
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+    flex = torch.compile(flex_attention)
+    rows = []
+    for c in cases(args.suite):
+        torch.manual_seed(args.seed)
+        q = torch.randn(c["B"], c["H"], c["Lq"], c["D"], device=dev, dtype=dtype)
+        k = torch.randn(c["B"], c["HKV"], c["Lkv"], c["D"], device=dev, dtype=dtype)
+        v = torch.randn_like(k)
+        score_mod, mask_mod = modifiers(torch, c["variant"], c, dev)
+        row = dict(c, dtype=args.dtype, torch=torch.__version__,
+                   gpu=torch.cuda.get_device_name())
+        t0 = torch.cuda.Event(enable_timing=True)
+        t1 = torch.cuda.Event(enable_timing=True)
+        bm = None
+        if mask_mod is not None:
+            t0.record()
+            bm = create_block_mask(mask_mod, c["B"], c["H"], c["Lq"], c["Lkv"],
+                                   device=dev)
+            t1.record()
+            t1.synchronize()
+            row["flex_block_mask_ms"] = t0.elapsed_time(t1)
+        gqa = c["H"] != c["HKV"]
+        ref = flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa)
+        row["flex_ms"] = time_ms(torch, lambda: flex(
+            q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa),
+            args.warmup, args.iters)
+        # SDPA covers what it can express: no mask, or causal (bottom-right
+        # aligned queries only when Lq == Lkv).
+        if c["variant"] in ("full", "causal") and (c["variant"] == "full" or
+                                                   c["Lq"] == c["Lkv"]):
+            causal = c["variant"] == "causal"
+            for name, backend in [("flash", SDPBackend.FLASH_ATTENTION),
+                                  ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                                  ("efficient", SDPBackend.EFFICIENT_ATTENTION)]:
+                try:
+                    with sdpa_kernel(backend):
+                        f = lambda: torch.nn.functional.scaled_dot_product_attention(
+                            q, k, v, is_causal=causal, enable_gqa=gqa)
+                        out = f()
+                        err = (out.float() - ref.float()).abs().max().item()
+                        if err > 2e-2:
+                            row["sdpa_%s_error" % name] = "max_abs %.3g vs flex" % err
+                            continue
+                        row["sdpa_%s_ms" % name] = time_ms(torch, f, args.warmup,
+                                                           args.iters)
+                except RuntimeError as e:
+                    row["sdpa_%s_error" % name] = str(e).splitlines()[0]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--suite", default="gym", help="gym, protocol or decode")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--iters", type=int, default=500)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--out", help="write all rows as one JSON file")
+    p.add_argument("--attnc-json", help="merge `attnc bench --json` rows")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the cases; needs neither torch nor a GPU")
+    args = p.parse_args()
+    if args.warmup < 0 or args.iters < 1:
+        p.error("--warmup must be >= 0 and --iters >= 1")
+    if args.dry_run:
+        for c in cases(args.suite):
+            print("%(variant)s B=%(B)d H=%(H)d/%(HKV)d Lq=%(Lq)d Lkv=%(Lkv)d "
+                  "D=%(D)d" % c)
+        return 0
+    rows = run(args)
+    if args.attnc_json:
+        with open(args.attnc_json) as f:
+            rows += [dict(json.loads(l), system="attnc") for l in f if l.strip()]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
