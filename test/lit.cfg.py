@@ -1,5 +1,6 @@
 # lit configuration for attnc: one folder per compiler stage.
 import os
+import shutil
 import lit.formats
 
 config.name = "attnc"
@@ -20,3 +21,9 @@ import sys
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%bench",
                              os.path.join(config.attnc_src_root, "bench")))
+# ptxas from a CUDA toolkit, when this machine has one.
+ptxas = shutil.which("ptxas") or next(
+    (p for p in ["/usr/local/cuda/bin/ptxas"] if os.access(p, os.X_OK)), None)
+if ptxas:
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))

@@ -64,23 +64,26 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   return m;
 }
 
+LogicalResult approximateMath(ModuleOp module) {
+  // exp2 -> exp, then exp/log/tanh as polynomials: no libm or libdevice
+  // calls, and the results vectorize.
+  RewritePatternSet patterns(module.getContext());
+  math::populateExpansionPatterns(patterns, {"exp2"});
+  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+    name.consume_front("math.");
+    return name == "exp" || name == "log" || name == "log2" ||
+           name == "tanh" || name == "expm1" || name == "log1p";
+  });
+  return applyPatternsGreedily(module, std::move(patterns));
+}
+
 LogicalResult lowerToLLVMDialect(ModuleOp module) {
   // The variant op has done its job once the program is built.
   for (auto v : llvm::make_early_inc_range(module.getOps<attn::VariantOp>()))
     v.erase();
   MLIRContext *ctx = module.getContext();
-  {
-    RewritePatternSet patterns(ctx);
-    math::populateExpansionPatterns(patterns, {"exp2"});
-    populateMathPolynomialApproximationPatterns(
-        patterns, [](StringRef name) {
-          name.consume_front("math.");
-          return name == "exp" || name == "log" || name == "log2" ||
-                 name == "tanh" || name == "expm1" || name == "log1p";
-        });
-    if (failed(applyPatternsGreedily(module, std::move(patterns))))
-      return failure();
-  }
+  if (failed(approximateMath(module)))
+    return failure();
   PassManager pm(ctx);
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

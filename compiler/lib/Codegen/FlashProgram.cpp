@@ -13,6 +13,7 @@
 #include "attnc/runtime/KernelABI.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -99,6 +100,9 @@ public:
 
   LogicalResult buildKernel(StringRef name);
   LogicalResult buildMaskBuilder(StringRef name);
+  /// The SIMT GPU form: a gpu.func with one block per work item and one
+  /// thread per query row; K and V tiles are staged in shared memory.
+  LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
 
 private:
   // ---- small helpers ----
@@ -161,7 +165,7 @@ private:
     return arith::SelectOp::create(b_, c, a, x);
   }
 
-  void loadEntryValues(func::FuncOp f, unsigned firstCapture);
+  void loadEntryValues(ValueRange fnArgs, unsigned firstCapture);
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
   Value emitModifier(Block &block, ValueRange args);
@@ -194,7 +198,7 @@ private:
   SmallVector<Value> scalars_;                // per param (null for tensors)
 };
 
-void Builder_::loadEntryValues(func::FuncOp f, unsigned firstCapture) {
+void Builder_::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
   unsigned argNo = firstCapture;
   for (size_t i = 0; i < info_.params.size(); ++i) {
     const rt::ParamSpec &p = info_.params[i];
@@ -210,7 +214,7 @@ void Builder_::loadEntryValues(func::FuncOp f, unsigned firstCapture) {
             b_, i32_, load(ip_, cIdx(layout_.paramBase + i)));
       continue;
     }
-    captures_.back() = f.getArgument(argNo++);
+    captures_.back() = fnArgs[argNo++];
     int64_t base = layout_.captureBase[i], r = p.dims.size();
     for (int64_t d = 0; d < r; ++d) {
       capDims_.back().push_back(ipAt(base + d));
@@ -514,7 +518,7 @@ LogicalResult Builder_::buildKernel(StringRef name) {
   ip_ = fn.getArgument(5);
   fp_ = fn.getArgument(6);
   bm_ = fn.getArgument(7);
-  loadEntryValues(fn, 8);
+  loadEntryValues(fn.getArguments(), 8);
   Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
   Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
 
@@ -834,6 +838,207 @@ LogicalResult Builder_::buildKernel(StringRef name) {
   return success();
 }
 
+LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
+  SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
+                            dyn(f32_),  dyn(i64_),  dyn(f32_),
+                            dyn(b_.getI8Type())};
+  for (const rt::ParamSpec &p : info_.params)
+    if (p.isTensor)
+      args.push_back(dyn(storageType(ctx_, p.dtype)));
+  args.push_back(i64_); // first work item of this launch
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToEnd(module.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  auto shared = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  Value Kt = fn.addWorkgroupAttribution(
+      MemRefType::get({D * BN}, f32_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  Value Vs = fn.addWorkgroupAttribution(
+      MemRefType::get({BN * DV}, f32_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  b_.setInsertionPointToStart(&fn.getBody().front());
+  Value q = fn.getArgument(0), k = fn.getArgument(1), v = fn.getArgument(2),
+        o = fn.getArgument(3), lse = fn.getArgument(4);
+  ip_ = fn.getArgument(5);
+  fp_ = fn.getArgument(6);
+  bm_ = fn.getArgument(7);
+  loadEntryValues(fn.getArguments(), 8);
+  Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
+                   gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  Value Hq = ipAt(abi::kHq), Hkv = ipAt(abi::kHkv), Lq = ipAt(abi::kLq),
+        B = ipAt(abi::kB), nQT = ipAt(abi::kNumQTiles);
+  Value G = arith::DivUIOp::create(b_, Hq, Hkv);
+  SmallVector<Value> qs, ks, vs, os, ls;
+  for (int d = 0; d < 4; ++d) {
+    qs.push_back(ipAt(abi::kQStride + d));
+    ks.push_back(ipAt(abi::kKStride + d));
+    vs.push_back(ipAt(abi::kVStride + d));
+    os.push_back(ipAt(abi::kOStride + d));
+  }
+  for (int d = 0; d < 3; ++d)
+    ls.push_back(ipAt(abi::kLseStride + d));
+  Value hasLse = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
+      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
+  Value scale = load(fp_, cIdx(0));
+  Value ninf = cF32(-std::numeric_limits<double>::infinity());
+  Value zeroF = cF32(0.0);
+  Value log2e = cF32(1.4426950408889634);
+  Value ln2 = cF32(0.6931471805599453);
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  // Per-thread state: the query row, one row of scores, the accumulator,
+  // and the running max and sum.
+  Value Qp = alloca(D), Sp = alloca(BN), Acc = alloca(DV), ML = alloca(2);
+
+  Value qt = arith::RemUIOp::create(b_, item, nQT);
+  Value t = arith::DivUIOp::create(b_, item, nQT);
+  Value h = arith::RemUIOp::create(b_, t, Hq);
+  Value bb = arith::DivUIOp::create(b_, t, Hq);
+  Value kvh = arith::DivUIOp::create(b_, h, G);
+  Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
+  Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
+  Value r0 = mul(qt, cIdx(BM));
+  Value rows = minI(cIdx(BM), sub(Lq, r0));
+  Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, rows);
+  Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
+  Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+  Value qlo = add(qpos0, r0);
+  Value qhi = sub(add(qlo, rows), c1);
+  Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
+  Value qRow = add(add(mul(bb, qs[0]), mul(h, qs[1])),
+                   mul(minI(add(r0, r), sub(Lq, c1)), qs[2]));
+  loop0(c0, cIdx(D), 1, [&](Value d) {
+    Value x = toF32(load(q, add(qRow, mul(d, qs[3]))));
+    store(select(live, x, zeroF), Qp, d);
+  });
+  loop0(c0, cIdx(DV), 1, [&](Value d) { store(zeroF, Acc, d); });
+  store(ninf, ML, c0);
+  store(zeroF, ML, c1);
+
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0), bI32);
+  inv.map(v_.getMaskBlock().getArgument(1), hI32);
+  Value nKT = arith::CeilDivUIOp::create(b_, kvLen, cIdx(BN));
+  Value kBase = add(mul(bb, ks[0]), mul(kvh, ks[1]));
+  Value vBase = add(mul(bb, vs[0]), mul(kvh, vs[1]));
+  loop0(c0, nKT, 1, [&](Value j) {
+    Value kv0 = mul(j, cIdx(BN));
+    Value cols = minI(cIdx(BN), sub(kvLen, kv0));
+    Value khi = sub(add(kv0, cols), c1);
+    Value cls = classify(bb, h, qt, j, qlo, qhi, kv0, khi, inv);
+    Value visit = arith::CmpIOp::create(
+        b_, arith::CmpIPredicate::ne, cls,
+        arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty)));
+    // The class is the same for every thread of the block, so the barriers
+    // inside are reached by all or none.
+    ifThen(visit, [&] {
+      // The block's threads stage K^T and V (f32) in shared memory.
+      loop0(r, cIdx(BN * D), BM, [&](Value idx) {
+        Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
+        Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
+        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+        Value row = minI(add(kv0, c), khi);
+        Value x = toF32(load(k, add(add(kBase, mul(row, ks[2])), mul(d, ks[3]))));
+        store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
+      });
+      loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
+        Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
+        Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
+        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+        Value row = minI(add(kv0, c), khi);
+        Value x = toF32(load(v, add(add(vBase, mul(row, vs[2])), mul(d, vs[3]))));
+        store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
+      });
+      gpu::BarrierOp::create(b_);
+      Value full = arith::CmpIOp::create(
+          b_, arith::CmpIPredicate::eq, cls,
+          arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull)));
+      Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, cols,
+                                           cIdx(BN));
+      Value skipMask = arith::AndIOp::create(b_, full, noTail);
+      ifThen(live, [&] {
+        auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
+          auto dot = loop(c0, cIdx(D), 1, {zeroF}, [&](Value d, ValueRange a) {
+            Value prod = arith::MulFOp::create(
+                b_, load(Qp, d), load(Kt, add(mul(d, cIdx(BN)), c)));
+            return SmallVector<Value>{arith::AddFOp::create(b_, a[0], prod)};
+          });
+          Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
+          Value s = arith::MulFOp::create(b_, dot.getResult(0), scale);
+          s = emitModifier(v_.getScoreBlock(), {s, bI32, hI32, qpos, kvpos});
+          s = arith::MulFOp::create(b_, s, log2e);
+          auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, skipMask,
+                                        /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPointToStart(keep.thenBlock());
+            scf::YieldOp::create(
+                b_, Value(arith::ConstantOp::create(b_, b_.getBoolAttr(true))));
+            b_.setInsertionPointToStart(keep.elseBlock());
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+            Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
+            scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, in, m)));
+          }
+          s = select(keep.getResult(0), s, ninf);
+          store(s, Sp, c);
+          return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], s)};
+        });
+        Value mOld = load(ML, c0);
+        Value mNew = arith::MaximumFOp::create(b_, mOld, mx.getResult(0));
+        Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ, mNew, ninf);
+        Value mUse = select(isNinf, zeroF, mNew);
+        Value alpha = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse));
+        auto sum = loop(c0, cIdx(BN), 1, {zeroF}, [&](Value c, ValueRange it) {
+          Value p = math::Exp2Op::create(
+              b_, arith::SubFOp::create(b_, load(Sp, c), mUse));
+          store(p, Sp, c);
+          return SmallVector<Value>{arith::AddFOp::create(b_, it[0], p)};
+        });
+        store(mNew, ML, c0);
+        store(arith::AddFOp::create(
+                  b_, arith::MulFOp::create(b_, load(ML, c1), alpha),
+                  sum.getResult(0)),
+              ML, c1);
+        loop0(c0, cIdx(DV), 1, [&](Value d) {
+          auto pv = loop(c0, cIdx(BN), 1,
+                         {arith::MulFOp::create(b_, load(Acc, d), alpha)},
+                         [&](Value c, ValueRange a) {
+                           Value prod = arith::MulFOp::create(
+                               b_, load(Sp, c), load(Vs, add(mul(c, cIdx(DV)), d)));
+                           return SmallVector<Value>{
+                               arith::AddFOp::create(b_, a[0], prod)};
+                         });
+          store(pv.getResult(0), Acc, d);
+        });
+      });
+      // Everyone is done with this tile before it is overwritten.
+      gpu::BarrierOp::create(b_);
+    });
+  });
+  ifThen(live, [&] {
+    Value l = load(ML, c1);
+    Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, zeroF);
+    Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), zeroF);
+    Value oRow = add(add(mul(bb, os[0]), mul(h, os[1])), mul(add(r0, r), os[2]));
+    loop0(c0, cIdx(DV), 1, [&](Value d) {
+      Value x = arith::MulFOp::create(b_, load(Acc, d), invL);
+      store(fromF32(x), o, add(oRow, mul(d, os[3])));
+    });
+    ifThen(hasLse, [&] {
+      Value lg = arith::MulFOp::create(
+          b_, arith::AddFOp::create(b_, load(ML, c0), math::Log2Op::create(b_, l)),
+          ln2);
+      Value at = add(add(mul(bb, ls[0]), mul(h, ls[1])), mul(add(r0, r), ls[2]));
+      store(select(pos, lg, ninf), lse, at);
+    });
+  });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
 LogicalResult Builder_::buildMaskBuilder(StringRef name) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(i64_), dyn(f32_), dyn(b_.getI8Type())};
@@ -853,7 +1058,7 @@ LogicalResult Builder_::buildMaskBuilder(StringRef name) {
   capDims_.clear();
   capStrides_.clear();
   scalars_.clear();
-  loadEntryValues(fn, 3);
+  loadEntryValues(fn.getArguments(), 3);
   Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
   Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
   Value c0 = cIdx(0), c1 = cIdx(1);
@@ -905,6 +1110,20 @@ LogicalResult Builder_::buildMaskBuilder(StringRef name) {
 }
 
 } // namespace
+
+LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
+                                   attn::VariantOp variant,
+                                   const MaskAnalysis &mask,
+                                   const FlashConfig &config, StringRef name) {
+  const rt::KernelSpec &s = config.spec;
+  if (s.headDim % 8 || s.vHeadDim % 8 || s.blockM <= 0 || s.blockM > 1024)
+    return variant.emitError("invalid GPU kernel configuration");
+  module->getContext()
+      ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                    arith::ArithDialect, math::MathDialect>();
+  Builder_ kernel(module->getParentOfType<ModuleOp>(), variant, mask, config);
+  return kernel.buildGpuKernel(module, name);
+}
 
 LogicalResult buildFlashProgram(ModuleOp module, attn::VariantOp variant,
                                 const MaskAnalysis &mask,

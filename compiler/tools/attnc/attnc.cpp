@@ -10,6 +10,7 @@
 
 #include "attnc/Analysis/MaskAnalysis.h"
 #include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/VariantInfo.h"
 #include "attnc/Frontend/Parser.h"
 #include "attnc/Frontend/Sema.h"
@@ -55,7 +56,11 @@ compile options:
                               reads (the fp64 reference runs it)
                       tiled   the tiled flash program (scf/vector/memref)
                       llvm    LLVM IR for the host, optimized (--target=cpu)
-  --target=cpu      code generation target (cpu; GPU targets come later)
+                      gpu     the SIMT GPU program (gpu dialect)
+                      nvvm    the GPU program lowered to the NVVM dialect
+                      ptx     PTX from LLVM's NVPTX backend (--target=sm_XX)
+  --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
+                    GPU stages (SIMT form; not yet run on a GPU)
   --dtype T --head-dim N --v-head-dim N --block-m N --block-n N
                     kernel configuration for tiled/llvm (f32, 64, 64, 64, 64)
   --q-len N --kv-len N --set NAME=VALUE
@@ -152,6 +157,32 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     }
     attnc::FlashConfig config;
     config.spec = o.spec;
+    if (o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx") {
+      std::string error;
+      auto m = attnc::buildGpuModule(v, config, error);
+      if (!m) {
+        std::cerr << "attnc: error: " << error << "\n";
+        return 1;
+      }
+      if (o.emit != "gpu" && mlir::failed(attnc::lowerToNVVM(*m, o.target))) {
+        std::cerr << "attnc: error: lowering to NVVM failed\n";
+        return 1;
+      }
+      if (o.emit == "ptx") {
+        std::string ptx = attnc::emitPTX(*m, error);
+        if (ptx.empty()) {
+          std::cerr << "attnc: error: " << error << "\n";
+          return 1;
+        }
+        os << ptx;
+        continue;
+      }
+      std::string s;
+      llvm::raw_string_ostream rso(s);
+      m->print(rso);
+      os << s;
+      continue;
+    }
     if (o.spec.vHeadDim == 64 && o.spec.headDim != 64)
       config.spec.vHeadDim = o.spec.headDim;
     // The same vector width the JIT uses for this host (--emit=tiled shows
@@ -270,15 +301,25 @@ int runCompile(const std::vector<std::string> &args) {
   }
   if (o.input.empty())
     return usageError("'compile' needs an input file");
-  static const char *kStages[] = {"ast", "attn", "mask", "info", "tiled",
-                                  "llvm"};
+  static const char *kStages[] = {"ast",   "attn", "mask", "info", "tiled",
+                                  "llvm",  "gpu",  "nvvm", "ptx"};
   if (std::find(std::begin(kStages), std::end(kStages), o.emit) ==
       std::end(kStages))
     return usageError("unknown --emit stage '" + o.emit +
-                      "' (expected ast, attn, mask, info, tiled or llvm)");
-  if (o.target != "cpu")
+                      "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
+                      "nvvm or ptx)");
+  bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
+  if (o.target != "cpu" && !attnc::isGpuTarget(o.target))
     return usageError("unknown --target '" + o.target +
-                      "' (only cpu is built so far)");
+                      "' (expected cpu, sm_80, sm_86, sm_89 or sm_90)");
+  if (gpuStage && o.target == "cpu")
+    o.target = "sm_80";
+  if (o.emit == "llvm" && o.target != "cpu")
+    return usageError("--emit=llvm is the host CPU's LLVM IR; for " +
+                      o.target + " use --emit=nvvm or --emit=ptx");
+  if ((o.emit == "tiled") && o.target != "cpu")
+    return usageError("--emit=tiled is the CPU program; for " + o.target +
+                      " use --emit=gpu");
 
   std::string text, err;
   if (!readFile(o.input, text, err)) {

@@ -22,6 +22,9 @@ mlir::OwningOpRef<mlir::ModuleOp>
 buildTiledModule(mlir::attn::VariantOp variant, const FlashConfig &config,
                  std::string &error);
 
+/// Replaces exp2/exp/log/tanh by polynomial approximations (arith only).
+mlir::LogicalResult approximateMath(mlir::ModuleOp module);
+
 /// Lowers the tiled program to the LLVM dialect (scf/vector/memref/math/arith
 /// -> llvm), with polynomial approximations for exp2/exp/log/tanh so that
 /// the softmax and the modifiers vectorize.

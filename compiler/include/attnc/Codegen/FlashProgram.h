@@ -14,6 +14,7 @@
 #include "attnc/Analysis/MaskAnalysis.h"
 #include "attnc/runtime/Attention.h"
 
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 
 namespace attnc {
@@ -30,6 +31,18 @@ mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
                                       const MaskAnalysis &mask,
                                       const FlashConfig &config,
                                       llvm::StringRef name);
+
+/// The SIMT GPU form of the same program, added to `module` as the kernel
+/// `@<name>`: one block of blockM threads per work item (b, h, Q tile), one
+/// thread per query row, K^T and V tiles staged in shared memory; modifiers,
+/// mask classes, online softmax and epilogue as in the CPU form. The
+/// operands are those of KernelABI.h, the last one being the first work
+/// item of the launch (blockIdx.x adds to it).
+mlir::LogicalResult buildGpuFlashProgram(mlir::gpu::GPUModuleOp module,
+                                         mlir::attn::VariantOp variant,
+                                         const MaskAnalysis &mask,
+                                         const FlashConfig &config,
+                                         llvm::StringRef name);
 
 } // namespace attnc
 

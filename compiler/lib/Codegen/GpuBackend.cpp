@@ -1,0 +1,237 @@
+//===- GpuBackend.cpp - gpu -> NVVM -> PTX through LLVM's NVPTX backend --===//
+//
+// No CUDA toolkit is needed: the NVVM target's serialization runs LLVM's
+// NVPTX backend in-process (format=isa yields PTX text). Math is
+// approximated by polynomials before the GPU lowering, as on the CPU, so no
+// libdevice call is emitted.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/Codegen/GpuBackend.h"
+#include "attnc/Codegen/CpuBackend.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <algorithm>
+
+extern "C" {
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+}
+
+using namespace mlir;
+
+namespace attnc {
+
+bool isGpuTarget(const std::string &t) {
+  return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90";
+}
+
+OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
+                                     const FlashConfig &config,
+                                     std::string &error) {
+  MLIRContext *ctx = variant.getContext();
+  ctx->loadDialect<gpu::GPUDialect, NVVM::NVVMDialect>();
+  MaskAnalysis mask = analyzeMask(variant);
+  OpBuilder b(ctx);
+  OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
+  (*m)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+  b.setInsertionPointToEnd(m->getBody());
+  auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  auto gm = gpu::GPUModuleOp::create(b, variant.getLoc(), "attnc_kernels");
+  // K^T and V tiles live in static shared memory, at most 48 KB per block
+  // without the dynamic opt-in: shrink the KV tile for large head dims.
+  FlashConfig cfg = config;
+  int64_t perKey = (cfg.spec.headDim + cfg.spec.vHeadDim) * 4;
+  cfg.spec.blockN = std::max<int64_t>(
+      8, std::min<int64_t>(cfg.spec.blockN, (48 * 1024 / perKey) / 8 * 8));
+  if (failed(buildGpuFlashProgram(gm, copy, mask, cfg, "kernel"))) {
+    error = "cannot build the GPU program for variant '" +
+            variant.getSymName().str() + "'";
+    return nullptr;
+  }
+  PassManager pm(ctx);
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  if (failed(pm.run(*m))) {
+    error = "internal error: the GPU program does not verify";
+    return nullptr;
+  }
+  return m;
+}
+
+namespace {
+/// math ops -> calls of LLVM/NVPTX intrinsics, which the NVPTX backend
+/// lowers to single instructions (ex2.approx, lg2.approx, abs, cvt.rmi,
+/// fma.rn, sqrt.rn): convert-gpu-to-nvvm would otherwise call libdevice.
+struct MathToIntrinsic : RewritePattern {
+  MathToIntrinsic(MLIRContext *ctx)
+      : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/1, ctx) {}
+  LogicalResult matchAndRewrite(Operation *op,
+                                PatternRewriter &rewriter) const override {
+    Location loc = op->getLoc();
+    // |x| for i32 (wrapping at INT_MIN, as arith does): two patterns of
+    // convert-gpu-to-nvvm compete for math.absi, one a libdevice call.
+    if (auto absi = dyn_cast<math::AbsIOp>(op)) {
+      Value x = absi.getOperand();
+      Value zero = arith::ConstantOp::create(rewriter, loc,
+                                             rewriter.getZeroAttr(x.getType()));
+      Value neg = arith::SubIOp::create(rewriter, loc, zero, x);
+      Value isNeg = arith::CmpIOp::create(rewriter, loc,
+                                          arith::CmpIPredicate::slt, x, zero);
+      rewriter.replaceOpWithNewOp<arith::SelectOp>(op, isNeg, neg, x);
+      return success();
+    }
+    // x % y = x - trunc(x / y) * y (frem would become a libdevice call).
+    if (auto rem = dyn_cast<arith::RemFOp>(op)) {
+      if (!rem.getType().isF32())
+        return failure();
+      Value q = arith::DivFOp::create(rewriter, loc, rem.getLhs(), rem.getRhs());
+      Value t = LLVM::CallIntrinsicOp::create(
+                    rewriter, loc, rewriter.getF32Type(),
+                    rewriter.getStringAttr("llvm.trunc.f32"), ValueRange{q})
+                    .getResult(0);
+      Value prod = arith::MulFOp::create(rewriter, loc, t, rem.getRhs());
+      rewriter.replaceOpWithNewOp<arith::SubFOp>(op, rem.getLhs(), prod);
+      return success();
+    }
+    if (op->getNumResults() != 1 || !op->getResult(0).getType().isF32())
+      return failure();
+    const char *name = llvm::StringSwitch<const char *>(
+                           op->getName().getStringRef())
+                           .Case("math.exp2", "llvm.nvvm.ex2.approx.f32")
+                           .Case("math.log2", "llvm.nvvm.lg2.approx.f")
+                           .Case("math.absf", "llvm.fabs.f32")
+                           .Case("math.floor", "llvm.floor.f32")
+                           .Case("math.ceil", "llvm.ceil.f32")
+                           .Case("math.fma", "llvm.fma.f32")
+                           .Case("math.sqrt", "llvm.sqrt.f32")
+                           .Default(nullptr);
+    if (op->getName().getStringRef() == "math.rsqrt") {
+      Value sq = LLVM::CallIntrinsicOp::create(
+                     rewriter, op->getLoc(), rewriter.getF32Type(),
+                     rewriter.getStringAttr("llvm.sqrt.f32"), op->getOperands())
+                     .getResult(0);
+      Value one = arith::ConstantOp::create(rewriter, op->getLoc(),
+                                            rewriter.getF32FloatAttr(1.0f));
+      rewriter.replaceOpWithNewOp<arith::DivFOp>(op, one, sq);
+      return success();
+    }
+    if (!name)
+      return failure();
+    auto call = LLVM::CallIntrinsicOp::create(
+        rewriter, op->getLoc(), rewriter.getF32Type(),
+        rewriter.getStringAttr(name), op->getOperands());
+    rewriter.replaceOp(op, call.getResults());
+    return success();
+  }
+};
+} // namespace
+
+LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
+  MLIRContext *ctx = module.getContext();
+  DialectRegistry registry;
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  // convert-gpu-to-nvvm converts the other dialects through their
+  // ConvertToLLVMPatternInterface: register those it meets.
+  arith::registerConvertArithToLLVMInterface(registry);
+  cf::registerConvertControlFlowToLLVMInterface(registry);
+  registerConvertMemRefToLLVMInterface(registry);
+  registerConvertMathToLLVMInterface(registry);
+  index::registerConvertIndexToLLVMInterface(registry);
+  ub::registerConvertUBToLLVMInterface(registry);
+  registerConvertFuncToLLVMInterface(registry);
+  registerConvertNVVMToLLVMInterface(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerGPUDialectTranslation(registry);
+  registerNVVMDialectTranslation(registry);
+  ctx->appendDialectRegistry(registry);
+  // exp2 and log2 go to the hardware (ex2/lg2.approx); exp, log and tanh
+  // become polynomials; what those leave (fabs, floor, fma) and sqrt become
+  // intrinsics.
+  for (auto v : llvm::make_early_inc_range(module.getOps<attn::VariantOp>()))
+    v.erase();
+  {
+    RewritePatternSet patterns(ctx);
+    populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
+      name.consume_front("math.");
+      return name == "exp" || name == "log" || name == "tanh" ||
+             name == "expm1" || name == "log1p";
+    });
+    if (failed(applyPatternsGreedily(module, std::move(patterns))))
+      return failure();
+    RewritePatternSet intrinsics(ctx);
+    intrinsics.add<MathToIntrinsic>(ctx);
+    if (failed(applyPatternsGreedily(module, std::move(intrinsics))))
+      return failure();
+  }
+  PassManager pm(ctx);
+  GpuNVVMAttachTargetOptions target;
+  target.chip = chip;
+  target.features = "+ptx80";
+  target.optLevel = 3;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  OpPassManager &gpuPm = pm.nest<gpu::GPUModuleOp>();
+  gpuPm.addPass(createSCFToControlFlowPass());
+  gpuPm.addPass(createConvertGpuOpsToNVVMOps());
+  gpuPm.addPass(createCanonicalizerPass());
+  gpuPm.addPass(createReconcileUnrealizedCastsPass());
+  return pm.run(module);
+}
+
+std::string emitPTX(ModuleOp module, std::string &error) {
+  static bool init = [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+    return true;
+  }();
+  (void)init;
+  PassManager pm(module.getContext());
+  GpuModuleToBinaryPassOptions opts;
+  opts.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(opts));
+  if (failed(pm.run(module))) {
+    error = "PTX generation failed";
+    return "";
+  }
+  std::string ptx;
+  module.walk([&](gpu::BinaryOp bin) {
+    for (Attribute a : bin.getObjects())
+      if (auto obj = dyn_cast<gpu::ObjectAttr>(a))
+        ptx += obj.getObject().getValue().str();
+  });
+  if (ptx.empty())
+    error = "no PTX was produced";
+  return ptx;
+}
+
+} // namespace attnc
