@@ -166,6 +166,34 @@ private:
   }
 
   void loadEntryValues(ValueRange fnArgs, unsigned firstCapture);
+
+  /// Problem-wide values of a kernel, read once at its entry.
+  struct Entry {
+    Value q, k, v, o, lse;
+    Value Hq, Lq, B, nQT, G;
+    SmallVector<Value> qs, ks, vs, os, ls; // strides of q, k, v, out, lse
+    Value hasLse, scale, ninf, zeroF, log2e, ln2;
+  };
+  /// Binds ip/fp/blockmask and the captures from the kernel's arguments
+  /// (ABI order) and loads the problem-wide values.
+  Entry loadEntry(ValueRange fnArgs);
+  /// A work item's coordinates: sequence, head, Q tile and its rows.
+  struct Item {
+    Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
+    Value kBase, vBase; // offsets of this (b, kv head) in K and V
+  };
+  Item decodeItem(const Entry &e, Value item);
+  /// The KV tiles of a work item that are not empty: for each, `body` gets
+  /// the tile's first key, its number of keys, its class, and whether the
+  /// mask can be skipped (a full tile without a tail).
+  struct Tile {
+    Value j, kv0, cols, khi, cls, skipMask;
+  };
+  void forEachVisitedTile(const Item &it, function_ref<void(const Tile &)> body);
+  /// Writes row `r` of the tile: O = acc / l (0 when l = 0) and, if asked
+  /// for, LSE = (m + log2 l) ln 2 (-inf when l = 0).
+  void emitRowEpilogue(const Entry &e, const Item &it, Value r, Value m,
+                       Value l, function_ref<Value(Value)> acc);
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
   Value emitModifier(Block &block, ValueRange args);
@@ -178,6 +206,14 @@ private:
                         const llvm::DenseSet<Value> &uniformSet,
                         IRMapping &uniform, int64_t W);
   Value gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W);
+  /// The register-blocked micro-kernel of both matrix products: for rows
+  /// r..r+rb and cb vectors of `vt` starting at column col0,
+  ///   acc[i][j] += A[(r + i) * aStride + x] * B[x * bStride + col0 + j*W]
+  /// over x in [0, depth). Returns the rb * cb accumulators (row-major).
+  SmallVector<Value> outerProduct(Value A, int64_t aStride, Value B,
+                                  int64_t bStride, Value r, Value col0,
+                                  int64_t depth, int64_t rb, int64_t cb,
+                                  VectorType vt, ValueRange init);
   Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
                  Value klo, Value khi, IRMapping &inv);
 
@@ -380,6 +416,132 @@ Value Builder_::emitModifierVec(Block &block,
   return {};
 }
 
+Builder_::Entry Builder_::loadEntry(ValueRange fnArgs) {
+  Entry e;
+  e.q = fnArgs[0];
+  e.k = fnArgs[1];
+  e.v = fnArgs[2];
+  e.o = fnArgs[3];
+  e.lse = fnArgs[4];
+  ip_ = fnArgs[5];
+  fp_ = fnArgs[6];
+  bm_ = fnArgs[7];
+  loadEntryValues(fnArgs, 8);
+  e.Hq = ipAt(abi::kHq);
+  e.Lq = ipAt(abi::kLq);
+  e.B = ipAt(abi::kB);
+  e.nQT = ipAt(abi::kNumQTiles);
+  e.G = arith::DivUIOp::create(b_, e.Hq, ipAt(abi::kHkv));
+  for (int d = 0; d < 4; ++d) {
+    e.qs.push_back(ipAt(abi::kQStride + d));
+    e.ks.push_back(ipAt(abi::kKStride + d));
+    e.vs.push_back(ipAt(abi::kVStride + d));
+    e.os.push_back(ipAt(abi::kOStride + d));
+  }
+  for (int d = 0; d < 3; ++d)
+    e.ls.push_back(ipAt(abi::kLseStride + d));
+  e.hasLse = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
+      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
+  e.scale = load(fp_, cIdx(0));
+  e.ninf = cF32(-std::numeric_limits<double>::infinity());
+  e.zeroF = cF32(0.0);
+  e.log2e = cF32(1.4426950408889634);
+  e.ln2 = cF32(0.6931471805599453);
+  return e;
+}
+
+Builder_::Item Builder_::decodeItem(const Entry &e, Value item) {
+  Item it;
+  it.qt = arith::RemUIOp::create(b_, item, e.nQT);
+  Value t = arith::DivUIOp::create(b_, item, e.nQT);
+  it.h = arith::RemUIOp::create(b_, t, e.Hq);
+  it.b = arith::DivUIOp::create(b_, t, e.Hq);
+  it.kvh = arith::DivUIOp::create(b_, it.h, e.G);
+  it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
+  it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
+  it.r0 = mul(it.qt, cIdx(BM));
+  it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
+  it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
+  it.hI32 = arith::IndexCastOp::create(b_, i32_, it.h);
+  it.qlo = add(it.qpos0, it.r0);
+  it.qhi = sub(add(it.qlo, it.rows), cIdx(1));
+  it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
+  it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  return it;
+}
+
+void Builder_::forEachVisitedTile(const Item &it,
+                                  function_ref<void(const Tile &)> body) {
+  // The mask's q/kv-independent values, once per work item.
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
+  inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+  loop0(cIdx(0), nKT, 1, [&](Value j) {
+    Tile t;
+    t.j = j;
+    t.kv0 = mul(j, cIdx(BN));
+    t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
+    t.khi = sub(add(t.kv0, t.cols), cIdx(1));
+    t.cls = classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
+    auto i8 = [&](int64_t c) {
+      return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
+    };
+    Value visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, t.cls,
+                                        i8(abi::kEmpty));
+    ifThen(visit, [&] {
+      Value full = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cls,
+                                         i8(abi::kFull));
+      Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
+                                           t.cols, cIdx(BN));
+      t.skipMask = arith::AndIOp::create(b_, full, noTail);
+      body(t);
+    });
+  });
+}
+
+void Builder_::emitRowEpilogue(const Entry &e, const Item &it, Value r,
+                               Value m, Value l,
+                               function_ref<Value(Value)> acc) {
+  Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
+  Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
+  Value oRow = add(add(mul(it.b, e.os[0]), mul(it.h, e.os[1])),
+                   mul(add(it.r0, r), e.os[2]));
+  loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
+    Value x = arith::MulFOp::create(b_, acc(d), invL);
+    store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
+  });
+  ifThen(e.hasLse, [&] {
+    Value lg = arith::MulFOp::create(
+        b_, arith::AddFOp::create(b_, m, math::Log2Op::create(b_, l)), e.ln2);
+    Value at = add(add(mul(it.b, e.ls[0]), mul(it.h, e.ls[1])),
+                   mul(add(it.r0, r), e.ls[2]));
+    store(select(pos, lg, e.ninf), e.lse, at);
+  });
+}
+
+SmallVector<Value> Builder_::outerProduct(Value A, int64_t aStride, Value B,
+                                          int64_t bStride, Value r, Value col0,
+                                          int64_t depth, int64_t rb, int64_t cb,
+                                          VectorType vt, ValueRange init) {
+  int64_t W = vt.getNumElements();
+  auto l = loop(cIdx(0), cIdx(depth), 1, init, [&](Value x, ValueRange acc) {
+    SmallVector<Value> a, bv, next;
+    for (int64_t i = 0; i < rb; ++i)
+      a.push_back(vector::BroadcastOp::create(
+          b_, vt, load(A, add(mul(add(r, cIdx(i)), cIdx(aStride)), x))));
+    for (int64_t j = 0; j < cb; ++j)
+      bv.push_back(vector::LoadOp::create(
+          b_, vt, B, ValueRange{add(mul(x, cIdx(bStride)), add(col0, cIdx(j * W)))}));
+    for (int64_t i = 0; i < rb; ++i)
+      for (int64_t j = 0; j < cb; ++j)
+        next.push_back(vector::FMAOp::create(b_, a[i], bv[j], acc[i * cb + j]));
+    return next;
+  });
+  return SmallVector<Value>(l.getResults());
+}
+
 /// The tile's class as an i8 (abi::TileClass).
 Value Builder_::classify(Value b, Value h, Value qt, Value j, Value qlo,
                          Value qhi, Value klo, Value khi, IRMapping &inv) {
@@ -513,35 +675,12 @@ LogicalResult Builder_::buildKernel(StringRef name) {
   Block *entry = fn.addEntryBlock();
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToStart(entry);
-  Value q = fn.getArgument(0), k = fn.getArgument(1), v = fn.getArgument(2),
-        o = fn.getArgument(3), lse = fn.getArgument(4);
-  ip_ = fn.getArgument(5);
-  fp_ = fn.getArgument(6);
-  bm_ = fn.getArgument(7);
-  loadEntryValues(fn.getArguments(), 8);
+  Entry e = loadEntry(fn.getArguments());
+  Value q = e.q, k = e.k, v = e.v;
   Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
   Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
-
-  Value Hq = ipAt(abi::kHq), Hkv = ipAt(abi::kHkv), Lq = ipAt(abi::kLq),
-        B = ipAt(abi::kB), nQT = ipAt(abi::kNumQTiles);
-  Value G = arith::DivUIOp::create(b_, Hq, Hkv);
-  SmallVector<Value> qs, ks, vs, os, ls;
-  for (int d = 0; d < 4; ++d) {
-    qs.push_back(ipAt(abi::kQStride + d));
-    ks.push_back(ipAt(abi::kKStride + d));
-    vs.push_back(ipAt(abi::kVStride + d));
-    os.push_back(ipAt(abi::kOStride + d));
-  }
-  for (int d = 0; d < 3; ++d)
-    ls.push_back(ipAt(abi::kLseStride + d));
-  Value hasLse = arith::CmpIOp::create(
-      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
-      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
-  Value scale = load(fp_, cIdx(0));
-  Value ninf = cF32(-std::numeric_limits<double>::infinity());
-  Value zeroF = cF32(0.0);
-  Value log2e = cF32(1.4426950408889634);
-  Value ln2 = cF32(0.6931471805599453);
+  const SmallVector<Value> &qs = e.qs, &ks = e.ks, &vs = e.vs;
+  Value scale = e.scale, ninf = e.ninf, zeroF = e.zeroF, log2e = e.log2e;
   Value c0 = cIdx(0), c1 = cIdx(1);
 
   Value Qs = alloca(BM * D), Kt = alloca(D * BN), Vs = alloca(BN * DV),
@@ -551,20 +690,12 @@ LogicalResult Builder_::buildKernel(StringRef name) {
   VectorType vecPV = VectorType::get({VWP}, f32_);
 
   loop0(begin, end, 1, [&](Value item) {
-    Value qt = arith::RemUIOp::create(b_, item, nQT);
-    Value t = arith::DivUIOp::create(b_, item, nQT);
-    Value h = arith::RemUIOp::create(b_, t, Hq);
-    Value bb = arith::DivUIOp::create(b_, t, Hq);
-    Value kvh = arith::DivUIOp::create(b_, h, G);
-    Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
-    Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
-    Value r0 = mul(qt, cIdx(BM));
-    Value rows = minI(cIdx(BM), sub(Lq, r0));
+    Item it = decodeItem(e, item);
+    Value h = it.h, bb = it.b, r0 = it.r0, rows = it.rows, bI32 = it.bI32,
+          hI32 = it.hI32, qlo = it.qlo, kBase = it.kBase, vBase = it.vBase;
     // The matrix products cover the live rows rounded up to the register
     // block (decode: 4 rows, not 64); the extra rows of Qs are zero.
     Value rowsUp = mul(arith::CeilDivUIOp::create(b_, rows, cIdx(RB)), cIdx(RB));
-    Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
-    Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
 
     // Q tile -> Qs (f32); rows past the end are zero.
     Value qBase = add(mul(bb, qs[0]), mul(h, qs[1]));
@@ -589,25 +720,8 @@ LogicalResult Builder_::buildKernel(StringRef name) {
       });
     });
 
-    // The mask's q/kv-independent values, once per work item.
-    IRMapping inv;
-    inv.map(v_.getMaskBlock().getArgument(0), bI32);
-    inv.map(v_.getMaskBlock().getArgument(1), hI32);
-    Value qlo = add(qpos0, r0);
-    Value qhi = sub(add(qlo, rows), c1);
-    Value nKT = arith::CeilDivUIOp::create(b_, kvLen, cIdx(BN));
-    Value kBase = add(mul(bb, ks[0]), mul(kvh, ks[1]));
-    Value vBase = add(mul(bb, vs[0]), mul(kvh, vs[1]));
-
-    loop0(c0, nKT, 1, [&](Value j) {
-      Value kv0 = mul(j, cIdx(BN));
-      Value cols = minI(cIdx(BN), sub(kvLen, kv0));
-      Value khi = sub(add(kv0, cols), c1);
-      Value cls = classify(bb, h, qt, j, qlo, qhi, kv0, khi, inv);
-      Value visit = arith::CmpIOp::create(
-          b_, arith::CmpIPredicate::ne, cls,
-          arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty)));
-      ifThen(visit, [&] {
+    forEachVisitedTile(it, [&](const Tile &tile) {
+        Value kv0 = tile.kv0, cols = tile.cols, skipMask = tile.skipMask;
         // K^T and V tiles (f32); columns past the end are zero.
         loop0(c0, cIdx(BN), 1, [&](Value c) {
           Value inRange = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt,
@@ -633,36 +747,17 @@ LogicalResult Builder_::buildKernel(StringRef name) {
             Value zero = arith::ConstantOp::create(
                 b_, DenseElementsAttr::get(vecQK, 0.0f));
             SmallVector<Value> init(RB * CB, zero);
-            auto dl = loop(c0, cIdx(D), 1, init, [&](Value d, ValueRange it) {
-              SmallVector<Value> qb, kvv, next;
-              for (int64_t i = 0; i < RB; ++i)
-                qb.push_back(vector::BroadcastOp::create(
-                    b_, vecQK, load(Qs, add(mul(add(r, cIdx(i)), cIdx(D)), d))));
-              for (int64_t j = 0; j < CB; ++j)
-                kvv.push_back(vector::LoadOp::create(
-                    b_, vecQK, Kt,
-                    ValueRange{add(mul(d, cIdx(BN)), add(cv, cIdx(j * VW)))}));
-              for (int64_t i = 0; i < RB; ++i)
-                for (int64_t j = 0; j < CB; ++j)
-                  next.push_back(vector::FMAOp::create(b_, qb[i], kvv[j],
-                                                       it[i * CB + j]));
-              return next;
-            });
+            SmallVector<Value> dl =
+                outerProduct(Qs, D, Kt, BN, r, cv, D, RB, CB, vecQK, init);
             for (int64_t i = 0; i < RB; ++i)
               for (int64_t j = 0; j < CB; ++j)
                 vector::StoreOp::create(
-                    b_, dl.getResult(i * CB + j), S,
+                    b_, dl[i * CB + j], S,
                     ValueRange{add(mul(add(r, cIdx(i)), cIdx(BN)),
                                    add(cv, cIdx(j * VW)))});
           });
         });
         // Modifiers, mask (partial tiles and tails only), online softmax.
-        Value full = arith::CmpIOp::create(
-            b_, arith::CmpIPredicate::eq, cls,
-            arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull)));
-        Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
-                                             cols, cIdx(BN));
-        Value skipMask = arith::AndIOp::create(b_, full, noTail);
         loop0(c0, rows, 1, [&](Value r) {
           Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
           Value sRow = mul(r, cIdx(BN));
@@ -785,52 +880,22 @@ LogicalResult Builder_::buildKernel(StringRef name) {
                     alphaV));
               }
             }
-            auto pv = loop(c0, cIdx(BN), 1, init, [&](Value c, ValueRange it) {
-              SmallVector<Value> pb, vv, next;
-              for (int64_t i = 0; i < RB; ++i)
-                pb.push_back(vector::BroadcastOp::create(
-                    b_, vecPV, load(S, add(mul(add(r, cIdx(i)), cIdx(BN)), c))));
-              for (int64_t j = 0; j < CBP; ++j)
-                vv.push_back(vector::LoadOp::create(
-                    b_, vecPV, Vs,
-                    ValueRange{add(mul(c, cIdx(DV)), add(d0, cIdx(j * VWP)))}));
-              for (int64_t i = 0; i < RB; ++i)
-                for (int64_t j = 0; j < CBP; ++j)
-                  next.push_back(vector::FMAOp::create(b_, pb[i], vv[j],
-                                                       it[i * CBP + j]));
-              return next;
-            });
+            SmallVector<Value> pv =
+                outerProduct(S, BN, Vs, DV, r, d0, BN, RB, CBP, vecPV, init);
             for (int64_t i = 0; i < RB; ++i)
               for (int64_t j = 0; j < CBP; ++j)
                 vector::StoreOp::create(
-                    b_, pv.getResult(i * CBP + j), Acc,
+                    b_, pv[i * CBP + j], Acc,
                     ValueRange{add(mul(add(r, cIdx(i)), cIdx(DV)),
                                    add(d0, cIdx(j * VWP)))});
           });
         });
-      });
     });
 
     // Epilogue: O = acc / l (0 for fully masked rows), LSE = ln(sum e^s).
-    Value oBase = add(mul(bb, os[0]), mul(h, os[1]));
     loop0(c0, rows, 1, [&](Value r) {
-      Value l = load(L, r);
-      Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, zeroF);
-      Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), zeroF);
-      Value oRow = add(oBase, mul(add(r0, r), os[2]));
-      loop0(c0, cIdx(DV), 1, [&](Value d) {
-        Value x = arith::MulFOp::create(
-            b_, load(Acc, add(mul(r, cIdx(DV)), d)), invL);
-        store(fromF32(x), o, add(oRow, mul(d, os[3])));
-      });
-      ifThen(hasLse, [&] {
-        Value lg = arith::MulFOp::create(
-            b_,
-            arith::AddFOp::create(b_, load(M, r), math::Log2Op::create(b_, l)),
-            ln2);
-        Value at = add(add(mul(bb, ls[0]), mul(h, ls[1])),
-                       mul(add(r0, r), ls[2]));
-        store(select(pos, lg, ninf), lse, at);
+      emitRowEpilogue(e, it, r, load(M, r), load(L, r), [&](Value d) {
+        return load(Acc, add(mul(r, cIdx(DV)), d));
       });
     });
   });
@@ -859,57 +924,26 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
       MemRefType::get({BN * DV}, f32_, MemRefLayoutAttrInterface(), shared),
       fn.getLoc());
   b_.setInsertionPointToStart(&fn.getBody().front());
-  Value q = fn.getArgument(0), k = fn.getArgument(1), v = fn.getArgument(2),
-        o = fn.getArgument(3), lse = fn.getArgument(4);
-  ip_ = fn.getArgument(5);
-  fp_ = fn.getArgument(6);
-  bm_ = fn.getArgument(7);
-  loadEntryValues(fn.getArguments(), 8);
+  Entry e = loadEntry(fn.getArguments());
+  Value q = e.q, k = e.k, v = e.v;
   Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
   Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
-  Value Hq = ipAt(abi::kHq), Hkv = ipAt(abi::kHkv), Lq = ipAt(abi::kLq),
-        B = ipAt(abi::kB), nQT = ipAt(abi::kNumQTiles);
-  Value G = arith::DivUIOp::create(b_, Hq, Hkv);
-  SmallVector<Value> qs, ks, vs, os, ls;
-  for (int d = 0; d < 4; ++d) {
-    qs.push_back(ipAt(abi::kQStride + d));
-    ks.push_back(ipAt(abi::kKStride + d));
-    vs.push_back(ipAt(abi::kVStride + d));
-    os.push_back(ipAt(abi::kOStride + d));
-  }
-  for (int d = 0; d < 3; ++d)
-    ls.push_back(ipAt(abi::kLseStride + d));
-  Value hasLse = arith::CmpIOp::create(
-      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
-      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
-  Value scale = load(fp_, cIdx(0));
-  Value ninf = cF32(-std::numeric_limits<double>::infinity());
-  Value zeroF = cF32(0.0);
-  Value log2e = cF32(1.4426950408889634);
-  Value ln2 = cF32(0.6931471805599453);
+  const SmallVector<Value> &qs = e.qs, &ks = e.ks, &vs = e.vs;
+  Value scale = e.scale, ninf = e.ninf, zeroF = e.zeroF, log2e = e.log2e;
   Value c0 = cIdx(0), c1 = cIdx(1);
   // Per-thread state: the query row, one row of scores, the accumulator,
   // and the running max and sum.
   Value Qp = alloca(D), Sp = alloca(BN), Acc = alloca(DV), ML = alloca(2);
 
-  Value qt = arith::RemUIOp::create(b_, item, nQT);
-  Value t = arith::DivUIOp::create(b_, item, nQT);
-  Value h = arith::RemUIOp::create(b_, t, Hq);
-  Value bb = arith::DivUIOp::create(b_, t, Hq);
-  Value kvh = arith::DivUIOp::create(b_, h, G);
-  Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
-  Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
-  Value r0 = mul(qt, cIdx(BM));
-  Value rows = minI(cIdx(BM), sub(Lq, r0));
-  Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, rows);
-  Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
-  Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
-  Value qlo = add(qpos0, r0);
-  Value qhi = sub(add(qlo, rows), c1);
+  Item it = decodeItem(e, item);
+  Value h = it.h, bb = it.b, r0 = it.r0, bI32 = it.bI32, hI32 = it.hI32,
+        qlo = it.qlo, kBase = it.kBase, vBase = it.vBase;
+  Value live =
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
   Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
   Value qRow = add(add(mul(bb, qs[0]), mul(h, qs[1])),
-                   mul(minI(add(r0, r), sub(Lq, c1)), qs[2]));
+                   mul(minI(add(r0, r), sub(e.Lq, c1)), qs[2]));
   loop0(c0, cIdx(D), 1, [&](Value d) {
     Value x = toF32(load(q, add(qRow, mul(d, qs[3]))));
     store(select(live, x, zeroF), Qp, d);
@@ -918,23 +952,11 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
   store(ninf, ML, c0);
   store(zeroF, ML, c1);
 
-  IRMapping inv;
-  inv.map(v_.getMaskBlock().getArgument(0), bI32);
-  inv.map(v_.getMaskBlock().getArgument(1), hI32);
-  Value nKT = arith::CeilDivUIOp::create(b_, kvLen, cIdx(BN));
-  Value kBase = add(mul(bb, ks[0]), mul(kvh, ks[1]));
-  Value vBase = add(mul(bb, vs[0]), mul(kvh, vs[1]));
-  loop0(c0, nKT, 1, [&](Value j) {
-    Value kv0 = mul(j, cIdx(BN));
-    Value cols = minI(cIdx(BN), sub(kvLen, kv0));
-    Value khi = sub(add(kv0, cols), c1);
-    Value cls = classify(bb, h, qt, j, qlo, qhi, kv0, khi, inv);
-    Value visit = arith::CmpIOp::create(
-        b_, arith::CmpIPredicate::ne, cls,
-        arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty)));
-    // The class is the same for every thread of the block, so the barriers
-    // inside are reached by all or none.
-    ifThen(visit, [&] {
+  // The class is the same for every thread of the block, so the barriers
+  // inside are reached by all or none.
+  forEachVisitedTile(it, [&](const Tile &tile) {
+      Value kv0 = tile.kv0, cols = tile.cols, khi = tile.khi,
+            skipMask = tile.skipMask;
       // The block's threads stage K^T and V (f32) in shared memory.
       loop0(r, cIdx(BN * D), BM, [&](Value idx) {
         Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
@@ -953,12 +975,6 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
         store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
       });
       gpu::BarrierOp::create(b_);
-      Value full = arith::CmpIOp::create(
-          b_, arith::CmpIPredicate::eq, cls,
-          arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull)));
-      Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, cols,
-                                           cIdx(BN));
-      Value skipMask = arith::AndIOp::create(b_, full, noTail);
       ifThen(live, [&] {
         auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
           auto dot = loop(c0, cIdx(D), 1, {zeroF}, [&](Value d, ValueRange a) {
@@ -1016,24 +1032,10 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
       });
       // Everyone is done with this tile before it is overwritten.
       gpu::BarrierOp::create(b_);
-    });
   });
   ifThen(live, [&] {
-    Value l = load(ML, c1);
-    Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, zeroF);
-    Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), zeroF);
-    Value oRow = add(add(mul(bb, os[0]), mul(h, os[1])), mul(add(r0, r), os[2]));
-    loop0(c0, cIdx(DV), 1, [&](Value d) {
-      Value x = arith::MulFOp::create(b_, load(Acc, d), invL);
-      store(fromF32(x), o, add(oRow, mul(d, os[3])));
-    });
-    ifThen(hasLse, [&] {
-      Value lg = arith::MulFOp::create(
-          b_, arith::AddFOp::create(b_, load(ML, c0), math::Log2Op::create(b_, l)),
-          ln2);
-      Value at = add(add(mul(bb, ls[0]), mul(h, ls[1])), mul(add(r0, r), ls[2]));
-      store(select(pos, lg, ninf), lse, at);
-    });
+    emitRowEpilogue(e, it, r, load(ML, c0), load(ML, c1),
+                    [&](Value d) { return load(Acc, d); });
   });
   gpu::ReturnOp::create(b_);
   return success();

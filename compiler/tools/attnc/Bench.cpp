@@ -137,20 +137,10 @@ int runBench(const std::vector<std::string> &argvIn) {
   std::vector<int64_t> sweep;
   if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
     return usage("bench", err);
-  std::string diags;
   std::unique_ptr<Session> session;
-  if (rt::Status s = Session::load(o.positional[0], diags, session); !s) {
-    std::cerr << (diags.empty() ? "attnc: error: " + s.message() + "\n" : diags);
+  std::vector<std::string> variants;
+  if (!loadVariants(o, session, variants))
     return 1;
-  }
-  std::vector<std::string> variants = session->variants();
-  if (!o.variant.empty()) {
-    if (std::find(variants.begin(), variants.end(), o.variant) == variants.end()) {
-      std::cerr << "attnc: error: no variant named '" << o.variant << "'\n";
-      return 1;
-    }
-    variants = {o.variant};
-  }
   std::vector<Shape> shapes;
   if (sweep.empty()) {
     Shape s = o.shape;

@@ -252,24 +252,10 @@ int runCheck(const std::vector<std::string> &argv) {
   }
   if (o.backend != "cpu")
     return usage("check", "unknown backend '" + o.backend + "'");
-  std::string diags;
   std::unique_ptr<Session> session;
-  if (rt::Status s = Session::load(o.positional[0], diags, session); !s) {
-    std::cerr << (diags.empty() ? "attnc: error: " + s.message() + "\n" : diags);
+  std::vector<std::string> variants;
+  if (!loadVariants(o, session, variants))
     return 1;
-  }
-  std::vector<std::string> variants = session->variants();
-  if (!o.variant.empty()) {
-    if (std::find(variants.begin(), variants.end(), o.variant) == variants.end()) {
-      std::cerr << "attnc: error: no variant named '" << o.variant << "'\n";
-      return 1;
-    }
-    variants = {o.variant};
-  }
-  if (variants.empty()) {
-    std::cerr << "attnc: error: '" << o.positional[0] << "' defines no variant\n";
-    return 1;
-  }
   Checker checker(*session, o.threads);
   std::vector<Row> rows;
   for (const std::string &v : variants) {

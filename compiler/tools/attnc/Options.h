@@ -5,6 +5,7 @@
 #include "Problem.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,19 @@ struct Options {
 
 /// Prints `attnc: error: <msg>` and a hint; returns 2.
 int usage(const char *command, const std::string &msg);
+
+} // namespace attnc::tools
+
+namespace attnc {
+class Session;
+}
+
+namespace attnc::tools {
+
+/// Loads the one input file and picks the variants to run (--variant, or
+/// all). On failure prints the diagnostics or the error and returns false.
+bool loadVariants(const Options &o, std::unique_ptr<Session> &session,
+                  std::vector<std::string> &variants);
 
 } // namespace attnc::tools
 
