@@ -342,9 +342,23 @@ struct Operands {
   std::vector<float> fp;
 };
 
+/// Query heads per CPU work item. For small query chunks (decode, chunked
+/// decode) the G heads that share a KV head go in one tile, so K and V are
+/// read once per group and the matrix products have G x Lq rows. Only when
+/// tiles can be classified without knowing each row's head: no block mask,
+/// and a mask that does not read h.
+int64_t packedHeads(const VariantInfo &v, const KernelSpec &spec,
+                    const Problem &p, const BlockMask *bm) {
+  int64_t g = p.Hq / p.Hkv;
+  if (g == 1 || bm || v.maskKind == MaskKind::Data || v.maskUsesHead ||
+      p.Lq >= spec.blockM)
+    return 1;
+  return g;
+}
+
 Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
                        const AttentionArgs &a, const Problem &p,
-                       const BlockMask *bm) {
+                       const BlockMask *bm, int64_t packHeads = 1) {
   abi::Layout L = abi::computeLayout(v);
   Operands o;
   o.ip.assign(L.size(p.B), 0);
@@ -355,7 +369,8 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   ip[abi::kHkv] = p.Hkv;
   ip[abi::kLq] = p.Lq;
   ip[abi::kLkv] = p.Lkv;
-  ip[abi::kNumQTiles] = (p.Lq + spec.blockM - 1) / spec.blockM;
+  ip[abi::kNumQTiles] = (packHeads * p.Lq + spec.blockM - 1) / spec.blockM;
+  ip[abi::kPackHeads] = packHeads;
   ip[abi::kNumKTiles] = (p.Lkv + spec.blockN - 1) / spec.blockN;
   for (int d = 0; d < 4; ++d) {
     ip[abi::kQStride + d] = a.q.strides[d];
@@ -494,9 +509,9 @@ Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
                          const BlockMask *bm) const {
   if (!entry_.kernel)
     return Status::internal("the CPU kernel has no entry point");
-  Operands ops = buildOperands(variant_, spec_, a, p, bm);
-  int64_t nqt = (p.Lq + spec_.blockM - 1) / spec_.blockM;
-  int64_t items = p.B * p.Hq * nqt;
+  int64_t pack = packedHeads(variant_, spec_, p, bm);
+  Operands ops = buildOperands(variant_, spec_, a, p, bm, pack);
+  int64_t items = p.B * (p.Hq / pack) * ops.ip[abi::kNumQTiles];
   runItems(items, a.numThreads, [&](int64_t lo, int64_t hi) {
     PackedArgs pa;
     pa.descs.push_back(descOf(a.q.data, extent(a.q)));

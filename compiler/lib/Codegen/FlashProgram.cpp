@@ -170,7 +170,7 @@ private:
   /// Problem-wide values of a kernel, read once at its entry.
   struct Entry {
     Value q, k, v, o, lse;
-    Value Hq, Lq, B, nQT, G;
+    Value Hq, Lq, B, nQT, G, P; // P: query heads per work item
     SmallVector<Value> qs, ks, vs, os, ls; // strides of q, k, v, out, lse
     Value hasLse, scale, ninf, zeroF, log2e, ln2;
   };
@@ -181,8 +181,12 @@ private:
   struct Item {
     Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
     Value kBase, vBase; // offsets of this (b, kv head) in K and V
+    // h is the item's first query head (classification, block masks); with
+    // packed heads each row has its own, from rowCoords.
   };
   Item decodeItem(const Entry &e, Value item);
+  /// Row r of the item's tile: its query head and query index.
+  std::pair<Value, Value> rowCoords(const Entry &e, const Item &it, Value r);
   /// The KV tiles of a work item that are not empty: for each, `body` gets
   /// the tile's first key, its number of keys, its class, and whether the
   /// mask can be skipped (a full tile without a tail).
@@ -432,6 +436,7 @@ Builder_::Entry Builder_::loadEntry(ValueRange fnArgs) {
   e.B = ipAt(abi::kB);
   e.nQT = ipAt(abi::kNumQTiles);
   e.G = arith::DivUIOp::create(b_, e.Hq, ipAt(abi::kHkv));
+  e.P = ipAt(abi::kPackHeads);
   for (int d = 0; d < 4; ++d) {
     e.qs.push_back(ipAt(abi::kQStride + d));
     e.ks.push_back(ipAt(abi::kKStride + d));
@@ -453,22 +458,37 @@ Builder_::Entry Builder_::loadEntry(ValueRange fnArgs) {
 
 Builder_::Item Builder_::decodeItem(const Entry &e, Value item) {
   Item it;
+  Value heads = arith::DivUIOp::create(b_, e.Hq, e.P); // item heads
   it.qt = arith::RemUIOp::create(b_, item, e.nQT);
   Value t = arith::DivUIOp::create(b_, item, e.nQT);
-  it.h = arith::RemUIOp::create(b_, t, e.Hq);
-  it.b = arith::DivUIOp::create(b_, t, e.Hq);
+  Value hi = arith::RemUIOp::create(b_, t, heads);
+  it.b = arith::DivUIOp::create(b_, t, heads);
+  it.h = mul(hi, e.P);
   it.kvh = arith::DivUIOp::create(b_, it.h, e.G);
   it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
   it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
   it.r0 = mul(it.qt, cIdx(BM));
-  it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
+  it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
   it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
   it.hI32 = arith::IndexCastOp::create(b_, i32_, it.h);
-  it.qlo = add(it.qpos0, it.r0);
-  it.qhi = sub(add(it.qlo, it.rows), cIdx(1));
+  // The tile's query positions: exact when its rows stay within one head,
+  // else every position of the chunk (conservative for classification).
+  Value i0 = arith::RemUIOp::create(b_, it.r0, e.Lq);
+  Value oneHead = arith::CmpIOp::create(b_, arith::CmpIPredicate::ule,
+                                        add(i0, it.rows), e.Lq);
+  it.qlo = add(it.qpos0, select(oneHead, i0, cIdx(0)));
+  it.qhi = add(it.qpos0, select(oneHead, sub(add(i0, it.rows), cIdx(1)),
+                                sub(e.Lq, cIdx(1))));
   it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
   it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
   return it;
+}
+
+std::pair<Value, Value> Builder_::rowCoords(const Entry &e, const Item &it,
+                                            Value r) {
+  Value p = add(it.r0, r);
+  Value h = add(it.h, arith::DivUIOp::create(b_, p, e.Lq));
+  return {h, arith::RemUIOp::create(b_, p, e.Lq)};
 }
 
 void Builder_::forEachVisitedTile(const Item &it,
@@ -506,8 +526,8 @@ void Builder_::emitRowEpilogue(const Entry &e, const Item &it, Value r,
                                function_ref<Value(Value)> acc) {
   Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
   Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
-  Value oRow = add(add(mul(it.b, e.os[0]), mul(it.h, e.os[1])),
-                   mul(add(it.r0, r), e.os[2]));
+  auto [h, i] = rowCoords(e, it, r);
+  Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])), mul(i, e.os[2]));
   loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
     Value x = arith::MulFOp::create(b_, acc(d), invL);
     store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
@@ -515,8 +535,7 @@ void Builder_::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   ifThen(e.hasLse, [&] {
     Value lg = arith::MulFOp::create(
         b_, arith::AddFOp::create(b_, m, math::Log2Op::create(b_, l)), e.ln2);
-    Value at = add(add(mul(it.b, e.ls[0]), mul(it.h, e.ls[1])),
-                   mul(add(it.r0, r), e.ls[2]));
+    Value at = add(add(mul(it.b, e.ls[0]), mul(h, e.ls[1])), mul(i, e.ls[2]));
     store(select(pos, lg, e.ninf), e.lse, at);
   });
 }
@@ -691,21 +710,22 @@ LogicalResult Builder_::buildKernel(StringRef name) {
 
   loop0(begin, end, 1, [&](Value item) {
     Item it = decodeItem(e, item);
-    Value h = it.h, bb = it.b, r0 = it.r0, rows = it.rows, bI32 = it.bI32,
-          hI32 = it.hI32, qlo = it.qlo, kBase = it.kBase, vBase = it.vBase;
+    Value bb = it.b, rows = it.rows, bI32 = it.bI32, kBase = it.kBase,
+          vBase = it.vBase;
     // The matrix products cover the live rows rounded up to the register
     // block (decode: 4 rows, not 64); the extra rows of Qs are zero.
     Value rowsUp = mul(arith::CeilDivUIOp::create(b_, rows, cIdx(RB)), cIdx(RB));
 
     // Q tile -> Qs (f32); rows past the end are zero.
-    Value qBase = add(mul(bb, qs[0]), mul(h, qs[1]));
     loop0(c0, cIdx(BM), 1, [&](Value r) {
       loop0(c0, cIdx(D), 1, [&](Value d) {
         store(zeroF, Qs, add(mul(r, cIdx(D)), d));
       });
     });
     loop0(c0, rows, 1, [&](Value r) {
-      Value rowBase = add(qBase, mul(add(r0, r), qs[2]));
+      auto [hr, ir] = rowCoords(e, it, r);
+      Value rowBase =
+          add(add(mul(bb, qs[0]), mul(hr, qs[1])), mul(ir, qs[2]));
       loop0(c0, cIdx(D), 1, [&](Value d) {
         store(toF32(load(q, add(rowBase, mul(d, qs[3])))), Qs,
               add(mul(r, cIdx(D)), d));
@@ -759,7 +779,10 @@ LogicalResult Builder_::buildKernel(StringRef name) {
         });
         // Modifiers, mask (partial tiles and tails only), online softmax.
         loop0(c0, rows, 1, [&](Value r) {
-          Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
+          auto [hr, ir] = rowCoords(e, it, r);
+          Value qpos =
+              arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
+          Value hI32 = arith::IndexCastOp::create(b_, i32_, hr);
           Value sRow = mul(r, cIdx(BN));
           // The scores of one row, W keys at a time: scale, score_mod on
           // every key, x log2(e), and the mask only on partial tiles and
@@ -937,13 +960,14 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
   Value Qp = alloca(D), Sp = alloca(BN), Acc = alloca(DV), ML = alloca(2);
 
   Item it = decodeItem(e, item);
-  Value h = it.h, bb = it.b, r0 = it.r0, bI32 = it.bI32, hI32 = it.hI32,
-        qlo = it.qlo, kBase = it.kBase, vBase = it.vBase;
+  Value bb = it.b, bI32 = it.bI32, kBase = it.kBase, vBase = it.vBase;
   Value live =
       arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
-  Value qpos = arith::IndexCastOp::create(b_, i32_, add(qlo, r));
-  Value qRow = add(add(mul(bb, qs[0]), mul(h, qs[1])),
-                   mul(minI(add(r0, r), sub(e.Lq, c1)), qs[2]));
+  // Rows past the end read the last row (their results are not stored).
+  auto [hr, ir] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+  Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
+  Value hI32 = arith::IndexCastOp::create(b_, i32_, hr);
+  Value qRow = add(add(mul(bb, qs[0]), mul(hr, qs[1])), mul(ir, qs[2]));
   loop0(c0, cIdx(D), 1, [&](Value d) {
     Value x = toF32(load(q, add(qRow, mul(d, qs[3]))));
     store(select(live, x, zeroF), Qp, d);

@@ -48,8 +48,9 @@ OpenBLAS baseline over the same inputs, in one run.
   --no-baseline         skip the unfused baseline
   --json                one JSON object per row instead of the table
 FLOP/s: "visited" counts 2*(Dqk + Dv) per score over the tiles the kernel
-visits (tile padding included); "dense" counts every (q, kv) pair as if
-nothing were masked. Peak RSS is the process's (getrusage).
+visits (live query rows, key padding included); "dense" counts every
+(q, kv) pair as if nothing were masked. Peak RSS is the process's
+(getrusage). For decode, bench/run_suite.py cpu-decode reports GB/s.
 )";
 
 double peakRssMB() {
@@ -223,8 +224,9 @@ int runBench(const std::vector<std::string> &argvIn) {
       }
       row.rssMB = peakRssMB();
       double perScore = 2.0 * (s.headDim + s.vHeadDim);
-      row.visitedFlops = double(row.tiles[1] + row.tiles[2]) * spec.blockM *
-                         spec.blockN * perScore;
+      // Live query rows per tile (a decode tile has one), KV padding kept.
+      row.visitedFlops = double(row.tiles[1] + row.tiles[2]) *
+                         std::min(spec.blockM, s.qLen) * spec.blockN * perScore;
       row.denseFlops = double(s.batch) * s.heads * s.qLen * s.kvLen * perScore;
       row.tokens = double(s.batch) * s.qLen;
       rows.push_back(row);

@@ -10,7 +10,12 @@
 //   fp         : f32 parameters: [0] = scale, [1 + i] = f32 scalar param i
 //   blockmask  : i8 tile classes for data-dependent masks (size 0 if none)
 //   captures   : one memref per tensor parameter, in declaration order
-//   itemBegin, itemEnd : i64, work items ((b * Hq + h) * numQTiles + qt)
+//   itemBegin, itemEnd : i64, work items ((b * Hq/P + hi) * numQTiles + qt)
+//
+// With P = ip[kPackHeads] query heads per item (P = 1, or the GQA group G
+// for small Lq), the rows of an item's Q tiles run over the P heads of
+// group hi: flat row p in [0, P*Lq) is query p % Lq of head hi*P + p / Lq,
+// so K and V are read once for the whole group.
 //
 // Integer parameter layout (ip):
 //
@@ -42,6 +47,7 @@ enum : int64_t {
   kHasBlockMask,
   kBMStrideB,  // block mask [B|1][H|1][numQTiles][numKTiles], in elements
   kBMStrideH,
+  kPackHeads,  // query heads per work item: 1, or the GQA group size G
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths
 };
 
