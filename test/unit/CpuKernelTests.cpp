@@ -219,3 +219,22 @@ TEST_CASE("compiling rejects bad kernel configurations", "[cpu]") {
                   .isOk());
   CHECK(diags.find("bad.attn:1:36: error: unknown name 'x'") != std::string::npos);
 }
+
+TEST_CASE("non-unit strides along D take the element-wise path", "[cpu]") {
+  // V (and K) stored as [B, H, D, S]: stride 1 along S, S along D.
+  auto k = compile(kSources, "causal");
+  const int64_t B = 1, H = 2, L = 70, D = 64;
+  auto q = randn(B * H * L * D, 12), kk = randn(B * H * D * L, 13),
+       v = randn(B * H * D * L, 14);
+  std::vector<float> out(B * H * L * D);
+  AttentionArgs a;
+  a.q = TensorView::contiguous(q.data(), DType::F32, {B, H, L, D});
+  a.k.data = kk.data();
+  a.k.shape = {B, H, L, D};
+  a.k.strides = {H * D * L, D * L, 1, L};
+  a.v = a.k;
+  a.v.data = v.data();
+  a.out = TensorView::contiguous(out.data(), DType::F32, {B, H, L, D});
+  REQUIRE(k->run(a).isOk());
+  CHECK(maxError(*k, a) < 1e-5);
+}

@@ -753,10 +753,30 @@ LogicalResult Builder_::buildKernel(StringRef name) {
             Value x = toF32(load(k, add(kRow, mul(d, ks[3]))));
             store(select(inRange, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
           });
-          loop0(c0, cIdx(DV), 1, [&](Value d) {
-            Value x = toF32(load(v, add(vRow, mul(d, vs[3]))));
-            store(select(inRange, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
-          });
+          // V rows with unit stride along D (the usual layouts) are copied
+          // 8 elements at a time; any other stride element by element.
+          Value unit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
+                                             vs[3], c1);
+          auto fast = scf::IfOp::create(b_, unit, /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPoint(fast.thenBlock()->getTerminator());
+            VectorType vE = VectorType::get({8}, elem_);
+            VectorType v8 = VectorType::get({8}, f32_);
+            Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
+            loop0(c0, cIdx(DV), 8, [&](Value d) {
+              Value x = vector::LoadOp::create(b_, vE, v, ValueRange{add(vRow, d)});
+              if (elem_ != f32_)
+                x = arith::ExtFOp::create(b_, v8, x);
+              vector::StoreOp::create(b_, select(inRange, x, zero8), Vs,
+                                      ValueRange{add(mul(c, cIdx(DV)), d)});
+            });
+            b_.setInsertionPoint(fast.elseBlock()->getTerminator());
+            loop0(c0, cIdx(DV), 1, [&](Value d) {
+              Value x = toF32(load(v, add(vRow, mul(d, vs[3]))));
+              store(select(inRange, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
+            });
+          }
         });
         // S = Qs . Kt, register-blocked: RB rows x CB vectors of VW keys
         // per step over d, so each loaded K vector and broadcast Q value
