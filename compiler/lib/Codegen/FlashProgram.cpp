@@ -749,10 +749,32 @@ LogicalResult Builder_::buildKernel(StringRef name) {
           Value row = minI(add(kv0, c), sub(add(kv0, cols), c1));
           Value kRow = add(kBase, mul(row, ks[2]));
           Value vRow = add(vBase, mul(row, vs[2]));
-          loop0(c0, cIdx(D), 1, [&](Value d) {
-            Value x = toF32(load(k, add(kRow, mul(d, ks[3]))));
-            store(select(inRange, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
-          });
+          // K rows with unit stride along D: 8 contiguous loads at a time,
+          // stored transposed lane by lane.
+          Value kUnit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
+                                              ks[3], c1);
+          auto kFast = scf::IfOp::create(b_, kUnit, /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPoint(kFast.thenBlock()->getTerminator());
+            VectorType vE = VectorType::get({8}, elem_);
+            VectorType v8 = VectorType::get({8}, f32_);
+            Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
+            loop0(c0, cIdx(D), 8, [&](Value d) {
+              Value x = vector::LoadOp::create(b_, vE, k, ValueRange{add(kRow, d)});
+              if (elem_ != f32_)
+                x = arith::ExtFOp::create(b_, v8, x);
+              x = select(inRange, x, zero8);
+              for (int64_t lane = 0; lane < 8; ++lane)
+                store(vector::ExtractOp::create(b_, x, ArrayRef<int64_t>{lane}),
+                      Kt, add(mul(add(d, cIdx(lane)), cIdx(BN)), c));
+            });
+            b_.setInsertionPoint(kFast.elseBlock()->getTerminator());
+            loop0(c0, cIdx(D), 1, [&](Value d) {
+              Value x = toF32(load(k, add(kRow, mul(d, ks[3]))));
+              store(select(inRange, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
+            });
+          }
           // V rows with unit stride along D (the usual layouts) are copied
           // 8 elements at a time; any other stride element by element.
           Value unit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
