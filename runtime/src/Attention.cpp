@@ -317,26 +317,6 @@ int64_t extent(const TensorView &t) {
   return e;
 }
 
-void runItems(int64_t items, int threads,
-              const std::function<void(int64_t, int64_t)> &body) {
-  int n = threads > 0 ? threads
-                      : static_cast<int>(std::thread::hardware_concurrency());
-  n = static_cast<int>(std::clamp<int64_t>(n, 1, items));
-  if (n <= 1) {
-    body(0, items);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < n; ++t)
-    pool.emplace_back([&] {
-      for (int64_t i; (i = next.fetch_add(1)) < items;)
-        body(i, i + 1);
-    });
-  for (auto &t : pool)
-    t.join();
-}
-
 struct Operands {
   std::vector<int64_t> ip;
   std::vector<float> fp;
@@ -411,24 +391,6 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   return o;
 }
 
-/// The packed argument array: 5 pointers per memref, then the item range.
-struct PackedArgs {
-  std::vector<Desc> descs;
-  int64_t begin = 0, end = 0;
-  std::vector<void *> ptrs;
-  void finish() {
-    for (Desc &d : descs) {
-      ptrs.push_back(&d.allocated);
-      ptrs.push_back(&d.aligned);
-      ptrs.push_back(&d.offset);
-      ptrs.push_back(&d.size);
-      ptrs.push_back(&d.stride);
-    }
-    ptrs.push_back(&begin);
-    ptrs.push_back(&end);
-  }
-};
-
 void addCaptures(const VariantInfo &v, const Problem &p,
                  std::vector<Desc> &descs) {
   for (size_t i = 0; i < v.params.size(); ++i) {
@@ -442,6 +404,46 @@ void addCaptures(const VariantInfo &v, const Problem &p,
   }
 }
 
+/// Calls `fn` (MLIR's packed convention: 5 pointers per memref operand,
+/// then the item range) once per work item in [0, items), spread over
+/// `threads` threads (0: every core). Each thread builds its argument
+/// array once and then only changes the item range.
+void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
+                 int64_t items, int threads) {
+  int n = threads > 0 ? threads
+                      : static_cast<int>(std::thread::hardware_concurrency());
+  n = static_cast<int>(std::clamp<int64_t>(n, 1, items));
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    std::vector<Desc> descs = operands;
+    int64_t begin = 0, end = 0;
+    std::vector<void *> ptrs;
+    for (Desc &d : descs)
+      for (void *field : {static_cast<void *>(&d.allocated),
+                          static_cast<void *>(&d.aligned),
+                          static_cast<void *>(&d.offset),
+                          static_cast<void *>(&d.size),
+                          static_cast<void *>(&d.stride)})
+        ptrs.push_back(field);
+    ptrs.push_back(&begin);
+    ptrs.push_back(&end);
+    for (int64_t i; (i = next.fetch_add(1)) < items;) {
+      begin = i;
+      end = i + 1;
+      fn(ptrs.data());
+    }
+  };
+  if (n <= 1) {
+    worker();
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < n; ++t)
+    pool.emplace_back(worker);
+  for (auto &t : pool)
+    t.join();
+}
+
 } // namespace
 
 Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
@@ -452,6 +454,12 @@ Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
     return s;
+  fillBlockMask(a, p, bm);
+  return Status::ok();
+}
+
+void CpuKernel::fillBlockMask(const AttentionArgs &a, const Problem &p,
+                              BlockMask &bm) const {
   bm = BlockMask();
   bm.batch = p.B;
   bm.heads = variant_.maskUsesHead ? p.Hq : 1;
@@ -464,21 +472,14 @@ Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
   bm.qPos0 = p.qPos0;
   bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
   Operands ops = buildOperands(variant_, spec_, a, p, &bm);
-  int64_t items = bm.batch * bm.heads * bm.numQTiles;
+  std::vector<Desc> operands = {
+      descOf(ops.ip.data(), ops.ip.size()), descOf(ops.fp.data(), ops.fp.size()),
+      descOf(bm.classes.data(), bm.classes.size())};
+  addCaptures(variant_, p, operands);
   // The builder's items are (b * heads + h) * numQTiles + qt; it learns
   // `heads` from kBMStrideH (0 when shared by every head).
-  runItems(items, a.numThreads, [&](int64_t lo, int64_t hi) {
-    PackedArgs pa;
-    pa.descs.push_back(descOf(ops.ip.data(), ops.ip.size()));
-    pa.descs.push_back(descOf(ops.fp.data(), ops.fp.size()));
-    pa.descs.push_back(descOf(bm.classes.data(), bm.classes.size()));
-    addCaptures(variant_, p, pa.descs);
-    pa.begin = lo;
-    pa.end = hi;
-    pa.finish();
-    entry_.maskBuilder(pa.ptrs.data());
-  });
-  return Status::ok();
+  launchItems(entry_.maskBuilder, operands,
+              bm.batch * bm.heads * bm.numQTiles, a.numThreads);
 }
 
 Status CpuKernel::run(const AttentionArgs &a) const {
@@ -499,9 +500,10 @@ Status CpuKernel::run(const AttentionArgs &a) const {
           "sizes; rebuild it for these inputs");
     return launch(a, p, &bm);
   }
+  if (!entry_.maskBuilder)
+    return Status::internal("the CPU kernel has no block-mask builder");
   BlockMask bm;
-  if (Status s = buildBlockMask(a, bm); !s)
-    return s;
+  fillBlockMask(a, p, bm);
   return launch(a, p, &bm);
 }
 
@@ -512,25 +514,18 @@ Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
   int64_t pack = packedHeads(variant_, spec_, p, bm);
   Operands ops = buildOperands(variant_, spec_, a, p, bm, pack);
   int64_t items = p.B * (p.Hq / pack) * ops.ip[abi::kNumQTiles];
-  runItems(items, a.numThreads, [&](int64_t lo, int64_t hi) {
-    PackedArgs pa;
-    pa.descs.push_back(descOf(a.q.data, extent(a.q)));
-    pa.descs.push_back(descOf(a.k.data, extent(a.k)));
-    pa.descs.push_back(descOf(a.v.data, extent(a.v)));
-    pa.descs.push_back(descOf(a.out.data, extent(a.out)));
-    pa.descs.push_back(p.hasLse ? descOf(a.lse.data, extent(a.lse))
-                                : descOf(nullptr, 0));
-    pa.descs.push_back(descOf(ops.ip.data(), ops.ip.size()));
-    pa.descs.push_back(descOf(ops.fp.data(), ops.fp.size()));
-    pa.descs.push_back(bm ? descOf(const_cast<int8_t *>(bm->classes.data()),
-                                   bm->classes.size())
-                          : descOf(nullptr, 0));
-    addCaptures(variant_, p, pa.descs);
-    pa.begin = lo;
-    pa.end = hi;
-    pa.finish();
-    entry_.kernel(pa.ptrs.data());
-  });
+  std::vector<Desc> operands = {
+      descOf(a.q.data, extent(a.q)),
+      descOf(a.k.data, extent(a.k)),
+      descOf(a.v.data, extent(a.v)),
+      descOf(a.out.data, extent(a.out)),
+      p.hasLse ? descOf(a.lse.data, extent(a.lse)) : descOf(nullptr, 0),
+      descOf(ops.ip.data(), ops.ip.size()),
+      descOf(ops.fp.data(), ops.fp.size()),
+      bm ? descOf(const_cast<int8_t *>(bm->classes.data()), bm->classes.size())
+         : descOf(nullptr, 0)};
+  addCaptures(variant_, p, operands);
+  launchItems(entry_.kernel, operands, items, a.numThreads);
   return Status::ok();
 }
 

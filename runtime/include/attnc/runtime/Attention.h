@@ -16,7 +16,6 @@
 #include "attnc/runtime/Variant.h"
 
 #include <array>
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -115,6 +114,8 @@ public:
 private:
   Status launch(const AttentionArgs &args, const Problem &p,
                 const BlockMask *bm) const;
+  void fillBlockMask(const AttentionArgs &args, const Problem &p,
+                     BlockMask &out) const;
   VariantInfo variant_;
   KernelSpec spec_;
   CpuEntryPoints entry_;
