@@ -64,16 +64,19 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   return m;
 }
 
-LogicalResult approximateMath(ModuleOp module) {
-  // exp2 -> exp, then exp/log/tanh as polynomials: no libm or libdevice
-  // calls, and the results vectorize.
+LogicalResult approximateMath(ModuleOp module, bool hardwareExp2Log2) {
+  // exp/log/tanh (and, unless the target has them, exp2 via exp and log2)
+  // as polynomials: no libm or libdevice calls, and the results vectorize.
   RewritePatternSet patterns(module.getContext());
-  math::populateExpansionPatterns(patterns, {"exp2"});
-  populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
-    name.consume_front("math.");
-    return name == "exp" || name == "log" || name == "log2" ||
-           name == "tanh" || name == "expm1" || name == "log1p";
-  });
+  if (!hardwareExp2Log2)
+    math::populateExpansionPatterns(patterns, {"exp2"});
+  populateMathPolynomialApproximationPatterns(
+      patterns, [hardwareExp2Log2](StringRef name) {
+        name.consume_front("math.");
+        return name == "exp" || name == "log" || name == "tanh" ||
+               name == "expm1" || name == "log1p" ||
+               (name == "log2" && !hardwareExp2Log2);
+      });
   return applyPatternsGreedily(module, std::move(patterns));
 }
 

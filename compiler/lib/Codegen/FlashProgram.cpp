@@ -53,9 +53,9 @@ rt::DType paramDType(Type t) {
   return rt::DType::I32;
 }
 
-class Builder_ {
+class ProgramBuilder {
 public:
-  Builder_(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
+  ProgramBuilder(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
            const FlashConfig &cfg)
       : ctx_(module.getContext()), b_(v.getLoc(), ctx_), v_(v), mask_(mask),
         cfg_(cfg) {
@@ -210,6 +210,13 @@ private:
                         const llvm::DenseSet<Value> &uniformSet,
                         IRMapping &uniform, int64_t W);
   Value gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W);
+  /// Reads elements [0, n) of a K or V row starting at `row` (stride
+  /// `stride`) as f32, zero where `keep` is false, and hands each to
+  /// `put(d, x)`; with unit stride, 8 at a time, to `put8(d, x8)` when given
+  /// (else lane by lane to `put`).
+  void forTileRow(Value mem, Value row, Value stride, int64_t n, Value keep,
+                  function_ref<void(Value, Value)> put,
+                  function_ref<void(Value, Value)> put8 = nullptr);
   /// The register-blocked micro-kernel of both matrix products: for rows
   /// r..r+rb and cb vectors of `vt` starting at column col0,
   ///   acc[i][j] += A[(r + i) * aStride + x] * B[x * bStride + col0 + j*W]
@@ -238,7 +245,7 @@ private:
   SmallVector<Value> scalars_;                // per param (null for tensors)
 };
 
-void Builder_::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
+void ProgramBuilder::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
   unsigned argNo = firstCapture;
   for (size_t i = 0; i < info_.params.size(); ++i) {
     const rt::ParamSpec &p = info_.params[i];
@@ -265,7 +272,7 @@ void Builder_::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
 
 /// A gather with every index clamped into its dimension: never out of
 /// bounds, whatever the modifier computes.
-Value Builder_::gather(attn::GatherOp g, IRMapping &map) {
+Value ProgramBuilder::gather(attn::GatherOp g, IRMapping &map) {
   size_t pi = 0;
   while (info_.params[pi].name != g.getCapture())
     ++pi;
@@ -290,7 +297,7 @@ Value Builder_::gather(attn::GatherOp g, IRMapping &map) {
 }
 
 /// Clones the ops that compute `v` (already-mapped values are reused).
-Value Builder_::materialize(Value v, IRMapping &map) {
+Value ProgramBuilder::materialize(Value v, IRMapping &map) {
   if (Value m = map.lookupOrNull(v))
     return m;
   Operation *op = v.getDefiningOp();
@@ -310,7 +317,7 @@ Value Builder_::materialize(Value v, IRMapping &map) {
   return r;
 }
 
-Value Builder_::emitModifier(Block &block, ValueRange args) {
+Value ProgramBuilder::emitModifier(Block &block, ValueRange args) {
   IRMapping map;
   for (auto [a, x] : llvm::zip(block.getArguments(), args))
     map.map(a, x);
@@ -318,7 +325,7 @@ Value Builder_::emitModifier(Block &block, ValueRange args) {
                      map);
 }
 
-llvm::DenseSet<Value> Builder_::uniformValues(Block &block,
+llvm::DenseSet<Value> ProgramBuilder::uniformValues(Block &block,
                                               ArrayRef<unsigned> varying) {
   llvm::DenseSet<Value> dependent, uniform;
   for (unsigned a : varying)
@@ -336,7 +343,7 @@ llvm::DenseSet<Value> Builder_::uniformValues(Block &block,
 }
 
 /// A gather over W lanes: per-lane clamped offsets, then vector.gather.
-Value Builder_::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W) {
+Value ProgramBuilder::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W) {
   size_t pi = 0;
   while (info_.params[pi].name != g.getCapture())
     ++pi;
@@ -378,7 +385,7 @@ Value Builder_::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W) {
   }
 }
 
-Value Builder_::emitModifierVec(Block &block,
+Value ProgramBuilder::emitModifierVec(Block &block,
                                 const llvm::DenseMap<Value, Value> &vecArgs,
                                 const llvm::DenseSet<Value> &uniformSet,
                                 IRMapping &uniform, int64_t W) {
@@ -420,7 +427,7 @@ Value Builder_::emitModifierVec(Block &block,
   return {};
 }
 
-Builder_::Entry Builder_::loadEntry(ValueRange fnArgs) {
+ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
   Entry e;
   e.q = fnArgs[0];
   e.k = fnArgs[1];
@@ -456,7 +463,7 @@ Builder_::Entry Builder_::loadEntry(ValueRange fnArgs) {
   return e;
 }
 
-Builder_::Item Builder_::decodeItem(const Entry &e, Value item) {
+ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item) {
   Item it;
   Value heads = arith::DivUIOp::create(b_, e.Hq, e.P); // item heads
   it.qt = arith::RemUIOp::create(b_, item, e.nQT);
@@ -484,14 +491,14 @@ Builder_::Item Builder_::decodeItem(const Entry &e, Value item) {
   return it;
 }
 
-std::pair<Value, Value> Builder_::rowCoords(const Entry &e, const Item &it,
+std::pair<Value, Value> ProgramBuilder::rowCoords(const Entry &e, const Item &it,
                                             Value r) {
   Value p = add(it.r0, r);
   Value h = add(it.h, arith::DivUIOp::create(b_, p, e.Lq));
   return {h, arith::RemUIOp::create(b_, p, e.Lq)};
 }
 
-void Builder_::forEachVisitedTile(const Item &it,
+void ProgramBuilder::forEachVisitedTile(const Item &it,
                                   function_ref<void(const Tile &)> body) {
   // The mask's q/kv-independent values, once per work item.
   IRMapping inv;
@@ -521,7 +528,7 @@ void Builder_::forEachVisitedTile(const Item &it,
   });
 }
 
-void Builder_::emitRowEpilogue(const Entry &e, const Item &it, Value r,
+void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
                                Value m, Value l,
                                function_ref<Value(Value)> acc) {
   Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
@@ -540,7 +547,7 @@ void Builder_::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   });
 }
 
-SmallVector<Value> Builder_::outerProduct(Value A, int64_t aStride, Value B,
+SmallVector<Value> ProgramBuilder::outerProduct(Value A, int64_t aStride, Value B,
                                           int64_t bStride, Value r, Value col0,
                                           int64_t depth, int64_t rb, int64_t cb,
                                           VectorType vt, ValueRange init) {
@@ -561,8 +568,39 @@ SmallVector<Value> Builder_::outerProduct(Value A, int64_t aStride, Value B,
   return SmallVector<Value>(l.getResults());
 }
 
+void ProgramBuilder::forTileRow(Value mem, Value row, Value stride, int64_t n,
+                          Value keep, function_ref<void(Value, Value)> put,
+                          function_ref<void(Value, Value)> put8) {
+  Value zeroF = cF32(0.0);
+  Value unit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, stride,
+                                     cIdx(1));
+  auto ifUnit = scf::IfOp::create(b_, unit, /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b_);
+  b_.setInsertionPoint(ifUnit.thenBlock()->getTerminator());
+  VectorType v8 = VectorType::get({8}, f32_);
+  Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
+  loop0(cIdx(0), cIdx(n), 8, [&](Value d) {
+    Value x = vector::LoadOp::create(b_, VectorType::get({8}, elem_), mem,
+                                     ValueRange{add(row, d)});
+    if (elem_ != f32_)
+      x = arith::ExtFOp::create(b_, v8, x);
+    x = select(keep, x, zero8);
+    if (put8) {
+      put8(d, x);
+      return;
+    }
+    for (int64_t lane = 0; lane < 8; ++lane)
+      put(add(d, cIdx(lane)),
+          vector::ExtractOp::create(b_, x, ArrayRef<int64_t>{lane}));
+  });
+  b_.setInsertionPoint(ifUnit.elseBlock()->getTerminator());
+  loop0(cIdx(0), cIdx(n), 1, [&](Value d) {
+    put(d, select(keep, toF32(load(mem, add(row, mul(d, stride)))), zeroF));
+  });
+}
+
 /// The tile's class as an i8 (abi::TileClass).
-Value Builder_::classify(Value b, Value h, Value qt, Value j, Value qlo,
+Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
                          Value qhi, Value klo, Value khi, IRMapping &inv) {
   auto i8 = [&](int64_t c) {
     return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
@@ -680,7 +718,7 @@ Value Builder_::classify(Value b, Value h, Value qt, Value j, Value qlo,
   return select(mayTrue, cls, i8(abi::kEmpty));
 }
 
-LogicalResult Builder_::buildKernel(StringRef name) {
+LogicalResult ProgramBuilder::buildKernel(StringRef name) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
                             dyn(f32_),  dyn(i64_),  dyn(f32_),
@@ -749,56 +787,21 @@ LogicalResult Builder_::buildKernel(StringRef name) {
           Value row = minI(add(kv0, c), sub(add(kv0, cols), c1));
           Value kRow = add(kBase, mul(row, ks[2]));
           Value vRow = add(vBase, mul(row, vs[2]));
-          // K rows with unit stride along D: 8 contiguous loads at a time,
-          // stored transposed lane by lane.
-          Value kUnit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
-                                              ks[3], c1);
-          auto kFast = scf::IfOp::create(b_, kUnit, /*withElse=*/true);
-          {
-            OpBuilder::InsertionGuard g(b_);
-            b_.setInsertionPoint(kFast.thenBlock()->getTerminator());
-            VectorType vE = VectorType::get({8}, elem_);
-            VectorType v8 = VectorType::get({8}, f32_);
-            Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
-            loop0(c0, cIdx(D), 8, [&](Value d) {
-              Value x = vector::LoadOp::create(b_, vE, k, ValueRange{add(kRow, d)});
-              if (elem_ != f32_)
-                x = arith::ExtFOp::create(b_, v8, x);
-              x = select(inRange, x, zero8);
-              for (int64_t lane = 0; lane < 8; ++lane)
-                store(vector::ExtractOp::create(b_, x, ArrayRef<int64_t>{lane}),
-                      Kt, add(mul(add(d, cIdx(lane)), cIdx(BN)), c));
-            });
-            b_.setInsertionPoint(kFast.elseBlock()->getTerminator());
-            loop0(c0, cIdx(D), 1, [&](Value d) {
-              Value x = toF32(load(k, add(kRow, mul(d, ks[3]))));
-              store(select(inRange, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
-            });
-          }
-          // V rows with unit stride along D (the usual layouts) are copied
-          // 8 elements at a time; any other stride element by element.
-          Value unit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
-                                             vs[3], c1);
-          auto fast = scf::IfOp::create(b_, unit, /*withElse=*/true);
-          {
-            OpBuilder::InsertionGuard g(b_);
-            b_.setInsertionPoint(fast.thenBlock()->getTerminator());
-            VectorType vE = VectorType::get({8}, elem_);
-            VectorType v8 = VectorType::get({8}, f32_);
-            Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
-            loop0(c0, cIdx(DV), 8, [&](Value d) {
-              Value x = vector::LoadOp::create(b_, vE, v, ValueRange{add(vRow, d)});
-              if (elem_ != f32_)
-                x = arith::ExtFOp::create(b_, v8, x);
-              vector::StoreOp::create(b_, select(inRange, x, zero8), Vs,
-                                      ValueRange{add(mul(c, cIdx(DV)), d)});
-            });
-            b_.setInsertionPoint(fast.elseBlock()->getTerminator());
-            loop0(c0, cIdx(DV), 1, [&](Value d) {
-              Value x = toF32(load(v, add(vRow, mul(d, vs[3]))));
-              store(select(inRange, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
-            });
-          }
+          // Rows with unit stride along D (every usual layout) are read 8
+          // elements at a time; other strides element by element. K is
+          // stored transposed, V as is.
+          forTileRow(k, kRow, ks[3], D, inRange,
+                     [&](Value d, Value x) {
+                       store(x, Kt, add(mul(d, cIdx(BN)), c));
+                     });
+          forTileRow(v, vRow, vs[3], DV, inRange,
+                     [&](Value d, Value x) {
+                       store(x, Vs, add(mul(c, cIdx(DV)), d));
+                     },
+                     [&](Value d, Value x8) {
+                       vector::StoreOp::create(
+                           b_, x8, Vs, ValueRange{add(mul(c, cIdx(DV)), d)});
+                     });
         });
         // S = Qs . Kt, register-blocked: RB rows x CB vectors of VW keys
         // per step over d, so each loaded K vector and broadcast Q value
@@ -968,7 +971,7 @@ LogicalResult Builder_::buildKernel(StringRef name) {
   return success();
 }
 
-LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
                             dyn(f32_),  dyn(i64_),  dyn(f32_),
@@ -1107,7 +1110,7 @@ LogicalResult Builder_::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) 
   return success();
 }
 
-LogicalResult Builder_::buildMaskBuilder(StringRef name) {
+LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(i64_), dyn(f32_), dyn(b_.getI8Type())};
   for (const rt::ParamSpec &p : info_.params)
@@ -1189,7 +1192,7 @@ LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
   module->getContext()
       ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                     arith::ArithDialect, math::MathDialect>();
-  Builder_ kernel(module->getParentOfType<ModuleOp>(), variant, mask, config);
+  ProgramBuilder kernel(module->getParentOfType<ModuleOp>(), variant, mask, config);
   return kernel.buildGpuKernel(module, name);
 }
 
@@ -1206,11 +1209,11 @@ LogicalResult buildFlashProgram(ModuleOp module, attn::VariantOp variant,
       ->loadDialect<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
                     vector::VectorDialect, arith::ArithDialect,
                     math::MathDialect>();
-  Builder_ kernel(module, variant, mask, config);
+  ProgramBuilder kernel(module, variant, mask, config);
   if (failed(kernel.buildKernel(name)))
     return failure();
   if (mask.kind == rt::MaskKind::Data) {
-    Builder_ builder(module, variant, mask, config);
+    ProgramBuilder builder(module, variant, mask, config);
     if (failed(builder.buildMaskBuilder((name + "_block_mask").str())))
       return failure();
   }

@@ -30,8 +30,6 @@
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
-#include "mlir/Dialect/Math/Transforms/Approximation.h"
-#include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -179,13 +177,7 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   for (auto v : llvm::make_early_inc_range(module.getOps<attn::VariantOp>()))
     v.erase();
   {
-    RewritePatternSet patterns(ctx);
-    populateMathPolynomialApproximationPatterns(patterns, [](StringRef name) {
-      name.consume_front("math.");
-      return name == "exp" || name == "log" || name == "tanh" ||
-             name == "expm1" || name == "log1p";
-    });
-    if (failed(applyPatternsGreedily(module, std::move(patterns))))
+    if (failed(approximateMath(module, /*hardwareExp2Log2=*/true)))
       return failure();
     RewritePatternSet intrinsics(ctx);
     intrinsics.add<MathToIntrinsic>(ctx);

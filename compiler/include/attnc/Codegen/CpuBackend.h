@@ -22,8 +22,10 @@ mlir::OwningOpRef<mlir::ModuleOp>
 buildTiledModule(mlir::attn::VariantOp variant, const FlashConfig &config,
                  std::string &error);
 
-/// Replaces exp2/exp/log/tanh by polynomial approximations (arith only).
-mlir::LogicalResult approximateMath(mlir::ModuleOp module);
+/// Replaces exp/log/tanh (and exp2/log2, unless `hardwareExp2Log2`: the
+/// GPU has ex2/lg2 instructions) by polynomial approximations.
+mlir::LogicalResult approximateMath(mlir::ModuleOp module,
+                                    bool hardwareExp2Log2 = false);
 
 /// Lowers the tiled program to the LLVM dialect (scf/vector/memref/math/arith
 /// -> llvm), with polynomial approximations for exp2/exp/log/tanh so that
