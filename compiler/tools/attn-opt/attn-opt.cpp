@@ -7,6 +7,11 @@
 #include "attn/AttnDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
@@ -19,9 +24,13 @@ int main(int argc, char **argv) {
   mlir::registerSymbolDCEPass();
 
   mlir::DialectRegistry registry;
+  // attn and what its modifiers use, plus the dialects of the later stages
+  // (`attnc compile --emit=tiled|gpu|nvvm`), so their output re-parses.
   registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect,
                   mlir::math::MathDialect, mlir::func::FuncDialect,
-                  mlir::scf::SCFDialect>();
+                  mlir::scf::SCFDialect, mlir::memref::MemRefDialect,
+                  mlir::vector::VectorDialect, mlir::gpu::GPUDialect,
+                  mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));
 }
