@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <array>
 #include <random>
 
 using namespace attnc;
@@ -237,4 +238,26 @@ TEST_CASE("non-unit strides along D take the element-wise path", "[cpu]") {
   a.out = TensorView::contiguous(out.data(), DType::F32, {B, H, L, D});
   REQUIRE(k->run(a).isOk());
   CHECK(maxError(*k, a) < 1e-5);
+}
+
+TEST_CASE("tile counts of closed-form masks", "[cpu]") {
+  std::string diags;
+  std::unique_ptr<Session> s;
+  REQUIRE(Session::loadSource("t.attn", std::string(kSources) +
+                                            "variant window(w: i32) {\n"
+                                            "  mask_mod(b, h, q, kv) = q >= kv && q - kv < w }",
+                              diags, s)
+              .isOk());
+  KernelSpec spec; // 64 x 64 tiles
+  std::array<int64_t, 3> c{};
+  // Causal, 256 x 256, one sequence, two heads: per head 4 x 4 tiles, the
+  // diagonal partial, 6 below full, 6 above empty.
+  REQUIRE(s->countTiles("causal", spec, 2, 256, {256}, {0}, {}, c).isOk());
+  CHECK(c == std::array<int64_t, 3>{12, 8, 12});
+  // A window of 64: only the diagonal and the tiles just below it.
+  REQUIRE(s->countTiles("window", spec, 1, 256, {256}, {0}, {{"w", 64}}, c)
+              .isOk());
+  CHECK(c == std::array<int64_t, 3>{9, 7, 0});
+  CHECK(s->countTiles("doc", spec, 1, 64, {64}, {0}, {}, c).message().find(
+            "data-dependent") != std::string::npos);
 }
