@@ -1,6 +1,7 @@
 //===- Attention.cpp - Validation, binding, reference, CPU launch --------===//
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/KernelABI.h"
+#include "KernelOperands.h"
 
 #include <fmt/format.h>
 
@@ -291,6 +292,11 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
 
 // ---- CPU launch --------------------------------------------------------
 
+using detail::buildOperands;
+using detail::extent;
+using detail::Operands;
+using detail::packedHeads;
+
 namespace {
 
 /// A 1-D memref descriptor as MLIR lowers it.
@@ -306,89 +312,6 @@ Desc descOf(void *p, int64_t n) {
   static int64_t dummy = 0; // a valid address for empty operands
   void *ptr = p ? p : &dummy;
   return Desc{ptr, ptr, 0, n, 1};
-}
-
-/// Elements spanned by a strided view (the extent kernels may touch).
-int64_t extent(const TensorView &t) {
-  int64_t e = 1;
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] > 0)
-      e += (t.shape[i] - 1) * t.strides[i];
-  return e;
-}
-
-struct Operands {
-  std::vector<int64_t> ip;
-  std::vector<float> fp;
-};
-
-/// Query heads per CPU work item. For small query chunks (decode, chunked
-/// decode) the G heads that share a KV head go in one tile, so K and V are
-/// read once per group and the matrix products have G x Lq rows. Only when
-/// tiles can be classified without knowing each row's head: no block mask,
-/// and a mask that does not read h.
-int64_t packedHeads(const VariantInfo &v, const KernelSpec &spec,
-                    const Problem &p, const BlockMask *bm) {
-  int64_t g = p.Hq / p.Hkv;
-  if (g == 1 || bm || v.maskKind == MaskKind::Data || v.maskUsesHead ||
-      p.Lq >= spec.blockM)
-    return 1;
-  return g;
-}
-
-Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
-                       const AttentionArgs &a, const Problem &p,
-                       const BlockMask *bm, int64_t packHeads = 1) {
-  abi::Layout L = abi::computeLayout(v);
-  Operands o;
-  o.ip.assign(L.size(p.B), 0);
-  o.fp.assign(1 + v.params.size(), 0.f);
-  auto &ip = o.ip;
-  ip[abi::kB] = p.B;
-  ip[abi::kHq] = p.Hq;
-  ip[abi::kHkv] = p.Hkv;
-  ip[abi::kLq] = p.Lq;
-  ip[abi::kLkv] = p.Lkv;
-  ip[abi::kNumQTiles] = (packHeads * p.Lq + spec.blockM - 1) / spec.blockM;
-  ip[abi::kPackHeads] = packHeads;
-  ip[abi::kNumKTiles] = (p.Lkv + spec.blockN - 1) / spec.blockN;
-  for (int d = 0; d < 4; ++d) {
-    ip[abi::kQStride + d] = a.q.strides[d];
-    ip[abi::kKStride + d] = a.k.strides[d];
-    ip[abi::kVStride + d] = a.v.strides[d];
-    ip[abi::kOStride + d] = a.out.strides[d];
-  }
-  if (p.hasLse)
-    for (int d = 0; d < 3; ++d)
-      ip[abi::kLseStride + d] = a.lse.strides[d];
-  ip[abi::kHasLse] = p.hasLse;
-  if (bm) {
-    ip[abi::kHasBlockMask] = 1;
-    ip[abi::kBMStrideB] = bm->heads * bm->numQTiles * bm->numKTiles;
-    ip[abi::kBMStrideH] = bm->heads > 1 ? bm->numQTiles * bm->numKTiles : 0;
-  }
-  for (size_t i = 0; i < v.params.size(); ++i) {
-    const ParamSpec &ps = v.params[i];
-    const BoundParam &bp = p.params[i];
-    if (!ps.isTensor) {
-      if (ps.dtype == DType::I32)
-        ip[L.paramBase + i] = static_cast<int64_t>(bp.scalar);
-      else
-        o.fp[1 + i] = static_cast<float>(bp.scalar);
-      continue;
-    }
-    int64_t base = L.captureBase[i], r = static_cast<int64_t>(bp.shape.size());
-    for (int64_t d = 0; d < r; ++d) {
-      ip[base + d] = bp.shape[d];
-      ip[base + r + d] = bp.strides[d];
-    }
-  }
-  for (int64_t b = 0; b < p.B; ++b) {
-    ip[L.seqBase + b] = p.kvLen[b];
-    ip[L.seqBase + p.B + b] = p.qPos0[b];
-  }
-  o.fp[0] = static_cast<float>(p.scale);
-  return o;
 }
 
 void addCaptures(const VariantInfo &v, const Problem &p,
@@ -460,17 +383,7 @@ Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
 
 void CpuKernel::fillBlockMask(const AttentionArgs &a, const Problem &p,
                               BlockMask &bm) const {
-  bm = BlockMask();
-  bm.batch = p.B;
-  bm.heads = variant_.maskUsesHead ? p.Hq : 1;
-  bm.blockM = spec_.blockM;
-  bm.blockN = spec_.blockN;
-  bm.lq = p.Lq;
-  bm.numQTiles = (p.Lq + spec_.blockM - 1) / spec_.blockM;
-  bm.numKTiles = (p.Lkv + spec_.blockN - 1) / spec_.blockN;
-  bm.kvLen = p.kvLen;
-  bm.qPos0 = p.qPos0;
-  bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
+  detail::initBlockMask(variant_, spec_, p, bm);
   Operands ops = buildOperands(variant_, spec_, a, p, &bm);
   std::vector<Desc> operands = {
       descOf(ops.ip.data(), ops.ip.size()), descOf(ops.fp.data(), ops.fp.size()),
@@ -489,16 +402,9 @@ Status CpuKernel::run(const AttentionArgs &a) const {
   if (variant_.maskKind != MaskKind::Data)
     return launch(a, p, nullptr);
   if (a.blockMask) {
-    const BlockMask &bm = *a.blockMask;
-    if (bm.blockM != spec_.blockM || bm.blockN != spec_.blockN ||
-        bm.batch != p.B || bm.lq != p.Lq || bm.kvLen != p.kvLen ||
-        bm.qPos0 != p.qPos0 ||
-        bm.numKTiles != (p.Lkv + spec_.blockN - 1) / spec_.blockN ||
-        (bm.heads != 1 && bm.heads != p.Hq))
-      return Status::invalidArgument(
-          "'blockMask' was built for different lengths, offsets or tile "
-          "sizes; rebuild it for these inputs");
-    return launch(a, p, &bm);
+    if (Status s = detail::checkBlockMask(spec_, p, *a.blockMask); !s)
+      return s;
+    return launch(a, p, a.blockMask);
   }
   if (!entry_.maskBuilder)
     return Status::internal("the CPU kernel has no block-mask builder");
@@ -513,7 +419,7 @@ Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
     return Status::internal("the CPU kernel has no entry point");
   int64_t pack = packedHeads(variant_, spec_, p, bm);
   Operands ops = buildOperands(variant_, spec_, a, p, bm, pack);
-  int64_t items = p.B * (p.Hq / pack) * ops.ip[abi::kNumQTiles];
+  int64_t items = detail::numItems(p, ops);
   std::vector<Desc> operands = {
       descOf(a.q.data, extent(a.q)),
       descOf(a.k.data, extent(a.k)),

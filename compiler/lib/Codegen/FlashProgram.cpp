@@ -99,7 +99,10 @@ public:
   }
 
   LogicalResult buildKernel(StringRef name);
-  LogicalResult buildMaskBuilder(StringRef name);
+  /// The block-mask builder: a func over [begin, end) items, or with
+  /// `gpuModule` a gpu.func with one block per item.
+  LogicalResult buildMaskBuilder(StringRef name,
+                                 gpu::GPUModuleOp gpuModule = nullptr);
   /// The SIMT GPU form: a gpu.func with one block per work item and one
   /// thread per query row; K and V tiles are staged in shared memory.
   LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
@@ -150,7 +153,10 @@ private:
     return f;
   }
   void loop0(Value lb, Value ub, int64_t step, function_ref<void(Value)> body) {
-    auto f = scf::ForOp::create(b_, lb, ub, cIdx(step));
+    loop0(lb, ub, cIdx(step), body);
+  }
+  void loop0(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, step);
     OpBuilder::InsertionGuard g(b_);
     b_.setInsertionPoint(f.getBody()->getTerminator());
     body(f.getInductionVar());
@@ -1110,29 +1116,51 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
   return success();
 }
 
-LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name) {
+LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
+                                               gpu::GPUModuleOp gpuModule) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(i64_), dyn(f32_), dyn(b_.getI8Type())};
   for (const rt::ParamSpec &p : info_.params)
     if (p.isTensor)
       args.push_back(dyn(storageType(ctx_, p.dtype)));
   args.push_back(i64_);
-  args.push_back(i64_);
-  auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
-  Block *entry = fn.addEntryBlock();
+  if (!gpuModule)
+    args.push_back(i64_);
   OpBuilder::InsertionGuard guard(b_);
+  Block *entry = nullptr;
+  if (gpuModule) {
+    b_.setInsertionPointToEnd(gpuModule.getBody());
+    auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+    entry = &fn.getBody().front();
+  } else {
+    auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
+    entry = fn.addEntryBlock();
+  }
   b_.setInsertionPointToStart(entry);
-  ip_ = fn.getArgument(0);
-  fp_ = fn.getArgument(1);
-  Value out = fn.getArgument(2);
+  ValueRange fargs = entry->getArguments();
+  ip_ = fargs[0];
+  fp_ = fargs[1];
+  Value out = fargs[2];
   captures_.clear();
   capDims_.clear();
   capStrides_.clear();
   scalars_.clear();
-  loadEntryValues(fn.getArguments(), 3);
-  Value begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
-  Value end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
+  loadEntryValues(fargs, 3);
   Value c0 = cIdx(0), c1 = cIdx(1);
+  // CPU: items [begin, end), each KV tile in turn. GPU: one block per item
+  // (the last operand is the launch's first item), its threads striding
+  // over the KV tiles.
+  Value begin, end, jBegin = c0, jStep = c1;
+  if (gpuModule) {
+    begin = add(toIdx(fargs.back()), gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+    end = add(begin, c1);
+    jBegin = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+    jStep = gpu::BlockDimOp::create(b_, gpu::Dimension::x);
+  } else {
+    begin = toIdx(fargs[fargs.size() - 2]);
+    end = toIdx(fargs.back());
+  }
   Value B = ipAt(abi::kB), Hq = ipAt(abi::kHq), Lq = ipAt(abi::kLq),
         nQT = ipAt(abi::kNumQTiles), nKT = ipAt(abi::kNumKTiles),
         sB = ipAt(abi::kBMStrideB), sH = ipAt(abi::kBMStrideH);
@@ -1152,7 +1180,7 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name) {
     Value rows = minI(cIdx(BM), sub(Lq, r0));
     Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
     Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
-    loop0(c0, nKT, 1, [&](Value j) {
+    loop0(jBegin, nKT, jStep, [&](Value j) {
       Value kv0 = mul(j, cIdx(BN));
       Value cols = maxI(c0, minI(cIdx(BN), sub(kvLen, kv0)));
       auto count = loop(c0, rows, 1, {c0}, [&](Value r, ValueRange it) {
@@ -1176,7 +1204,10 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name) {
       store(cls, out, at);
     });
   });
-  func::ReturnOp::create(b_);
+  if (gpuModule)
+    gpu::ReturnOp::create(b_);
+  else
+    func::ReturnOp::create(b_);
   return success();
 }
 
@@ -1193,7 +1224,15 @@ LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
       ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                     arith::ArithDialect, math::MathDialect>();
   ProgramBuilder kernel(module->getParentOfType<ModuleOp>(), variant, mask, config);
-  return kernel.buildGpuKernel(module, name);
+  if (failed(kernel.buildGpuKernel(module, name)))
+    return failure();
+  if (mask.kind == rt::MaskKind::Data) {
+    ProgramBuilder builder(module->getParentOfType<ModuleOp>(), variant, mask,
+                           config);
+    if (failed(builder.buildMaskBuilder((name + "_block_mask").str(), module)))
+      return failure();
+  }
+  return success();
 }
 
 LogicalResult buildFlashProgram(ModuleOp module, attn::VariantOp variant,

@@ -51,6 +51,30 @@ bool isGpuTarget(const std::string &t) {
   return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90";
 }
 
+rt::KernelSpec gpuSpec(const rt::KernelSpec &requested) {
+  rt::KernelSpec s = requested;
+  int64_t perKey = (s.headDim + s.vHeadDim) * 4;
+  s.blockN = std::max<int64_t>(
+      8, std::min<int64_t>(s.blockN, (48 * 1024 / perKey) / 8 * 8));
+  return s;
+}
+
+int64_t gpuThreads(const rt::KernelSpec &spec) { return spec.blockM; }
+
+int64_t gpuSharedBytes(const rt::KernelSpec &spec) {
+  return (spec.headDim + spec.vHeadDim) * spec.blockN * 4;
+}
+
+std::string gpuKernelName(StringRef variant, const rt::KernelSpec &spec) {
+  int64_t warps = (gpuThreads(spec) + 31) / 32;
+  return ("attnc_" + variant + "_" + std::string(rt::dtypeName(spec.dtype)) +
+          "_d" + std::to_string(spec.headDim) + "v" +
+          std::to_string(spec.vHeadDim) + "_m" + std::to_string(spec.blockM) +
+          "n" + std::to_string(spec.blockN) + "w" + std::to_string(warps) +
+          "s1")
+      .str();
+}
+
 OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
                                      const FlashConfig &config,
                                      std::string &error) {
@@ -66,10 +90,9 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
   // K^T and V tiles live in static shared memory, at most 48 KB per block
   // without the dynamic opt-in: shrink the KV tile for large head dims.
   FlashConfig cfg = config;
-  int64_t perKey = (cfg.spec.headDim + cfg.spec.vHeadDim) * 4;
-  cfg.spec.blockN = std::max<int64_t>(
-      8, std::min<int64_t>(cfg.spec.blockN, (48 * 1024 / perKey) / 8 * 8));
-  if (failed(buildGpuFlashProgram(gm, copy, mask, cfg, "kernel"))) {
+  cfg.spec = gpuSpec(config.spec);
+  if (failed(buildGpuFlashProgram(gm, copy, mask, cfg,
+                                  gpuKernelName(variant.getSymName(), cfg.spec)))) {
     error = "cannot build the GPU program for variant '" +
             variant.getSymName().str() + "'";
     return nullptr;
@@ -224,6 +247,44 @@ std::string emitPTX(ModuleOp module, std::string &error) {
   if (ptx.empty())
     error = "no PTX was produced";
   return ptx;
+}
+
+rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
+                         const std::string &target, rt::GpuKernelImage &out) {
+  if (!isGpuTarget(target))
+    return rt::Status::invalidArgument("unknown GPU target '" + target +
+                                       "' (expected sm_80, sm_86, sm_89 or "
+                                       "sm_90)");
+  FlashConfig config;
+  config.spec = spec;
+  std::string error;
+  OwningOpRef<ModuleOp> m = buildGpuModule(variant, config, error);
+  if (!m)
+    return rt::Status::internal(error);
+  if (failed(lowerToNVVM(*m, target)))
+    return rt::Status::internal("lowering variant '" +
+                                variant.getSymName().str() +
+                                "' to NVVM failed");
+  out = rt::GpuKernelImage();
+  out.ptx = emitPTX(*m, error);
+  if (out.ptx.empty())
+    return rt::Status::internal(error);
+  out.target = target;
+  out.spec = gpuSpec(spec);
+  out.threads = gpuThreads(out.spec);
+  out.sharedBytes = gpuSharedBytes(out.spec);
+  out.kernel = gpuKernelName(variant.getSymName(), out.spec);
+  if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);
+      !s)
+    return rt::Status::internal(s.message());
+  if (analyzeMask(variant).kind == rt::MaskKind::Data) {
+    out.maskBuilder = out.kernel + "_block_mask";
+    if (rt::Status s = rt::ptxEntryParams(out.ptx, out.maskBuilder,
+                                          out.maskBuilderParams);
+        !s)
+      return rt::Status::internal(s.message());
+  }
+  return rt::Status::ok();
 }
 
 } // namespace attnc

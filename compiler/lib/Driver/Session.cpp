@@ -2,6 +2,7 @@
 #include "attnc/Driver/Session.h"
 
 #include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/VariantInfo.h"
 #include "attnc/Frontend/Sema.h"
 #include "attnc/MLIRGen/MLIRGen.h"
@@ -96,6 +97,16 @@ rt::Status Session::compileCpu(const std::string &variant,
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
   return compileForCpu(v, spec, out);
+}
+
+rt::Status Session::compileGpu(const std::string &variant,
+                               const rt::KernelSpec &spec,
+                               const std::string &target,
+                               rt::GpuKernelImage &out) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  return compileForGpu(v, spec, target, out);
 }
 
 rt::Status Session::countTiles(const std::string &variant,

@@ -59,8 +59,16 @@ compile options:
                       gpu     the SIMT GPU program (gpu dialect)
                       nvvm    the GPU program lowered to the NVVM dialect
                       ptx     PTX from LLVM's NVPTX backend (--target=sm_XX)
+                      package a kernel package for the runtime (JSON: the
+                              variants' programs and PTX per target, dtype
+                              and head dims; docs/runtime.md)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
-                    GPU stages (SIMT form; not yet run on a GPU)
+                    GPU stages (SIMT form; not yet run on a GPU); a comma
+                    list for --emit=package (default sm_80,sm_90)
+  --dtypes=LIST --head-dims=LIST
+                    what --emit=package compiles: dtypes (default
+                    f32,f16,bf16) and head dims, each D or Dqk:Dv (default
+                    64,128)
   --dtype T --head-dim N --v-head-dim N --block-m N --block-n N
                     kernel configuration for tiled/llvm (f32, 64, 64, 64, 64)
   --q-len N --kv-len N --set NAME=VALUE
@@ -110,7 +118,79 @@ struct CompileOptions {
   std::string output;
   bool canonicalize = true;
   bool debugLocs = false;
+  std::string dtypes = "f32,f16,bf16", headDims = "64,128";
 };
+
+std::vector<std::string> splitList(const std::string &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+/// --emit=package: every variant x target x dtype x head dims, one file.
+int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
+                const std::string &source, std::ostream &os) {
+  namespace rt = attnc::rt;
+  std::vector<std::string> targets = splitList(o.target);
+  std::vector<rt::DType> dtypes;
+  for (const std::string &d : splitList(o.dtypes)) {
+    auto t = rt::parseDType(d);
+    if (!t || (*t != rt::DType::F32 && *t != rt::DType::F16 &&
+               *t != rt::DType::BF16))
+      return usageError("--dtypes: '" + d + "' is not f32, f16 or bf16");
+    dtypes.push_back(*t);
+  }
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (const std::string &d : splitList(o.headDims)) {
+    size_t colon = d.find(':');
+    char *e1 = nullptr, *e2 = nullptr;
+    long long a = std::strtoll(d.c_str(), &e1, 10);
+    long long b = colon == std::string::npos
+                      ? a
+                      : std::strtoll(d.c_str() + colon + 1, &e2, 10);
+    bool ok = colon == std::string::npos ? *e1 == 0 : (*e1 == ':' && *e2 == 0);
+    if (!ok || a < 8 || a > 256 || a % 8 || b < 8 || b > 256 || b % 8)
+      return usageError("--head-dims: '" + d +
+                        "' is not D or Dqk:Dv with multiples of 8 up to 256");
+    dims.push_back({a, b});
+  }
+  if (targets.empty() || dtypes.empty() || dims.empty())
+    return usageError("--emit=package needs at least one target, dtype and "
+                      "head dim");
+  rt::Package pkg;
+  pkg.compiler = std::string("attnc ") + ATTNC_VERSION + " (LLVM/MLIR " +
+                 ATTNC_LLVM_VERSION + ")";
+  pkg.source = source;
+  for (auto v : module.getOps<mlir::attn::VariantOp>()) {
+    rt::PackageVariant pv;
+    if (rt::Status s = rt::VariantInfo::parse(
+            attnc::printVariantInfo(v, attnc::analyzeMask(v)), pv.info);
+        !s) {
+      std::cerr << "attnc: error: internal error: " << s.message() << "\n";
+      return 1;
+    }
+    for (const std::string &t : targets)
+      for (rt::DType dt : dtypes)
+        for (auto [d, dv] : dims) {
+          rt::KernelSpec spec = o.spec;
+          spec.dtype = dt;
+          spec.headDim = d;
+          spec.vHeadDim = dv;
+          rt::GpuKernelImage img;
+          if (rt::Status s = attnc::compileForGpu(v, spec, t, img); !s) {
+            std::cerr << "attnc: error: " << s.message() << "\n";
+            return 1;
+          }
+          pv.kernels.push_back(std::move(img));
+        }
+    pkg.variants.push_back(std::move(pv));
+  }
+  os << pkg.serialize();
+  return 0;
+}
 
 /// Prints the mask analysis of each variant and its tile classes for the
 /// problem given on the command line.
@@ -233,7 +313,8 @@ int runCompile(const std::vector<std::string> &args) {
       return false;
     };
     if (value("--emit", o.emit) || value("--variant", o.variant) ||
-        value("-o", o.output) || value("--target", o.target))
+        value("-o", o.output) || value("--target", o.target) ||
+        value("--dtypes", o.dtypes) || value("--head-dims", o.headDims))
       continue;
     std::string num;
     auto intValue = [&](const std::string &flag, int64_t &dst, int64_t lo,
@@ -301,15 +382,24 @@ int runCompile(const std::vector<std::string> &args) {
   }
   if (o.input.empty())
     return usageError("'compile' needs an input file");
-  static const char *kStages[] = {"ast",   "attn", "mask", "info", "tiled",
-                                  "llvm",  "gpu",  "nvvm", "ptx"};
+  static const char *kStages[] = {"ast",  "attn", "mask", "info",
+                                  "tiled", "llvm", "gpu",  "nvvm",
+                                  "ptx",  "package"};
   if (std::find(std::begin(kStages), std::end(kStages), o.emit) ==
       std::end(kStages))
     return usageError("unknown --emit stage '" + o.emit +
                       "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
-                      "nvvm or ptx)");
+                      "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
-  if (o.target != "cpu" && !attnc::isGpuTarget(o.target))
+  if (o.emit == "package") {
+    if (o.target == "cpu")
+      o.target = "sm_80,sm_90";
+    for (const std::string &t : splitList(o.target))
+      if (!attnc::isGpuTarget(t))
+        return usageError("unknown --target '" + t +
+                          "' for a package (expected sm_80, sm_86, sm_89 or "
+                          "sm_90)");
+  } else if (o.target != "cpu" && !attnc::isGpuTarget(o.target))
     return usageError("unknown --target '" + o.target +
                       "' (expected cpu, sm_80, sm_86, sm_89 or sm_90)");
   if (gpuStage && o.target == "cpu")
@@ -387,6 +477,8 @@ int runCompile(const std::vector<std::string> &args) {
       return 1;
     }
   }
+  if (o.emit == "package")
+    return emitPackage(*ir, o, name, *os);
   if (o.emit != "attn")
     return emitLaterStage(*ir, o, *os);
   mlir::OpPrintingFlags flags;

@@ -77,6 +77,8 @@ Status Driver::open(std::unique_ptr<Driver> &out, const std::string &pathIn) {
       {"cuMemFree_v2", resolve(h, "cuMemFree_v2", a.cuMemFree)},
       {"cuMemcpyHtoD_v2", resolve(h, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD)},
       {"cuMemcpyDtoH_v2", resolve(h, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH)},
+      {"cuMemsetD8_v2", resolve(h, "cuMemsetD8_v2", a.cuMemsetD8)},
+      {"cuCtxSynchronize", resolve(h, "cuCtxSynchronize", a.cuCtxSynchronize)},
       {"cuStreamSynchronize", resolve(h, "cuStreamSynchronize", a.cuStreamSynchronize)},
       {"cuEventCreate", resolve(h, "cuEventCreate", a.cuEventCreate)},
       {"cuEventRecord", resolve(h, "cuEventRecord", a.cuEventRecord)},
@@ -150,6 +152,21 @@ Status Device::open(const Driver &driver, int ordinal,
     return s;
   out = std::move(d);
   return Status::ok();
+}
+
+Status Context::open(std::unique_ptr<Context> &out, int ordinal,
+                     const std::string &libraryPath) {
+  auto c = std::unique_ptr<Context>(new Context());
+  if (Status s = Driver::open(c->driver_, libraryPath); !s)
+    return s;
+  if (Status s = Device::open(*c->driver_, ordinal, c->device_); !s)
+    return s;
+  out = std::move(c);
+  return Status::ok();
+}
+
+Status Context::synchronize() const {
+  return driver_->check(driver_->api().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 } // namespace attnc::rt::cuda

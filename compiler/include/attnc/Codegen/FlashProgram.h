@@ -37,7 +37,10 @@ mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
 /// thread per query row, K^T and V tiles staged in shared memory; modifiers,
 /// mask classes, online softmax and epilogue as in the CPU form. The
 /// operands are those of KernelABI.h, the last one being the first work
-/// item of the launch (blockIdx.x adds to it).
+/// item of the launch (blockIdx.x adds to it). Data-dependent masks also get
+/// `@<name>_block_mask`: one block per (b, h, Q tile) item, its threads
+/// striding over the KV tiles (operands ip, fp, classes, captures, first
+/// item).
 mlir::LogicalResult buildGpuFlashProgram(mlir::gpu::GPUModuleOp module,
                                          mlir::attn::VariantOp variant,
                                          const MaskAnalysis &mask,

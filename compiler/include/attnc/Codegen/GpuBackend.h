@@ -3,6 +3,7 @@
 #define ATTNC_CODEGEN_GPUBACKEND_H
 
 #include "attnc/Codegen/FlashProgram.h"
+#include "attnc/runtime/Package.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -13,8 +14,22 @@ namespace attnc {
 /// `sm_80`, `sm_86`, `sm_89`, `sm_90`: the targets the NVPTX path accepts.
 bool isGpuTarget(const std::string &target);
 
+/// The configuration the SIMT kernel is built with for a requested one:
+/// the KV tile shrinks so that the K^T and V tiles (f32) fit the 48 KB of
+/// static shared memory; one thread per query row.
+rt::KernelSpec gpuSpec(const rt::KernelSpec &requested);
+int64_t gpuThreads(const rt::KernelSpec &spec);
+int64_t gpuSharedBytes(const rt::KernelSpec &spec);
+
+/// The kernel's name, carrying its configuration: variant, dtype, head
+/// dims, block_m, block_n, warps and pipeline stages, e.g.
+/// `attnc_causal_bf16_d128v128_m64n48w2s1`.
+std::string gpuKernelName(llvm::StringRef variant, const rt::KernelSpec &spec);
+
 /// A module holding the variant and `gpu.module @attnc_kernels` with the
-/// SIMT kernel `@kernel` (`attnc compile --emit=gpu`).
+/// SIMT kernel named by gpuKernelName(gpuSpec(config.spec)) (and its
+/// block-mask builder, `<name>_block_mask`, for data-dependent masks)
+/// (`attnc compile --emit=gpu`).
 mlir::OwningOpRef<mlir::ModuleOp>
 buildGpuModule(mlir::attn::VariantOp variant, const FlashConfig &config,
                std::string &error);
@@ -24,6 +39,12 @@ mlir::LogicalResult lowerToNVVM(mlir::ModuleOp module, const std::string &chip);
 
 /// Serializes the NVVM module to PTX with LLVM's NVPTX backend (`--emit=ptx`).
 std::string emitPTX(mlir::ModuleOp nvvmModule, std::string &error);
+
+/// Compiles `variant` for `target` (sm_XX) down to PTX and describes it for
+/// the runtime's launcher (`--emit=package`, `attnc check --backend cuda`).
+rt::Status compileForGpu(mlir::attn::VariantOp variant,
+                         const rt::KernelSpec &spec, const std::string &target,
+                         rt::GpuKernelImage &out);
 
 } // namespace attnc
 

@@ -9,6 +9,7 @@
 #define ATTNC_DRIVER_SESSION_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Package.h"
 
 #include <array>
 #include <map>
@@ -35,6 +36,11 @@ public:
   /// JIT-compiles `variant` for the host CPU.
   rt::Status compileCpu(const std::string &variant, const rt::KernelSpec &spec,
                         std::unique_ptr<rt::CpuKernel> &out) const;
+  /// Compiles `variant` to PTX for `target` (sm_80, sm_86, sm_89, sm_90),
+  /// ready for rt::cuda::GpuKernel::load or a Package.
+  rt::Status compileGpu(const std::string &variant, const rt::KernelSpec &spec,
+                        const std::string &target,
+                        rt::GpuKernelImage &out) const;
 
   /// Counts the (empty, partial, full) tiles a kernel with `spec` visits
   /// for a closed-form or absent mask, over every (b, h, Q tile, KV tile

@@ -51,6 +51,8 @@ struct DriverApi {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuCtxSynchronize)();
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -93,6 +95,7 @@ public:
                      std::unique_ptr<Device> &out);
   const std::string &name() const { return name_; }
   int computeCapability() const { return cc_; } // e.g. 90 for sm_90
+  const Driver &driver() const { return *driver_; }
 
 private:
   Device() = default;
@@ -101,6 +104,24 @@ private:
   CUcontext ctx_ = nullptr;
   std::string name_;
   int cc_ = 0;
+};
+
+/// A driver and one device with its primary context current: what apps
+/// hold to load kernels and allocate memory.
+class Context {
+public:
+  /// "no CUDA driver: ..." or "no CUDA device: ..." (StatusCode::Unavailable)
+  /// when there is nothing to run on.
+  static Status open(std::unique_ptr<Context> &out, int ordinal = 0,
+                     const std::string &libraryPath = "");
+  const Driver &driver() const { return *driver_; }
+  const Device &device() const { return *device_; }
+  /// Waits for all work of the context.
+  Status synchronize() const;
+
+private:
+  std::unique_ptr<Driver> driver_;
+  std::unique_ptr<Device> device_;
 };
 
 } // namespace attnc::rt::cuda

@@ -1,0 +1,69 @@
+//===- Package.h - Ahead-of-time kernel packages ----------------*- C++ -*-===//
+//
+// `attnc compile FILE.attn --emit=package --target=sm_80,sm_90` writes one
+// self-contained JSON file: for each variant, its signature and modifier
+// program (what validation, binding by name and the fp64 reference need) and
+// one PTX module per (target, dtype, head dims), with what the launcher
+// needs to run it: entry names, threads per block, shared memory, the tile
+// configuration and the kernel's parameter sizes. The runtime reads it with
+// no LLVM; the parameter layout is checked against the PTX on load.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_PACKAGE_H
+#define ATTNC_RUNTIME_PACKAGE_H
+
+#include "attnc/runtime/Attention.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::rt {
+
+/// One compiled GPU kernel (and its block-mask builder, for data masks).
+struct GpuKernelImage {
+  std::string target;       // "sm_80", "sm_86", "sm_89" or "sm_90"
+  KernelSpec spec;          // as compiled: blockN may be below the request
+  int64_t threads = 0;      // per block; the grid is one block per work item
+  int64_t sharedBytes = 0;  // static shared memory per block
+  std::string kernel;       // entry names in `ptx`
+  std::string maskBuilder;  // empty unless the mask is data-dependent
+  std::vector<int> kernelParams, maskBuilderParams; // bytes per parameter
+  std::string ptx;
+};
+
+struct PackageVariant {
+  VariantInfo info;
+  std::vector<GpuKernelImage> kernels;
+};
+
+struct Package {
+  static constexpr int kVersion = 1;
+  std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
+  std::string source;   // the .attn file it was compiled from
+  std::vector<PackageVariant> variants;
+
+  const PackageVariant *find(const std::string &variant) const;
+  std::string serialize() const;
+  /// Parses and checks a package (every kernel's parameter list against
+  /// its PTX); `origin` names it in errors.
+  static Status parse(const std::string &text, const std::string &origin,
+                      Package &out);
+  static Status read(const std::string &path, Package &out);
+  /// Writes atomically (temporary file + rename).
+  Status write(const std::string &path) const;
+};
+
+/// The kernel of `v` for a device of compute capability `cc` (90 for
+/// sm_90) and these inputs: the highest target not above the device (PTX
+/// is JIT-compiled forward). The message lists what the package has.
+Status selectKernel(const PackageVariant &v, int cc, DType dtype,
+                    int64_t headDim, int64_t vHeadDim,
+                    const GpuKernelImage *&out);
+
+/// Sizes in bytes of the parameters of `.entry <entry>(...)` in PTX text.
+Status ptxEntryParams(const std::string &ptx, const std::string &entry,
+                      std::vector<int> &sizes);
+
+} // namespace attnc::rt
+
+#endif

@@ -1,0 +1,96 @@
+//===- GpuKernel.h - Running packaged kernels on a CUDA device --*- C++ -*-===//
+//
+// A GpuKernel is one GpuKernelImage (PTX + launch facts) loaded into a
+// Context. It takes the same AttentionArgs as the CPU kernel, validated the
+// same way before anything is enqueued; the views point to device memory,
+// while lengths, offsets and scalars stay host values.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_CUDA_GPUKERNEL_H
+#define ATTNC_RUNTIME_CUDA_GPUKERNEL_H
+
+#include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Package.h"
+#include "attnc/runtime/cuda/CudaDriver.h"
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace attnc::rt::cuda {
+
+/// Device memory owned by this object (freed on destruction).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&o) noexcept { *this = std::move(o); }
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+
+  static Status allocate(const Context &ctx, size_t bytes, DeviceBuffer &out);
+  void *data() const { return reinterpret_cast<void *>(ptr_); }
+  size_t size() const { return size_; }
+  Status upload(const void *src, size_t bytes, size_t offset = 0);
+  Status download(void *dst, size_t bytes, size_t offset = 0) const;
+  Status fill(unsigned char byte);
+
+private:
+  const Context *ctx_ = nullptr;
+  CUdeviceptr ptr_ = 0;
+  size_t size_ = 0;
+};
+
+class GpuKernel {
+public:
+  ~GpuKernel();
+  /// Loads the image's PTX (the driver JIT-compiles it for the device); a
+  /// JIT failure carries the driver's log. Checks the device is new enough
+  /// for the image's target.
+  static Status load(const Context &ctx, const VariantInfo &variant,
+                     const GpuKernelImage &image,
+                     std::unique_ptr<GpuKernel> &out);
+
+  const VariantInfo &variant() const { return variant_; }
+  const GpuKernelImage &image() const { return image_; }
+
+  /// Validates everything, then enqueues on `stream` (null: the null
+  /// stream) and returns without waiting. A data-dependent mask without
+  /// args.blockMask builds its block mask on the device first. The small
+  /// parameter arrays are copied with the (stream-ordered, blocking) null
+  /// stream, so streams created CU_STREAM_NON_BLOCKING are not supported.
+  Status run(const AttentionArgs &args, CUstream stream = nullptr) const;
+
+  /// Builds the block mask of a data-dependent variant on the device and
+  /// copies it to `out` (reusable as args.blockMask, on the CPU too).
+  Status buildBlockMask(const AttentionArgs &args, BlockMask &out) const;
+
+private:
+  GpuKernel() = default;
+  Status launch(CUfunction fn, const std::vector<void *> &memrefs,
+                int64_t items, CUstream stream) const;
+  Status upload(const AttentionArgs &a, const Problem &p, const BlockMask *bm,
+                bool forMaskBuilder, std::vector<void *> &memrefs) const;
+
+  const Context *ctx_ = nullptr;
+  VariantInfo variant_;
+  GpuKernelImage image_;
+  CUmodule module_ = nullptr;
+  CUfunction kernel_ = nullptr, maskBuilder_ = nullptr;
+  // Parameter arrays (ip, fp, block mask) live here between calls.
+  mutable std::mutex mu_;
+  mutable DeviceBuffer scratch_;
+};
+
+/// Runs `kernel` over host-resident inputs: copies what each view spans to
+/// the device, runs, waits, and copies `out` (and `lse`) back into the
+/// host views. For tests, tools and the parity suite. `ms`, if given,
+/// receives the time of run() (parameter upload and launches) measured
+/// with events on the null stream.
+Status runFromHost(const Context &ctx, const GpuKernel &kernel,
+                   const AttentionArgs &hostArgs, float *ms = nullptr);
+
+} // namespace attnc::rt::cuda
+
+#endif

@@ -1,0 +1,110 @@
+//===- KernelOperands.cpp - Kernel parameters shared by every backend ----===//
+#include "KernelOperands.h"
+#include "attnc/runtime/KernelABI.h"
+
+#include <fmt/format.h>
+
+namespace attnc::rt::detail {
+
+int64_t extent(const TensorView &t) {
+  int64_t e = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] > 0)
+      e += (t.shape[i] - 1) * t.strides[i];
+  return e;
+}
+
+int64_t packedHeads(const VariantInfo &v, const KernelSpec &spec,
+                    const Problem &p, const BlockMask *bm) {
+  int64_t g = p.Hq / p.Hkv;
+  if (g == 1 || bm || v.maskKind == MaskKind::Data || v.maskUsesHead ||
+      p.Lq >= spec.blockM)
+    return 1;
+  return g;
+}
+
+Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
+                       const AttentionArgs &a, const Problem &p,
+                       const BlockMask *bm, int64_t packHeads) {
+  abi::Layout L = abi::computeLayout(v);
+  Operands o;
+  o.ip.assign(L.size(p.B), 0);
+  o.fp.assign(1 + v.params.size(), 0.f);
+  auto &ip = o.ip;
+  ip[abi::kB] = p.B;
+  ip[abi::kHq] = p.Hq;
+  ip[abi::kHkv] = p.Hkv;
+  ip[abi::kLq] = p.Lq;
+  ip[abi::kLkv] = p.Lkv;
+  ip[abi::kNumQTiles] = (packHeads * p.Lq + spec.blockM - 1) / spec.blockM;
+  ip[abi::kPackHeads] = packHeads;
+  ip[abi::kNumKTiles] = (p.Lkv + spec.blockN - 1) / spec.blockN;
+  for (int d = 0; d < 4; ++d) {
+    ip[abi::kQStride + d] = a.q.strides[d];
+    ip[abi::kKStride + d] = a.k.strides[d];
+    ip[abi::kVStride + d] = a.v.strides[d];
+    ip[abi::kOStride + d] = a.out.strides[d];
+  }
+  if (p.hasLse)
+    for (int d = 0; d < 3; ++d)
+      ip[abi::kLseStride + d] = a.lse.strides[d];
+  ip[abi::kHasLse] = p.hasLse;
+  if (bm) {
+    ip[abi::kHasBlockMask] = 1;
+    ip[abi::kBMStrideB] = bm->heads * bm->numQTiles * bm->numKTiles;
+    ip[abi::kBMStrideH] = bm->heads > 1 ? bm->numQTiles * bm->numKTiles : 0;
+  }
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    const ParamSpec &ps = v.params[i];
+    const BoundParam &bp = p.params[i];
+    if (!ps.isTensor) {
+      if (ps.dtype == DType::I32)
+        ip[L.paramBase + i] = static_cast<int64_t>(bp.scalar);
+      else
+        o.fp[1 + i] = static_cast<float>(bp.scalar);
+      continue;
+    }
+    int64_t base = L.captureBase[i], r = static_cast<int64_t>(bp.shape.size());
+    for (int64_t d = 0; d < r; ++d) {
+      ip[base + d] = bp.shape[d];
+      ip[base + r + d] = bp.strides[d];
+    }
+  }
+  for (int64_t b = 0; b < p.B; ++b) {
+    ip[L.seqBase + b] = p.kvLen[b];
+    ip[L.seqBase + p.B + b] = p.qPos0[b];
+  }
+  o.fp[0] = static_cast<float>(p.scale);
+  return o;
+}
+
+void initBlockMask(const VariantInfo &v, const KernelSpec &spec,
+                   const Problem &p, BlockMask &bm) {
+  bm = BlockMask();
+  bm.batch = p.B;
+  bm.heads = v.maskUsesHead ? p.Hq : 1;
+  bm.blockM = spec.blockM;
+  bm.blockN = spec.blockN;
+  bm.lq = p.Lq;
+  bm.numQTiles = (p.Lq + spec.blockM - 1) / spec.blockM;
+  bm.numKTiles = (p.Lkv + spec.blockN - 1) / spec.blockN;
+  bm.kvLen = p.kvLen;
+  bm.qPos0 = p.qPos0;
+  bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
+}
+
+Status checkBlockMask(const KernelSpec &spec, const Problem &p,
+                      const BlockMask &bm) {
+  if (bm.blockM != spec.blockM || bm.blockN != spec.blockN || bm.batch != p.B ||
+      bm.lq != p.Lq || bm.kvLen != p.kvLen || bm.qPos0 != p.qPos0 ||
+      bm.numKTiles != (p.Lkv + spec.blockN - 1) / spec.blockN ||
+      (bm.heads != 1 && bm.heads != p.Hq) ||
+      bm.classes.size() !=
+          static_cast<size_t>(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles))
+    return Status::invalidArgument(
+        "'blockMask' was built for different lengths, offsets or tile "
+        "sizes; rebuild it for these inputs");
+  return Status::ok();
+}
+
+} // namespace attnc::rt::detail

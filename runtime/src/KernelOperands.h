@@ -1,0 +1,55 @@
+//===- KernelOperands.h - What every backend passes its kernels -*- C++ -*-===//
+//
+// Internal to the runtime: the integer/float parameter arrays of KernelABI.h,
+// the head-packing policy and the block-mask geometry, shared by the CPU and
+// CUDA launchers so that both run the same contract.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_SRC_KERNELOPERANDS_H
+#define ATTNC_RUNTIME_SRC_KERNELOPERANDS_H
+
+#include "attnc/runtime/Attention.h"
+#include "attnc/runtime/KernelABI.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace attnc::rt::detail {
+
+/// Elements spanned by a strided view (the extent kernels may touch).
+int64_t extent(const TensorView &t);
+
+struct Operands {
+  std::vector<int64_t> ip;
+  std::vector<float> fp;
+};
+
+/// Query heads per work item. For small query chunks (decode, chunked
+/// decode) the G heads that share a KV head go in one tile, so K and V are
+/// read once per group and the matrix products have G x Lq rows. Only when
+/// tiles can be classified without knowing each row's head: no block mask,
+/// and a mask that does not read h.
+int64_t packedHeads(const VariantInfo &v, const KernelSpec &spec,
+                    const Problem &p, const BlockMask *bm);
+
+/// ip and fp for one call (KernelABI.h).
+Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
+                       const AttentionArgs &a, const Problem &p,
+                       const BlockMask *bm, int64_t packHeads = 1);
+
+/// Work items of a kernel launch: B * (Hq / pack) * numQTiles.
+inline int64_t numItems(const Problem &p, const Operands &o) {
+  return p.B * (p.Hq / o.ip[abi::kPackHeads]) * o.ip[abi::kNumQTiles];
+}
+
+/// Sizes `bm` for this problem (classes zeroed), as the builders fill it.
+void initBlockMask(const VariantInfo &v, const KernelSpec &spec,
+                   const Problem &p, BlockMask &bm);
+
+/// Refuses a caller's block mask built for other lengths, offsets or tiles.
+Status checkBlockMask(const KernelSpec &spec, const Problem &p,
+                      const BlockMask &bm);
+
+} // namespace attnc::rt::detail
+
+#endif

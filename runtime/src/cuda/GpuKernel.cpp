@@ -1,0 +1,413 @@
+//===- GpuKernel.cpp - Loading and launching packaged kernels ------------===//
+#include "attnc/runtime/cuda/GpuKernel.h"
+#include "attnc/runtime/KernelABI.h"
+#include "../KernelOperands.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace attnc::rt::cuda {
+
+namespace {
+// cuda.h's CUjit_option values.
+constexpr int kJitInfoLogBuffer = 3, kJitInfoLogSize = 4,
+              kJitErrorLogBuffer = 5, kJitErrorLogSize = 6;
+constexpr int64_t kMaxStaticShared = 48 * 1024;
+constexpr int64_t kMaskBuilderThreads = 64;
+constexpr int64_t kMaxGridX = 2147483647;
+
+/// A 1-D memref descriptor as MLIR's GPU lowering passes it: five 8-byte
+/// kernel parameters (allocated, aligned, offset, size, stride).
+struct Desc {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t size;
+  int64_t stride;
+};
+
+int64_t bytesOf(const TensorView &t) {
+  return detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
+}
+
+size_t align8(size_t n) { return (n + 7) & ~size_t(7); }
+} // namespace
+
+// ---- DeviceBuffer -------------------------------------------------------
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ && ctx_)
+    ctx_->driver().api().cuMemFree(ptr_);
+}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    if (ptr_ && ctx_)
+      ctx_->driver().api().cuMemFree(ptr_);
+    ctx_ = o.ctx_;
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = 0;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+Status DeviceBuffer::allocate(const Context &ctx, size_t bytes,
+                              DeviceBuffer &out) {
+  out = DeviceBuffer();
+  out.ctx_ = &ctx;
+  // Zero-byte requests still get a valid, distinct address.
+  if (Status s = ctx.driver().check(
+          ctx.driver().api().cuMemAlloc(&out.ptr_, std::max<size_t>(bytes, 8)),
+          "cuMemAlloc");
+      !s)
+    return Status::unavailable(fmt::format(
+        "cannot allocate {} bytes on the device: {}", bytes, s.message()));
+  out.size_ = bytes;
+  return Status::ok();
+}
+
+Status DeviceBuffer::upload(const void *src, size_t bytes, size_t offset) {
+  if (offset + bytes > size_)
+    return Status::invalidArgument(fmt::format(
+        "upload of {} bytes at offset {} exceeds the buffer ({} bytes)", bytes,
+        offset, size_));
+  if (!bytes)
+    return Status::ok();
+  return ctx_->driver().check(
+      ctx_->driver().api().cuMemcpyHtoD(ptr_ + offset, src, bytes),
+      "cuMemcpyHtoD");
+}
+
+Status DeviceBuffer::download(void *dst, size_t bytes, size_t offset) const {
+  if (offset + bytes > size_)
+    return Status::invalidArgument(fmt::format(
+        "download of {} bytes at offset {} exceeds the buffer ({} bytes)",
+        bytes, offset, size_));
+  if (!bytes)
+    return Status::ok();
+  return ctx_->driver().check(
+      ctx_->driver().api().cuMemcpyDtoH(dst, ptr_ + offset, bytes),
+      "cuMemcpyDtoH");
+}
+
+Status DeviceBuffer::fill(unsigned char byte) {
+  return ctx_->driver().check(
+      ctx_->driver().api().cuMemsetD8(ptr_, byte, std::max<size_t>(size_, 8)),
+      "cuMemsetD8");
+}
+
+// ---- GpuKernel ----------------------------------------------------------
+
+GpuKernel::~GpuKernel() {
+  if (module_ && ctx_)
+    ctx_->driver().api().cuModuleUnload(module_);
+}
+
+Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
+                       const GpuKernelImage &image,
+                       std::unique_ptr<GpuKernel> &out) {
+  const Driver &drv = ctx.driver();
+  int target = image.target.rfind("sm_", 0) == 0
+                   ? std::atoi(image.target.c_str() + 3)
+                   : 0;
+  if (target <= 0)
+    return Status::invalidArgument("kernel '" + image.kernel +
+                                   "' has an unknown target '" +
+                                   image.target + "'");
+  if (target > ctx.device().computeCapability())
+    return Status::invalidArgument(fmt::format(
+        "kernel '{}' is compiled for {}, but {} is sm_{}", image.kernel,
+        image.target, ctx.device().name(), ctx.device().computeCapability()));
+  if (image.sharedBytes > kMaxStaticShared || image.threads <= 0 ||
+      image.threads > 1024)
+    return Status::invalidArgument(fmt::format(
+        "kernel '{}' asks for {} threads and {} bytes of static shared "
+        "memory (at most 1024 and {})",
+        image.kernel, image.threads, image.sharedBytes, kMaxStaticShared));
+  // The launcher passes 5 eight-byte words per memref operand and one i64:
+  // the package must have been compiled for this ABI.
+  size_t captures = 0;
+  for (const ParamSpec &p : variant.params)
+    captures += p.isTensor;
+  auto expect = [&](const std::vector<int> &sizes, size_t memrefs,
+                    const std::string &name) -> Status {
+    std::vector<int> want(5 * memrefs + 1, 8);
+    if (sizes != want)
+      return Status::invalidArgument(fmt::format(
+          "kernel '{}' has {} parameters, but this runtime passes {} (8 "
+          "bytes each): the package and the runtime disagree on the ABI",
+          name, sizes.size(), want.size()));
+    return Status::ok();
+  };
+  if (Status s = expect(image.kernelParams, 8 + captures, image.kernel); !s)
+    return s;
+  if ((variant.maskKind == MaskKind::Data) == image.maskBuilder.empty())
+    return Status::invalidArgument(
+        "kernel '" + image.kernel + "' and variant '" + variant.name +
+        "' disagree on whether the mask needs a block-mask builder");
+  if (!image.maskBuilder.empty())
+    if (Status s =
+            expect(image.maskBuilderParams, 3 + captures, image.maskBuilder);
+        !s)
+      return s;
+
+  auto k = std::unique_ptr<GpuKernel>(new GpuKernel());
+  k->ctx_ = &ctx;
+  k->variant_ = variant;
+  k->image_ = image;
+  std::vector<char> errLog(16384, 0), infoLog(4096, 0);
+  int opts[] = {kJitErrorLogBuffer, kJitErrorLogSize, kJitInfoLogBuffer,
+                kJitInfoLogSize};
+  void *vals[] = {errLog.data(),
+                  reinterpret_cast<void *>(uintptr_t(errLog.size() - 1)),
+                  infoLog.data(),
+                  reinterpret_cast<void *>(uintptr_t(infoLog.size() - 1))};
+  CUresult r = drv.api().cuModuleLoadDataEx(&k->module_, image.ptx.c_str(), 4,
+                                            opts, vals);
+  if (Status s = drv.check(r, "cuModuleLoadDataEx"); !s) {
+    k->module_ = nullptr;
+    std::string log(errLog.data());
+    while (!log.empty() && (log.back() == '\n' || log.back() == '\0'))
+      log.pop_back();
+    return Status::unavailable(fmt::format(
+        "cannot load kernel '{}' ({}): {}{}", image.kernel, image.target,
+        s.message(), log.empty() ? "" : "\nJIT log:\n" + log));
+  }
+  if (Status s = drv.check(drv.api().cuModuleGetFunction(
+                               &k->kernel_, k->module_, image.kernel.c_str()),
+                           "cuModuleGetFunction");
+      !s)
+    return Status::notFound("kernel '" + image.kernel +
+                            "' is not in its module: " + s.message());
+  if (!image.maskBuilder.empty())
+    if (Status s = drv.check(drv.api().cuModuleGetFunction(
+                                 &k->maskBuilder_, k->module_,
+                                 image.maskBuilder.c_str()),
+                             "cuModuleGetFunction");
+        !s)
+      return Status::notFound("block-mask builder '" + image.maskBuilder +
+                              "' is not in its module: " + s.message());
+  out = std::move(k);
+  return Status::ok();
+}
+
+Status GpuKernel::launch(CUfunction fn, const std::vector<void *> &memrefs,
+                         int64_t items, CUstream stream) const {
+  // memrefs holds (pointer, size) pairs flattened: even = pointer.
+  std::vector<Desc> descs;
+  for (size_t i = 0; i + 1 < memrefs.size(); i += 2)
+    descs.push_back(Desc{memrefs[i], memrefs[i], 0,
+                         static_cast<int64_t>(reinterpret_cast<intptr_t>(
+                             memrefs[i + 1])),
+                         1});
+  int64_t first = 0;
+  std::vector<void *> params;
+  for (Desc &d : descs)
+    for (void *field : {static_cast<void *>(&d.allocated),
+                        static_cast<void *>(&d.aligned),
+                        static_cast<void *>(&d.offset),
+                        static_cast<void *>(&d.size),
+                        static_cast<void *>(&d.stride)})
+      params.push_back(field);
+  params.push_back(&first);
+  unsigned threads = static_cast<unsigned>(
+      fn == kernel_ ? image_.threads : kMaskBuilderThreads);
+  const Driver &drv = ctx_->driver();
+  for (; first < items; first += kMaxGridX) {
+    unsigned grid = static_cast<unsigned>(std::min(items - first, kMaxGridX));
+    if (Status s = drv.check(drv.api().cuLaunchKernel(fn, grid, 1, 1, threads,
+                                                      1, 1, 0, stream,
+                                                      params.data(), nullptr),
+                             "cuLaunchKernel");
+        !s)
+      return s;
+  }
+  return Status::ok();
+}
+
+Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
+                         const BlockMask *bm, bool forMaskBuilder,
+                         std::vector<void *> &memrefs) const {
+  int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
+  detail::Operands ops =
+      detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
+  size_t ipBytes = ops.ip.size() * 8, fpBytes = align8(ops.fp.size() * 4);
+  size_t bmBytes = bm ? bm->classes.size() : 0;
+  size_t need = ipBytes + fpBytes + bmBytes;
+  if (scratch_.size() < need)
+    if (Status s = DeviceBuffer::allocate(*ctx_, 2 * need, scratch_); !s)
+      return s;
+  std::vector<unsigned char> host(ipBytes + fpBytes, 0);
+  std::memcpy(host.data(), ops.ip.data(), ipBytes);
+  std::memcpy(host.data() + ipBytes, ops.fp.data(), ops.fp.size() * 4);
+  if (Status s = scratch_.upload(host.data(), host.size()); !s)
+    return s;
+  // The block mask: the caller's, uploaded; or written by the builder.
+  if (bm && !forMaskBuilder && !bm->classes.empty() && a.blockMask == bm)
+    if (Status s = scratch_.upload(bm->classes.data(), bmBytes, ipBytes + fpBytes);
+        !s)
+      return s;
+  auto base = static_cast<unsigned char *>(scratch_.data());
+  auto ref = [&](void *ptr, int64_t n) {
+    memrefs.push_back(ptr);
+    memrefs.push_back(reinterpret_cast<void *>(intptr_t(n)));
+  };
+  memrefs.clear();
+  if (!forMaskBuilder) {
+    ref(a.q.data, detail::extent(a.q));
+    ref(a.k.data, detail::extent(a.k));
+    ref(a.v.data, detail::extent(a.v));
+    ref(a.out.data, detail::extent(a.out));
+    ref(p.hasLse ? a.lse.data : base, p.hasLse ? detail::extent(a.lse) : 0);
+  }
+  ref(base, static_cast<int64_t>(ops.ip.size()));
+  ref(base + ipBytes, static_cast<int64_t>(ops.fp.size()));
+  ref(base + ipBytes + fpBytes, static_cast<int64_t>(bmBytes));
+  for (size_t i = 0; i < variant_.params.size(); ++i) {
+    if (!variant_.params[i].isTensor)
+      continue;
+    const BoundParam &bp = p.params[i];
+    TensorView t;
+    t.shape = bp.shape;
+    t.strides = bp.strides;
+    ref(const_cast<void *>(bp.data), detail::extent(t));
+  }
+  return Status::ok();
+}
+
+Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
+  Problem p;
+  if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
+    return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<void *> memrefs;
+  if (variant_.maskKind != MaskKind::Data) {
+    if (Status s = upload(a, p, nullptr, false, memrefs); !s)
+      return s;
+    int64_t pack = detail::packedHeads(variant_, image_.spec, p, nullptr);
+    int64_t qTiles = (pack * p.Lq + image_.spec.blockM - 1) / image_.spec.blockM;
+    return launch(kernel_, memrefs, p.B * (p.Hq / pack) * qTiles, stream);
+  }
+  if (a.blockMask) {
+    if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
+      return s;
+    if (Status s = upload(a, p, a.blockMask, false, memrefs); !s)
+      return s;
+    return launch(kernel_, memrefs, p.B * p.Hq * a.blockMask->numQTiles,
+                  stream);
+  }
+  // Build the block mask on the device, into the scratch the kernel reads.
+  BlockMask bm;
+  detail::initBlockMask(variant_, image_.spec, p, bm);
+  std::vector<void *> builderRefs;
+  if (Status s = upload(a, p, &bm, true, builderRefs); !s)
+    return s;
+  if (Status s = launch(maskBuilder_, builderRefs,
+                        bm.batch * bm.heads * bm.numQTiles, stream);
+      !s)
+    return s;
+  // Same ip/fp/classes region; only the leading q..lse operands differ.
+  if (Status s = upload(a, p, &bm, false, memrefs); !s)
+    return s;
+  return launch(kernel_, memrefs, p.B * p.Hq * bm.numQTiles, stream);
+}
+
+Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
+  if (variant_.maskKind != MaskKind::Data)
+    return Status::invalidArgument(fmt::format(
+        "variant '{}' has no data-dependent mask; it needs no block mask",
+        variant_.name));
+  Problem p;
+  if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
+    return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  BlockMask bm;
+  detail::initBlockMask(variant_, image_.spec, p, bm);
+  std::vector<void *> refs;
+  if (Status s = upload(a, p, &bm, true, refs); !s)
+    return s;
+  if (Status s = launch(maskBuilder_, refs, bm.batch * bm.heads * bm.numQTiles,
+                        nullptr);
+      !s)
+    return s;
+  if (Status s = ctx_->synchronize(); !s)
+    return s;
+  // refs: ip, fp, classes, ...: the classes follow ip and fp.
+  size_t offset = static_cast<size_t>(static_cast<unsigned char *>(refs[4]) -
+                                      static_cast<unsigned char *>(scratch_.data()));
+  if (Status s = scratch_.download(bm.classes.data(), bm.classes.size(), offset);
+      !s)
+    return s;
+  out = std::move(bm);
+  return Status::ok();
+}
+
+// ---- Host convenience ---------------------------------------------------
+
+Status runFromHost(const Context &ctx, const GpuKernel &kernel,
+                   const AttentionArgs &host, float *ms) {
+  // Validate on the host views first: nothing is allocated for bad input.
+  Problem p;
+  if (Status s = resolveProblem(kernel.variant(), &kernel.image().spec, host, p);
+      !s)
+    return s;
+  AttentionArgs dev = host;
+  std::vector<DeviceBuffer> buffers;
+  auto mirror = [&](const TensorView &h, TensorView &d) -> Status {
+    if (!h.data)
+      return Status::ok();
+    DeviceBuffer buf;
+    size_t bytes = static_cast<size_t>(bytesOf(h));
+    if (Status s = DeviceBuffer::allocate(ctx, bytes, buf); !s)
+      return s;
+    if (Status s = buf.upload(h.data, bytes); !s)
+      return s;
+    d.data = buf.data();
+    buffers.push_back(std::move(buf));
+    return Status::ok();
+  };
+  for (auto [h, d] : {std::pair{&host.q, &dev.q}, std::pair{&host.k, &dev.k},
+                      std::pair{&host.v, &dev.v}, std::pair{&host.out, &dev.out},
+                      std::pair{&host.lse, &dev.lse}})
+    if (Status s = mirror(*h, *d); !s)
+      return s;
+  for (size_t i = 0; i < host.tensors.size(); ++i)
+    if (Status s = mirror(host.tensors[i].second, dev.tensors[i].second); !s)
+      return s;
+  const DriverApi &api = ctx.driver().api();
+  CUevent start = nullptr, stop = nullptr;
+  if (ms) {
+    if (Status s = ctx.driver().check(api.cuEventCreate(&start, 0), "cuEventCreate"); !s)
+      return s;
+    if (Status s = ctx.driver().check(api.cuEventCreate(&stop, 0), "cuEventCreate"); !s)
+      return s;
+    api.cuEventRecord(start, nullptr);
+  }
+  Status runStatus = kernel.run(dev);
+  if (ms) {
+    api.cuEventRecord(stop, nullptr);
+    api.cuEventSynchronize(stop);
+    api.cuEventElapsedTime(ms, start, stop);
+    api.cuEventDestroy(start);
+    api.cuEventDestroy(stop);
+  }
+  if (!runStatus)
+    return runStatus;
+  if (Status s = ctx.synchronize(); !s)
+    return s;
+  // out is buffers[3] and lse buffers[4] when present (same order as above).
+  size_t at = 3;
+  if (Status s = buffers[at].download(host.out.data, bytesOf(host.out)); !s)
+    return s;
+  if (host.lse.data)
+    if (Status s = buffers[at + 1].download(host.lse.data, bytesOf(host.lse)); !s)
+      return s;
+  return Status::ok();
+}
+
+} // namespace attnc::rt::cuda

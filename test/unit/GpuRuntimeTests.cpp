@@ -1,0 +1,415 @@
+// Packages and the CUDA launcher without a GPU: packages round-trip and
+// refuse what does not match, and GpuKernel validates, loads and launches
+// against the fake libcuda (FakeCuda.cpp), whose "device" memory is host
+// memory, so the parameters each launch received can be read back.
+#include "attnc/runtime/KernelABI.h"
+#include "attnc/runtime/Package.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
+
+#include <catch2/catch.hpp>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+
+using namespace attnc::rt;
+using namespace attnc::rt::cuda;
+
+namespace {
+
+const char *kDocMask = R"(variant docs
+param doc tensor i32 B KV
+mask-kind data
+mask-uses b
+score
+  yield %score
+mask
+  %0 = gather doc %b %q
+  %1 = gather doc %b %kv
+  %2 = arith.cmpi eq %0 %1
+  yield %2
+end
+)";
+
+const char *kCausal = R"(variant causal
+mask-kind closed
+mask-uses
+score
+  yield %score
+mask
+  %0 = arith.cmpi sge %q %kv
+  yield %0
+end
+)";
+
+/// PTX-looking text with entries of n eight-byte parameters each.
+std::string fakePtx(const std::vector<std::pair<std::string, int>> &entries) {
+  std::string s = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  for (auto &[name, n] : entries) {
+    s += ".visible .entry " + name + "(\n";
+    for (int i = 0; i < n; ++i)
+      s += "\t.param .u64 " + std::string(i < 2 ? ".ptr .align 1 " : "") +
+           name + "_param_" + std::to_string(i) + (i + 1 < n ? ",\n" : "\n");
+    s += ")\n{\n\tret;\n}\n";
+  }
+  return s;
+}
+
+PackageVariant makeVariant(const char *text, const std::string &target = "sm_80",
+                           int captures = 0) {
+  PackageVariant v;
+  REQUIRE(VariantInfo::parse(text, v.info).isOk());
+  GpuKernelImage k;
+  k.target = target;
+  k.spec.dtype = DType::F16;
+  k.threads = 64;
+  k.sharedBytes = 32768;
+  k.kernel = "attnc_" + v.info.name + "_f16_d64v64_m64n64w2s1";
+  k.kernelParams.assign(5 * (8 + captures) + 1, 8);
+  std::vector<std::pair<std::string, int>> entries = {
+      {k.kernel, int(k.kernelParams.size())}};
+  if (v.info.maskKind == MaskKind::Data) {
+    k.maskBuilder = k.kernel + "_block_mask";
+    k.maskBuilderParams.assign(5 * (3 + captures) + 1, 8);
+    entries.push_back({k.maskBuilder, int(k.maskBuilderParams.size())});
+  }
+  k.ptx = fakePtx(entries);
+  v.kernels.push_back(k);
+  return v;
+}
+
+/// The fake driver's launch log.
+struct Launches {
+  void *h = dlopen(ATTNC_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+  int (*count)() = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_launch_count"));
+  void (*clear)() = reinterpret_cast<void (*)()>(dlsym(h, "fake_cuda_clear_launches"));
+  int (*get)(int, const char **, unsigned *, unsigned *, unsigned long long *,
+             int) = reinterpret_cast<int (*)(int, const char **, unsigned *,
+                                             unsigned *, unsigned long long *,
+                                             int)>(dlsym(h, "fake_cuda_launch"));
+  int (*live)() = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_live_allocations"));
+  ~Launches() { dlclose(h); }
+  struct L {
+    std::string name;
+    unsigned grid = 0, block = 0;
+    std::vector<unsigned long long> params;
+  };
+  L at(int i) {
+    L l;
+    const char *n = nullptr;
+    l.params.resize(512);
+    int np = get(i, &n, &l.grid, &l.block, l.params.data(), 512);
+    l.params.resize(np);
+    l.name = n;
+    return l;
+  }
+  /// Memref operand m's aligned pointer and size (5 words per operand).
+  static const int64_t *ip(const L &l) {
+    return reinterpret_cast<const int64_t *>(l.params[5 * 5 + 1]);
+  }
+};
+
+std::unique_ptr<Context> fakeContext() {
+  std::unique_ptr<Context> c;
+  REQUIRE(Context::open(c, 0, ATTNC_FAKE_CUDA_PATH).isOk());
+  return c;
+}
+
+/// Device-side views (fake device memory) for B, Hq, Hkv, Lq, Lkv, D=64.
+struct DeviceArgs {
+  std::vector<DeviceBuffer> bufs;
+  AttentionArgs a;
+  DeviceArgs(const Context &ctx, int64_t B, int64_t Hq, int64_t Hkv,
+             int64_t Lq, int64_t Lkv) {
+    auto make = [&](std::vector<int64_t> shape, DType dt) {
+      int64_t n = 1;
+      for (int64_t d : shape)
+        n *= d;
+      DeviceBuffer b;
+      REQUIRE(DeviceBuffer::allocate(ctx, n * dtypeSize(dt), b).isOk());
+      TensorView t = TensorView::contiguous(b.data(), dt, shape);
+      bufs.push_back(std::move(b));
+      return t;
+    };
+    a.q = make({B, Hq, Lq, 64}, DType::F16);
+    a.k = make({B, Hkv, Lkv, 64}, DType::F16);
+    a.v = make({B, Hkv, Lkv, 64}, DType::F16);
+    a.out = make({B, Hq, Lq, 64}, DType::F16);
+  }
+};
+
+} // namespace
+
+TEST_CASE("a package round-trips through its JSON form", "[package]") {
+  Package p;
+  p.compiler = "attnc test";
+  p.source = "docs.attn";
+  p.variants.push_back(makeVariant(kDocMask, "sm_80", 1));
+  p.variants.push_back(makeVariant(kCausal, "sm_90"));
+  Package q;
+  REQUIRE(Package::parse(p.serialize(), "mem", q).isOk());
+  REQUIRE(q.variants.size() == 2);
+  CHECK(q.compiler == "attnc test");
+  CHECK(q.source == "docs.attn");
+  const PackageVariant *d = q.find("docs");
+  REQUIRE(d);
+  CHECK(d->info.maskKind == MaskKind::Data);
+  CHECK(d->info.params.size() == 1);
+  const GpuKernelImage &k = d->kernels.at(0);
+  const GpuKernelImage &o = p.variants[0].kernels[0];
+  CHECK(k.target == "sm_80");
+  CHECK(k.spec.dtype == DType::F16);
+  CHECK(k.kernel == o.kernel);
+  CHECK(k.maskBuilder == o.maskBuilder);
+  CHECK(k.kernelParams == o.kernelParams);
+  CHECK(k.maskBuilderParams == o.maskBuilderParams);
+  CHECK(k.ptx == o.ptx);
+  CHECK(k.threads == 64);
+  CHECK(k.sharedBytes == 32768);
+  CHECK(q.find("causal")->kernels.at(0).maskBuilder.empty());
+  CHECK(q.find("nope") == nullptr);
+
+  // Written atomically and read back.
+  std::string path = "attnc-test-package.json";
+  REQUIRE(p.write(path).isOk());
+  Package r;
+  REQUIRE(Package::read(path, r).isOk());
+  CHECK(r.variants.size() == 2);
+  std::remove(path.c_str());
+  CHECK(Package::read("/nonexistent/x.json", r).message() ==
+        "cannot read package '/nonexistent/x.json'");
+}
+
+TEST_CASE("a package that does not hold together is refused", "[package]") {
+  Package p, q;
+  p.variants.push_back(makeVariant(kCausal));
+  auto error = [&](std::string text) {
+    return Package::parse(text, "p.json", q).message();
+  };
+  CHECK(error("{") == "'p.json' is not a valid attnc package: it is not JSON");
+  CHECK(error("{\"format\": \"zip\"}") ==
+        "'p.json' is not a valid attnc package: no \"format\": "
+        "\"attnc-package\"");
+  std::string text = p.serialize();
+  std::string v2 = text;
+  v2.replace(v2.find("\"version\": 1"), 12, "\"version\": 2");
+  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 1 "
+                     "expected, found 2");
+  // The manifest's parameter count must be the PTX's.
+  Package wrong = p;
+  wrong.variants[0].kernels[0].kernelParams.pop_back();
+  CHECK(error(wrong.serialize()) ==
+        "'p.json' is not a valid attnc package: the manifest gives "
+        "'attnc_causal_f16_d64v64_m64n64w2s1' 40 parameters, its PTX "
+        "declares 41");
+  Package noEntry = p;
+  noEntry.variants[0].kernels[0].kernel = "other";
+  CHECK(error(noEntry.serialize()) ==
+        "'p.json' is not a valid attnc package: the PTX has no entry 'other'");
+  // A data-dependent mask needs its builder.
+  Package docs;
+  docs.variants.push_back(makeVariant(kDocMask, "sm_80", 1));
+  docs.variants[0].kernels[0].maskBuilder.clear();
+  CHECK(error(docs.serialize()).find("lacks the block-mask builder") !=
+        std::string::npos);
+  std::string missing = text;
+  missing.replace(missing.find("\"threads\""), 9, "\"thread\"");
+  CHECK(error(missing).find("missing or mistyped field") != std::string::npos);
+}
+
+TEST_CASE("PTX entry parameters are read with their sizes", "[package]") {
+  std::string ptx = ".visible .entry k(\n\t.param .u64 .ptr .align 1 k_0,\n"
+                    "\t.param .u32 k_1,\n\t.param .f32 k_2,\n"
+                    "\t.param .align 8 .b8 k_3[24]\n)\n{\n}\n"
+                    ".visible .entry kk(\n)\n{\n}\n";
+  std::vector<int> sizes;
+  REQUIRE(ptxEntryParams(ptx, "k", sizes).isOk());
+  CHECK(sizes == std::vector<int>{8, 4, 4, 24});
+  REQUIRE(ptxEntryParams(ptx, "kk", sizes).isOk());
+  CHECK(sizes.empty());
+  CHECK(ptxEntryParams(ptx, "x", sizes).message() ==
+        "the PTX has no entry 'x'");
+}
+
+TEST_CASE("the kernel for a device is the highest target not above it",
+          "[package]") {
+  PackageVariant v = makeVariant(kCausal, "sm_80");
+  v.kernels.push_back(makeVariant(kCausal, "sm_90").kernels[0]);
+  const GpuKernelImage *k = nullptr;
+  REQUIRE(selectKernel(v, 90, DType::F16, 64, 64, k).isOk());
+  CHECK(k->target == "sm_90");
+  REQUIRE(selectKernel(v, 89, DType::F16, 64, 64, k).isOk());
+  CHECK(k->target == "sm_80");
+  CHECK(selectKernel(v, 75, DType::F16, 64, 64, k).message() ==
+        "the package has no kernel of variant 'causal' for sm_75 f16 Dqk=64 "
+        "Dv=64 (it has: sm_80 f16 D=64/64, sm_90 f16 D=64/64)");
+  CHECK(selectKernel(v, 90, DType::BF16, 64, 64, k).code() ==
+        StatusCode::NotFound);
+}
+
+TEST_CASE("loading a kernel reports the JIT log, the target and the ABI",
+          "[cuda][gpukernel]") {
+  auto ctx = fakeContext();
+  PackageVariant v = makeVariant(kCausal);
+  std::unique_ptr<GpuKernel> k;
+  REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
+  CHECK(k->image().kernel == "attnc_causal_f16_d64v64_m64n64w2s1");
+
+  GpuKernelImage bad = v.kernels[0];
+  bad.ptx += "// FAKE_JIT_ERROR\n";
+  Status s = GpuKernel::load(*ctx, v.info, bad, k);
+  CHECK(s.message() ==
+        "cannot load kernel 'attnc_causal_f16_d64v64_m64n64w2s1' (sm_80): "
+        "cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (a PTX JIT "
+        "compilation failed)\nJIT log:\nptxas application ptx input, line "
+        "1; fatal   : fake JIT failure");
+
+  GpuKernelImage newer = v.kernels[0];
+  newer.target = "sm_90";
+  setenv("FAKE_CUDA_CC", "86", 1);
+  auto ctx86 = fakeContext();
+  unsetenv("FAKE_CUDA_CC");
+  CHECK(GpuKernel::load(*ctx86, v.info, newer, k).message() ==
+        "kernel 'attnc_causal_f16_d64v64_m64n64w2s1' is compiled for sm_90, "
+        "but Fake GPU is sm_86");
+
+  GpuKernelImage abi = v.kernels[0];
+  abi.kernelParams.push_back(8);
+  CHECK(GpuKernel::load(*ctx, v.info, abi, k).message() ==
+        "kernel 'attnc_causal_f16_d64v64_m64n64w2s1' has 42 parameters, but "
+        "this runtime passes 41 (8 bytes each): the package and the runtime "
+        "disagree on the ABI");
+
+  GpuKernelImage big = v.kernels[0];
+  big.sharedBytes = 64 * 1024;
+  CHECK(GpuKernel::load(*ctx, v.info, big, k).message().find(
+            "65536 bytes of static shared memory") != std::string::npos);
+}
+
+TEST_CASE("a launch gets one block per work item and the ABI's parameters",
+          "[cuda][gpukernel]") {
+  Launches log;
+  REQUIRE(log.count);
+  auto ctx = fakeContext();
+  PackageVariant v = makeVariant(kCausal);
+  std::unique_ptr<GpuKernel> k;
+  REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
+
+  SECTION("prefill") {
+    DeviceArgs d(*ctx, 2, 8, 2, 130, 130);
+    log.clear();
+    REQUIRE(k->run(d.a).isOk());
+    REQUIRE(log.count() == 1);
+    auto l = log.at(0);
+    CHECK(l.name == "attnc_causal_f16_d64v64_m64n64w2s1");
+    CHECK(l.grid == 2 * 8 * 3); // ceil(130 / 64) Q tiles
+    CHECK(l.block == 64);
+    REQUIRE(l.params.size() == 41);
+    CHECK(l.params[0] == reinterpret_cast<uintptr_t>(d.a.q.data));
+    CHECK(l.params[1] == reinterpret_cast<uintptr_t>(d.a.q.data));
+    CHECK(l.params[3] == uint64_t(2 * 8 * 130 * 64)); // q's extent
+    CHECK(l.params[15] == reinterpret_cast<uintptr_t>(d.a.out.data));
+    CHECK(l.params[40] == 0); // first work item
+    const int64_t *ip = Launches::ip(l);
+    CHECK(ip[abi::kB] == 2);
+    CHECK(ip[abi::kHq] == 8);
+    CHECK(ip[abi::kHkv] == 2);
+    CHECK(ip[abi::kLq] == 130);
+    CHECK(ip[abi::kNumQTiles] == 3);
+    CHECK(ip[abi::kPackHeads] == 1);
+    CHECK(ip[abi::kQStride + 2] == 64);
+    abi::Layout L = abi::computeLayout(v.info);
+    CHECK(ip[L.seqBase] == 130);
+    CHECK(ip[L.seqBase + 2] == 0); // q pos0 of sequence 0
+    const float *fp = reinterpret_cast<const float *>(l.params[31]);
+    CHECK(fp[0] == Approx(0.125f)); // 1 / sqrt(64)
+  }
+  SECTION("decode packs the query heads of a KV group") {
+    DeviceArgs d(*ctx, 3, 8, 2, 1, 100);
+    log.clear();
+    REQUIRE(k->run(d.a).isOk());
+    auto l = log.at(0);
+    CHECK(l.grid == 3 * 2); // 4 heads per item, one Q tile
+    CHECK(Launches::ip(l)[abi::kPackHeads] == 4);
+    // q pos0 of sequence 0 (after the 3 KV lengths): 100 - 1.
+    CHECK(Launches::ip(l)[abi::computeLayout(v.info).seqBase + 3] == 99);
+  }
+  SECTION("bad input is refused before anything is enqueued") {
+    DeviceArgs d(*ctx, 2, 8, 3, 16, 16);
+    log.clear();
+    CHECK(k->run(d.a).message() == "the number of query heads (8) must be a "
+                                   "multiple of the number of KV heads (3)");
+    DeviceArgs f(*ctx, 1, 2, 2, 16, 16);
+    f.a.q.dtype = DType::BF16;
+    CHECK(k->run(f.a).message().find("'q' has dtype bf16, expected f16") !=
+          std::string::npos);
+    CHECK(log.count() == 0);
+  }
+}
+
+TEST_CASE("a data-dependent mask is built on the device before the kernel",
+          "[cuda][gpukernel]") {
+  Launches log;
+  auto ctx = fakeContext();
+  PackageVariant v = makeVariant(kDocMask, "sm_80", 1);
+  std::unique_ptr<GpuKernel> k;
+  REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
+  DeviceArgs d(*ctx, 2, 4, 4, 100, 100);
+  DeviceBuffer doc;
+  REQUIRE(DeviceBuffer::allocate(*ctx, 2 * 100 * 4, doc).isOk());
+  d.a.tensors = {{"doc", TensorView::contiguous(doc.data(), DType::I32, {2, 100})}};
+  log.clear();
+  REQUIRE(k->run(d.a).isOk());
+  REQUIRE(log.count() == 2);
+  auto builder = log.at(0), kernel = log.at(1);
+  CHECK(builder.name == "attnc_docs_f16_d64v64_m64n64w2s1_block_mask");
+  CHECK(builder.grid == 2 * 1 * 2); // the mask reads b only: heads share it
+  CHECK(builder.params.size() == 5 * 4 + 1);
+  CHECK(kernel.grid == 2 * 4 * 2);
+  // The builder writes the classes the kernel reads; the capture follows.
+  CHECK(builder.params[11] == kernel.params[36]); // classes
+  CHECK(builder.params[16] == reinterpret_cast<uintptr_t>(doc.data()));
+  CHECK(kernel.params[41] == reinterpret_cast<uintptr_t>(doc.data()));
+  const int64_t *ip = reinterpret_cast<const int64_t *>(kernel.params[26]);
+  CHECK(ip[abi::kHasBlockMask] == 1);
+  CHECK(ip[abi::kBMStrideH] == 0);
+
+  // A caller's block mask is checked against the inputs and uploaded.
+  BlockMask bm;
+  REQUIRE(k->buildBlockMask(d.a, bm).isOk());
+  CHECK(bm.numQTiles == 2);
+  CHECK(bm.numKTiles == 2);
+  log.clear();
+  d.a.blockMask = &bm;
+  REQUIRE(k->run(d.a).isOk());
+  CHECK(log.count() == 1);
+  d.a.qOffsets = {0, 5};
+  CHECK(k->run(d.a).message().find("'blockMask' was built for different") == 0);
+}
+
+TEST_CASE("runFromHost mirrors host views and frees what it allocated",
+          "[cuda][gpukernel]") {
+  Launches log;
+  auto ctx = fakeContext();
+  PackageVariant v = makeVariant(kCausal);
+  std::unique_ptr<GpuKernel> k;
+  REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
+  std::vector<uint16_t> q(1 * 2 * 10 * 64), kv(q.size()), out(q.size(), 7);
+  AttentionArgs a;
+  a.q = TensorView::contiguous(q.data(), DType::F16, {1, 2, 10, 64});
+  a.k = TensorView::contiguous(kv.data(), DType::F16, {1, 2, 10, 64});
+  a.v = a.k;
+  a.out = TensorView::contiguous(out.data(), DType::F16, {1, 2, 10, 64});
+  int before = log.live();
+  float ms = -1;
+  REQUIRE(runFromHost(*ctx, *k, a, &ms).isOk());
+  CHECK(ms == 0.5f);
+  CHECK(out[0] == 7); // the fake runs nothing: out comes back as it went
+  CHECK(log.live() == before + 1); // only the kernel's parameter scratch
+  setenv("FAKE_CUDA_ALLOC_FAIL", "1", 1);
+  Status s = runFromHost(*ctx, *k, a);
+  unsetenv("FAKE_CUDA_ALLOC_FAIL");
+  CHECK(s.message() == "cannot allocate 2560 bytes on the device: "
+                       "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of "
+                       "memory)");
+}
