@@ -27,3 +27,8 @@ ptxas = shutil.which("ptxas") or next(
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+# A stand-in libcuda (test/unit/fakecuda) that loads modules and records
+# launches but runs nothing: the CUDA path end to end without a GPU.
+config.substitutions.append(("%fakecuda",
+                             os.path.join(config.attnc_obj_root, "lib",
+                                          "libattnc-fake-cuda.so")))

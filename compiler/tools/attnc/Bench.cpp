@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Check.h"
+#include "LoadVariants.h"
 #include "Options.h"
 #include "Problem.h"
 
@@ -123,13 +124,13 @@ int runBench(const std::vector<std::string> &argvIn) {
   Options o;
   std::string err;
   if (!o.parse(argv, err))
-    return usage("bench", err);
+    return usage("attnc bench", err);
   if (o.help) {
     std::cout << kBenchUsage;
     return 0;
   }
   if (o.positional.size() != 1)
-    return usage("bench", "'bench' needs exactly one input file");
+    return usage("attnc bench", "'bench' needs exactly one input file");
   if (o.backend != "cpu") {
     std::cerr << "attnc: error: only the cpu backend can be benchmarked so "
                  "far\n";
@@ -137,7 +138,7 @@ int runBench(const std::vector<std::string> &argvIn) {
   }
   std::vector<int64_t> sweep;
   if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
-    return usage("bench", err);
+    return usage("attnc bench", err);
   std::unique_ptr<Session> session;
   std::vector<std::string> variants;
   if (!loadVariants(o, session, variants))

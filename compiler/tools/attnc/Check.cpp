@@ -1,11 +1,13 @@
 //===- Check.cpp - `attnc check`: a backend against the fp64 reference ---===//
 #include "Check.h"
+#include "LoadVariants.h"
 #include "Options.h"
+#include "Parity.h"
 #include "Problem.h"
 
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/Npy.h"
-#include "attnc/runtime/cuda/CudaDriver.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
 
 #include <fmt/format.h>
 
@@ -25,7 +27,10 @@ inputs and prints  case | max_abs | mean_abs | tolerance | PASS/FAIL.
 Exit status 0 only if every case passes.
 
   --variant NAME          one variant (default: every variant in the file)
-  --backend cpu|cuda      backend to check (default cpu)
+  --backend cpu|cuda      backend to check (default cpu); cuda compiles for
+                          the device's target and says so, or falls back
+                          to the CPU, with the reason, when there is no
+                          CUDA driver or device
   --batch N --heads N --kv-heads N --q-len N --kv-len N
   --head-dim N --v-head-dim N
   --dtype f32|f16|bf16    input/output dtype (default f32)
@@ -38,25 +43,11 @@ Exit status 0 only if every case passes.
   --checked               report the first gather outside its tensor
   --threads N             CPU threads (default: all)
   --suite                 the matrix {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill,
-                          decode, chunk} x {f32, bf16}, plus GQA 6:1, D=80,
+                          decode, chunk} x {f32, bf16} ({f32, f16, bf16}
+                          on cuda), plus GQA 6:1, D=80,
                           Dv != Dqk and BSHD cases
 Tolerances (max_abs vs fp64): f32 1e-5, f16 2e-3, bf16 1.6e-2.
 )";
-
-double tolerance(rt::DType t) {
-  switch (t) {
-  case rt::DType::F16: return 2e-3;
-  case rt::DType::BF16: return 1.6e-2;
-  default: return 1e-5;
-  }
-}
-
-struct Row {
-  std::string name;
-  double maxAbs = 0, meanAbs = 0, tol = 0;
-  bool pass = false;
-  std::string note;
-};
 
 struct KernelKey {
   std::string variant;
@@ -68,93 +59,46 @@ struct KernelKey {
   }
 };
 
+/// The newest target attnc compiles for that a device of compute
+/// capability `cc` runs.
+std::string targetFor(int cc) {
+  if (cc >= 90)
+    return "sm_90";
+  if (cc >= 89)
+    return "sm_89";
+  if (cc >= 86)
+    return "sm_86";
+  return "sm_80";
+}
+
 class Checker {
 public:
-  Checker(const Session &s, int threads) : session_(s), threads_(threads) {}
+  Checker(const Session &s, int threads, const rt::cuda::Context *gpu)
+      : session_(s), threads_(threads), gpu_(gpu) {}
 
   Row runCase(const std::string &variant, const Shape &shape,
               const std::map<std::string, double> &sets,
               const std::map<std::string, std::string> &npy,
               const std::string &output, bool checked) {
-    Row row;
-    row.name = variant + " " + shape.describe();
-    row.tol = tolerance(shape.dtype);
+    std::string name = variant + " " + shape.describe();
     rt::VariantInfo info;
     if (rt::Status s = session_.info(variant, info); !s)
-      return fail(row, s.message());
+      return failedRow(name, shape.dtype, s.message());
     Inputs in;
     if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
-      return fail(row, s.message());
+      return failedRow(name, shape.dtype, s.message());
     in.args.numThreads = threads_;
+    rt::KernelSpec spec;
+    spec.dtype = shape.dtype;
+    spec.headDim = shape.headDim;
+    spec.vHeadDim = shape.vHeadDim;
     KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
-    auto it = kernels_.find(key);
-    if (it == kernels_.end()) {
-      rt::KernelSpec spec;
-      spec.dtype = shape.dtype;
-      spec.headDim = shape.headDim;
-      spec.vHeadDim = shape.vHeadDim;
-      std::unique_ptr<rt::CpuKernel> k;
-      if (rt::Status s = session_.compileCpu(variant, spec, k); !s)
-        return fail(row, s.message());
-      it = kernels_.emplace(key, std::move(k)).first;
-    }
-    if (rt::Status s = it->second->run(in.args); !s)
-      return fail(row, s.message());
-    std::vector<double> ref, refLse;
-    rt::GatherViolation violation;
-    if (rt::Status s = rt::referenceAttention(info, in.args, ref, refLse,
-                                              checked ? &violation : nullptr);
+    if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
         !s)
-      return fail(row, s.message());
-    if (checked && !violation.capture.empty()) {
-      std::string idx, shp;
-      for (size_t i = 0; i < violation.index.size(); ++i) {
-        idx += (i ? ", " : "") + std::to_string(violation.index[i]);
-        shp += (i ? ", " : "") + std::to_string(violation.shape[i]);
-      }
-      row.note = fmt::format("checked: variant '{}' reads '{}' at [{}] "
-                             "outside its shape [{}] (clamped)",
-                             variant, violation.capture, idx, shp);
-    }
-    // Compare O (in the logical [B, H, Lq, Dv] order) and the LSE.
-    const rt::TensorView &o = in.args.out;
-    double sum = 0;
-    int64_t n = 0;
-    bool bad = false;
-    for (int64_t b = 0; b < o.shape[0]; ++b)
-      for (int64_t h = 0; h < o.shape[1]; ++h)
-        for (int64_t i = 0; i < o.shape[2]; ++i) {
-          for (int64_t d = 0; d < o.shape[3]; ++d) {
-            double got = rt::loadAsDouble(o.data, o.dtype, o.offsetOf({b, h, i, d}));
-            double want = ref[((b * o.shape[1] + h) * o.shape[2] + i) * o.shape[3] + d];
-            double e = std::fabs(got - want);
-            if (std::isnan(got))
-              bad = true;
-            row.maxAbs = std::max(row.maxAbs, e);
-            sum += e;
-            ++n;
-          }
-          int64_t li = (b * o.shape[1] + h) * o.shape[2] + i;
-          double got = in.lse[li], want = refLse[li];
-          if (std::isinf(want) || std::isinf(got)) {
-            if (got != want) {
-              bad = true;
-              row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "
-                                     "has {}", b, h, i, got, want);
-            }
-          } else {
-            // LSE is compared relative to its magnitude (it grows with log n).
-            double e = std::fabs(got - want) / std::max(1.0, std::fabs(want));
-            if (std::isnan(got) || e > row.tol) {
-              bad = true;
-              row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "
-                                     "has {}", b, h, i, got, want);
-            }
-          }
-        }
-    row.meanAbs = n ? sum / n : 0;
-    row.pass = !bad && row.maxAbs <= row.tol;
+      return failedRow(name, shape.dtype, s.message());
+    Row row = compareWithReference(info, name, in, checked);
     if (!output.empty()) {
+      const rt::TensorView &o = in.args.out;
       rt::NpyArray a;
       a.dtype = rt::DType::F32;
       a.shape = o.shape;
@@ -174,49 +118,39 @@ public:
   }
 
 private:
-  static Row fail(Row r, const std::string &why) {
-    r.pass = false;
-    r.maxAbs = r.meanAbs = NAN;
-    r.note = why;
-    return r;
+  rt::Status runCpu(const KernelKey &key, const rt::KernelSpec &spec,
+                    Inputs &in) {
+    auto it = cpu_.find(key);
+    if (it == cpu_.end()) {
+      std::unique_ptr<rt::CpuKernel> k;
+      if (rt::Status s = session_.compileCpu(key.variant, spec, k); !s)
+        return s;
+      it = cpu_.emplace(key, std::move(k)).first;
+    }
+    return it->second->run(in.args);
+  }
+  rt::Status runGpu(const KernelKey &key, const rt::VariantInfo &info,
+                    const rt::KernelSpec &spec, Inputs &in) {
+    auto it = gpuKernels_.find(key);
+    if (it == gpuKernels_.end()) {
+      rt::GpuKernelImage image;
+      std::string target = targetFor(gpu_->device().computeCapability());
+      if (rt::Status s = session_.compileGpu(key.variant, spec, target, image);
+          !s)
+        return s;
+      std::unique_ptr<rt::cuda::GpuKernel> k;
+      if (rt::Status s = rt::cuda::GpuKernel::load(*gpu_, info, image, k); !s)
+        return s;
+      it = gpuKernels_.emplace(key, std::move(k)).first;
+    }
+    return rt::cuda::runFromHost(*gpu_, *it->second, in.args);
   }
   const Session &session_;
   int threads_;
-  std::map<KernelKey, std::unique_ptr<rt::CpuKernel>> kernels_;
+  const rt::cuda::Context *gpu_;
+  std::map<KernelKey, std::unique_ptr<rt::CpuKernel>> cpu_;
+  std::map<KernelKey, std::unique_ptr<rt::cuda::GpuKernel>> gpuKernels_;
 };
-
-std::vector<Shape> suiteShapes(const Shape &base) {
-  std::vector<Shape> out;
-  for (rt::DType dt : {rt::DType::F32, rt::DType::BF16})
-    for (auto [h, hk] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{8, 1}})
-      for (Mode m : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
-        Shape s = base;
-        s.heads = h;
-        s.kvHeads = hk;
-        s.dtype = dt;
-        s.mode = m;
-        s.qLen = s.kvLen = -1;
-        s.resolve();
-        out.push_back(s);
-      }
-  auto extra = [&](auto edit) {
-    Shape s = base;
-    s.heads = 8;
-    s.kvHeads = 8;
-    s.dtype = rt::DType::F32;
-    s.qLen = s.kvLen = -1;
-    s.mode = Mode::Prefill;
-    edit(s);
-    s.resolve();
-    out.push_back(s);
-  };
-  extra([](Shape &s) { s.heads = 6; s.kvHeads = 1; });            // GQA 6:1
-  extra([](Shape &s) { s.headDim = 80; s.vHeadDim = 80; });       // D = 80
-  extra([](Shape &s) { s.headDim = 64; s.vHeadDim = 32; });       // Dv != Dqk
-  extra([](Shape &s) { s.bshd = true; s.mode = Mode::Chunk; });   // BSHD
-  extra([](Shape &s) { s.dtype = rt::DType::F16; s.mode = Mode::Chunk; });
-  return out;
-}
 
 } // namespace
 
@@ -224,42 +158,42 @@ int runCheck(const std::vector<std::string> &argv) {
   Options o;
   std::string err;
   if (!o.parse(argv, err))
-    return usage("check", err);
+    return usage("attnc check", err);
   if (o.help) {
     std::cout << kCheckUsage;
     return 0;
   }
   if (o.positional.size() != 1)
-    return usage("check", "'check' needs exactly one input file");
+    return usage("attnc check", "'check' needs exactly one input file");
+  std::unique_ptr<rt::cuda::Context> gpu;
   if (o.backend == "cuda") {
-    // Without a driver or a device, say so and use the CPU; with one, the
-    // missing piece is ours: the CUDA code generator is not built yet.
-    std::unique_ptr<rt::cuda::Driver> driver;
-    std::unique_ptr<rt::cuda::Device> device;
-    rt::Status s = rt::cuda::Driver::open(driver);
-    if (s)
-      s = rt::cuda::Device::open(*driver, 0, device);
-    if (!s) {
+    // Without a driver or a device, say so and use the CPU.
+    if (rt::Status s = rt::cuda::Context::open(gpu); !s) {
       std::cerr << "attnc: " << s.message() << "; using the CPU backend\n";
       o.backend = "cpu";
     } else {
-      std::cerr << "attnc: error: found " << device->name() << " (sm_"
-                << device->computeCapability()
-                << "), but the CUDA code generator is not built yet; use "
-                   "--backend cpu\n";
-      return 2;
+      std::cerr << "attnc: running on " << gpu->device().name() << " (sm_"
+                << gpu->device().computeCapability() << ", "
+                << targetFor(gpu->device().computeCapability())
+                << " kernels)\n";
+      if (gpu->device().computeCapability() < 80)
+        return usage("attnc check", "the CUDA backend needs sm_80 or newer");
     }
   }
-  if (o.backend != "cpu")
-    return usage("check", "unknown backend '" + o.backend + "'");
+  if (o.backend != "cpu" && o.backend != "cuda")
+    return usage("attnc check", "unknown backend '" + o.backend + "'");
   std::unique_ptr<Session> session;
   std::vector<std::string> variants;
   if (!loadVariants(o, session, variants))
     return 1;
-  Checker checker(*session, o.threads);
+  Checker checker(*session, o.threads, gpu.get());
+  // The GPU suite adds f16 to every row of the matrix.
+  std::vector<rt::DType> dtypes = {rt::DType::F32, rt::DType::BF16};
+  if (gpu)
+    dtypes = {rt::DType::F32, rt::DType::F16, rt::DType::BF16};
   std::vector<Row> rows;
   for (const std::string &v : variants) {
-    std::vector<Shape> shapes = o.suite ? suiteShapes(o.shape)
+    std::vector<Shape> shapes = o.suite ? suiteShapes(o.shape, dtypes)
                                         : std::vector<Shape>{o.shape};
     for (Shape s : shapes) {
       s.resolve();
@@ -267,23 +201,7 @@ int runCheck(const std::vector<std::string> &argv) {
                                      o.suite ? "" : o.output, o.checked));
     }
   }
-  size_t width = 4;
-  for (const Row &r : rows)
-    width = std::max(width, r.name.size());
-  std::cout << fmt::format("{:<{}} | {:>9} | {:>9} | {:>9} | {}\n", "case",
-                           width, "max_abs", "mean_abs", "tolerance", "result");
-  std::cout << std::string(width, '-') << "-|-----------|-----------|-----------|-------\n";
-  int passed = 0, failed = 0;
-  for (const Row &r : rows) {
-    std::cout << fmt::format("{:<{}} | {:>9.2e} | {:>9.2e} | {:>9.1e} | {}\n",
-                             r.name, width, r.maxAbs, r.meanAbs, r.tol,
-                             r.pass ? "PASS" : "FAIL");
-    if (!r.note.empty())
-      std::cout << "    " << r.note << "\n";
-    (r.pass ? passed : failed)++;
-  }
-  std::cout << passed << " passed, " << failed << " failed\n";
-  return failed ? 1 : 0;
+  return printRows(rows) ? 1 : 0;
 }
 
 } // namespace attnc::tools

@@ -1,8 +1,6 @@
 //===- Options.cpp - Parsing check/bench options --------------------------===//
 #include "Options.h"
 
-#include "attnc/Driver/Session.h"
-
 #include <algorithm>
 
 #include <cstdlib>
@@ -11,34 +9,11 @@
 namespace attnc::tools {
 
 int usage(const char *command, const std::string &msg) {
-  std::cerr << "attnc: error: " << msg << "\nrun 'attnc " << command
+  std::cerr << command << ": error: " << msg << "\nrun '" << command
             << " --help' for usage\n";
   return 2;
 }
 
-bool loadVariants(const Options &o, std::unique_ptr<Session> &session,
-                  std::vector<std::string> &variants) {
-  std::string diags;
-  if (rt::Status s = Session::load(o.positional[0], diags, session); !s) {
-    std::cerr << (diags.empty() ? "attnc: error: " + s.message() + "\n" : diags);
-    return false;
-  }
-  variants = session->variants();
-  if (!o.variant.empty()) {
-    if (std::find(variants.begin(), variants.end(), o.variant) ==
-        variants.end()) {
-      std::cerr << "attnc: error: no variant named '" << o.variant << "'\n";
-      return false;
-    }
-    variants = {o.variant};
-  }
-  if (variants.empty()) {
-    std::cerr << "attnc: error: '" << o.positional[0]
-              << "' defines no variant\n";
-    return false;
-  }
-  return true;
-}
 
 namespace {
 bool toInt(const std::string &s, int64_t lo, int64_t hi, int64_t &out) {

@@ -26,21 +26,9 @@ struct Options {
   bool parse(const std::vector<std::string> &args, std::string &err);
 };
 
-/// Prints `attnc: error: <msg>` and a hint; returns 2.
+/// Prints `<command>: error: <msg>` and a hint to run `<command> --help`
+/// (command: "attnc check", "attnc-run", ...); returns 2.
 int usage(const char *command, const std::string &msg);
-
-} // namespace attnc::tools
-
-namespace attnc {
-class Session;
-}
-
-namespace attnc::tools {
-
-/// Loads the one input file and picks the variants to run (--variant, or
-/// all). On failure prints the diagnostics or the error and returns false.
-bool loadVariants(const Options &o, std::unique_ptr<Session> &session,
-                  std::vector<std::string> &variants);
 
 } // namespace attnc::tools
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace attnc::tools {
 
@@ -116,8 +117,10 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   if (rt::Status st = tensor(in.q, "q", H, Lq, D); !st) return st;
   if (rt::Status st = tensor(in.k, "k", HK, Lk, D); !st) return st;
   if (rt::Status st = tensor(in.v, "v", HK, Lk, DV); !st) return st;
-  in.out.assign(B * H * Lq * DV * rt::dtypeSize(s.dtype), 0);
-  in.lse.assign(B * H * Lq, 0.f);
+  // NaN everywhere (all-ones bits in f32, f16 and bf16): whatever a backend
+  // leaves unwritten fails the comparison.
+  in.out.assign(B * H * Lq * DV * rt::dtypeSize(s.dtype), 0xFF);
+  in.lse.assign(B * H * Lq, std::numeric_limits<float>::quiet_NaN());
   auto view = [&](std::vector<unsigned char> &buf, int64_t h, int64_t len,
                   int64_t d) {
     rt::TensorView t;

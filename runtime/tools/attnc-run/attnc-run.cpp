@@ -1,0 +1,136 @@
+//===- attnc-run.cpp - Run a kernel package on the GPU (runtime only) ----===//
+//
+//   attnc-run PACKAGE --list
+//   attnc-run PACKAGE [--variant NAME] [--suite | shape options]
+//
+// Links the runtime alone: no LLVM, no compiler. Each case runs on the
+// CUDA device and on the fp64 reference (the package carries the modifier
+// program), and is compared as `attnc check` does.
+//
+//===----------------------------------------------------------------------===//
+#include "Options.h"
+#include "Parity.h"
+
+#include "attnc/runtime/Package.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <map>
+#include <tuple>
+
+using namespace attnc;
+using namespace attnc::tools;
+
+namespace {
+
+const char *kUsage = R"(usage: attnc-run PACKAGE [options]
+
+Runs the variants of a kernel package (attnc compile --emit=package) on the
+first CUDA device and checks them against the fp64 reference, printing
+case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
+
+  --list                  the package's variants and kernels, then exit
+  --variant NAME          one variant (default: every variant)
+  --suite                 the matrix {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill,
+                          decode, chunk} x {f32, f16, bf16}, plus GQA 6:1,
+                          D=80, Dv != Dqk and BSHD cases
+  --batch N --heads N --kv-heads N --q-len N --kv-len N
+  --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout bhsd|bshd
+  --mode prefill|decode|chunk --seed N --set NAME=VALUE --checked
+
+Exit status: 0 all passed, 1 a case failed, 2 usage or package error,
+3 no CUDA driver or device (nothing was run).
+)";
+
+constexpr int kNoDevice = 3;
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  bool list = false;
+  std::vector<std::string> rest;
+  for (const std::string &a : args)
+    (a == "--list" ? list = true, void() : rest.push_back(a));
+  Options o;
+  std::string err;
+  if (!o.parse(rest, err))
+    return usage("attnc-run", err);
+  if (o.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (o.positional.size() != 1)
+    return usage("attnc-run", "expected exactly one package file");
+  rt::Package pkg;
+  if (rt::Status s = rt::Package::read(o.positional[0], pkg); !s) {
+    std::cerr << "attnc-run: error: " << s.message() << "\n";
+    return 2;
+  }
+  if (list) {
+    std::cout << o.positional[0] << ": " << pkg.compiler << ", from "
+              << pkg.source << "\n";
+    for (const rt::PackageVariant &v : pkg.variants)
+      for (const rt::GpuKernelImage &k : v.kernels)
+        std::cout << fmt::format("  {:<20} {:<6} {:<5} {:>4} threads {:>6} B "
+                                 "smem  {}\n",
+                                 v.info.name, k.target, rt::dtypeName(k.spec.dtype),
+                                 k.threads, k.sharedBytes, k.kernel);
+    return 0;
+  }
+  std::vector<const rt::PackageVariant *> variants;
+  for (const rt::PackageVariant &v : pkg.variants)
+    if (o.variant.empty() || v.info.name == o.variant)
+      variants.push_back(&v);
+  if (variants.empty()) {
+    std::cerr << "attnc-run: error: the package has no variant '" << o.variant
+              << "'\n";
+    return 2;
+  }
+  std::unique_ptr<rt::cuda::Context> ctx;
+  if (rt::Status s = rt::cuda::Context::open(ctx); !s) {
+    std::cerr << "attnc-run: " << s.message() << "; nothing was run\n";
+    return kNoDevice;
+  }
+  int cc = ctx->device().computeCapability();
+  std::cerr << "attnc-run: " << ctx->device().name() << " (sm_" << cc
+            << "), driver " << ctx->driver().version() << "\n";
+
+  using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
+  std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;
+  std::vector<Row> rows;
+  for (const rt::PackageVariant *v : variants) {
+    std::vector<Shape> shapes =
+        o.suite ? suiteShapes(o.shape, {rt::DType::F32, rt::DType::F16,
+                                        rt::DType::BF16})
+                : std::vector<Shape>{o.shape};
+    for (Shape s : shapes) {
+      s.resolve();
+      std::string name = v->info.name + " " + s.describe();
+      Key key{v, s.dtype, s.headDim, s.vHeadDim};
+      auto it = kernels.find(key);
+      if (it == kernels.end()) {
+        const rt::GpuKernelImage *image = nullptr;
+        std::unique_ptr<rt::cuda::GpuKernel> k;
+        rt::Status st = rt::selectKernel(*v, cc, s.dtype, s.headDim,
+                                         s.vHeadDim, image);
+        if (st)
+          st = rt::cuda::GpuKernel::load(*ctx, v->info, *image, k);
+        if (!st) {
+          rows.push_back(failedRow(name, s.dtype, st.message()));
+          continue;
+        }
+        it = kernels.emplace(key, std::move(k)).first;
+      }
+      Inputs in;
+      rt::Status st = makeInputs(v->info, s, o.sets, o.inputs, in);
+      if (st)
+        st = rt::cuda::runFromHost(*ctx, *it->second, in.args);
+      rows.push_back(st ? compareWithReference(v->info, name, in, o.checked)
+                        : failedRow(name, s.dtype, st.message()));
+    }
+  }
+  return printRows(rows) ? 1 : 0;
+}

@@ -1,0 +1,151 @@
+//===- Parity.cpp - A backend's output against the fp64 reference --------===//
+#include "Parity.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iostream>
+
+namespace attnc::tools {
+
+double tolerance(rt::DType t) {
+  switch (t) {
+  case rt::DType::F16: return 2e-3;
+  case rt::DType::BF16: return 1.6e-2;
+  default: return 1e-5;
+  }
+}
+
+Row failedRow(std::string name, rt::DType dtype, const std::string &why) {
+  Row r;
+  r.name = std::move(name);
+  r.tol = tolerance(dtype);
+  r.pass = false;
+  r.maxAbs = r.meanAbs = NAN;
+  r.note = why;
+  return r;
+}
+
+Row compareWithReference(const rt::VariantInfo &v, std::string name,
+                         const Inputs &in, bool checked) {
+  Row row;
+  row.name = std::move(name);
+  row.tol = tolerance(in.args.out.dtype);
+  std::vector<double> ref, refLse;
+  rt::GatherViolation violation;
+  if (rt::Status s = rt::referenceAttention(v, in.args, ref, refLse,
+                                            checked ? &violation : nullptr);
+      !s)
+    return failedRow(row.name, in.args.out.dtype, s.message());
+  if (checked && !violation.capture.empty()) {
+    std::string idx, shp;
+    for (size_t i = 0; i < violation.index.size(); ++i) {
+      idx += (i ? ", " : "") + std::to_string(violation.index[i]);
+      shp += (i ? ", " : "") + std::to_string(violation.shape[i]);
+    }
+    row.note = fmt::format("checked: variant '{}' reads '{}' at [{}] "
+                           "outside its shape [{}] (clamped)",
+                           v.name, violation.capture, idx, shp);
+  }
+  // Compare O (in the logical [B, H, Lq, Dv] order) and the LSE.
+  const rt::TensorView &o = in.args.out;
+  double sum = 0;
+  int64_t n = 0;
+  bool bad = false, nanSeen = false;
+  for (int64_t b = 0; b < o.shape[0]; ++b)
+    for (int64_t h = 0; h < o.shape[1]; ++h)
+      for (int64_t i = 0; i < o.shape[2]; ++i) {
+        for (int64_t d = 0; d < o.shape[3]; ++d) {
+          double got = rt::loadAsDouble(o.data, o.dtype, o.offsetOf({b, h, i, d}));
+          double want = ref[((b * o.shape[1] + h) * o.shape[2] + i) * o.shape[3] + d];
+          double e = std::fabs(got - want);
+          if (std::isnan(got) && !nanSeen) {
+            nanSeen = bad = true;
+            row.note = fmt::format("out[{}, {}, {}, {}] is nan (never written?)",
+                                   b, h, i, d);
+          }
+          row.maxAbs = std::max(row.maxAbs, e);
+          sum += e;
+          ++n;
+        }
+        int64_t li = (b * o.shape[1] + h) * o.shape[2] + i;
+        double got = in.lse[li], want = refLse[li];
+        if (std::isinf(want) || std::isinf(got)) {
+          if (got != want && !nanSeen) {
+            bad = true;
+            row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "
+                                   "has {}", b, h, i, got, want);
+          }
+        } else {
+          // LSE is compared relative to its magnitude (it grows with log n).
+          double e = std::fabs(got - want) / std::max(1.0, std::fabs(want));
+          if ((std::isnan(got) || e > row.tol) && !nanSeen) {
+            bad = true;
+            row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "
+                                   "has {}", b, h, i, got, want);
+          }
+        }
+      }
+  row.meanAbs = n ? sum / n : 0;
+  if (nanSeen)
+    row.maxAbs = row.meanAbs = NAN;
+  row.pass = !bad && row.maxAbs <= row.tol;
+  return row;
+}
+
+std::vector<Shape> suiteShapes(const Shape &base,
+                               const std::vector<rt::DType> &dtypes) {
+  std::vector<Shape> out;
+  for (rt::DType dt : dtypes)
+    for (auto [h, hk] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{8, 1}})
+      for (Mode m : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
+        Shape s = base;
+        s.heads = h;
+        s.kvHeads = hk;
+        s.dtype = dt;
+        s.mode = m;
+        s.qLen = s.kvLen = -1;
+        s.resolve();
+        out.push_back(s);
+      }
+  auto extra = [&](auto edit) {
+    Shape s = base;
+    s.heads = 8;
+    s.kvHeads = 8;
+    s.dtype = rt::DType::F32;
+    s.qLen = s.kvLen = -1;
+    s.mode = Mode::Prefill;
+    edit(s);
+    s.resolve();
+    out.push_back(s);
+  };
+  extra([](Shape &s) { s.heads = 6; s.kvHeads = 1; });            // GQA 6:1
+  extra([](Shape &s) { s.headDim = 80; s.vHeadDim = 80; });       // D = 80
+  extra([](Shape &s) { s.headDim = 64; s.vHeadDim = 32; });       // Dv != Dqk
+  extra([](Shape &s) { s.bshd = true; s.mode = Mode::Chunk; });   // BSHD
+  extra([](Shape &s) { s.dtype = rt::DType::F16; s.mode = Mode::Chunk; });
+  return out;
+}
+
+int printRows(const std::vector<Row> &rows) {
+  size_t width = 4;
+  for (const Row &r : rows)
+    width = std::max(width, r.name.size());
+  std::cout << fmt::format("{:<{}} | {:>9} | {:>9} | {:>9} | {}\n", "case",
+                           width, "max_abs", "mean_abs", "tolerance", "result");
+  std::cout << std::string(width, '-')
+            << "-|-----------|-----------|-----------|-------\n";
+  int passed = 0, failed = 0;
+  for (const Row &r : rows) {
+    std::cout << fmt::format("{:<{}} | {:>9.2e} | {:>9.2e} | {:>9.1e} | {}\n",
+                             r.name, width, r.maxAbs, r.meanAbs, r.tol,
+                             r.pass ? "PASS" : "FAIL");
+    if (!r.note.empty())
+      std::cout << "    " << r.note << "\n";
+    (r.pass ? passed : failed)++;
+  }
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed;
+}
+
+} // namespace attnc::tools

@@ -1,0 +1,49 @@
+//===- Parity.h - A backend's output against the fp64 reference -*- C++ -*-===//
+//
+// Shared by `attnc check` (CPU JIT, or CUDA through the compiler) and
+// `attnc-run` (packages, runtime only): the suite of shapes, the tolerances
+// and the comparison, so every backend is held to the same matrix.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_TOOLS_PARITY_H
+#define ATTNC_TOOLS_PARITY_H
+
+#include "Problem.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::tools {
+
+/// max_abs tolerances vs fp64: f32 1e-5, f16 2e-3, bf16 1.6e-2.
+double tolerance(rt::DType t);
+
+struct Row {
+  std::string name;
+  double maxAbs = 0, meanAbs = 0, tol = 0;
+  bool pass = false;
+  std::string note;
+};
+
+/// A failed row (no numbers) with the reason.
+Row failedRow(std::string name, rt::DType dtype, const std::string &why);
+
+/// Compares `in.args.out` and `in.lse` (already computed by a backend) with
+/// the fp64 reference on the same inputs. With `checked`, notes the first
+/// gather outside its tensor.
+Row compareWithReference(const rt::VariantInfo &v, std::string name,
+                         const Inputs &in, bool checked);
+
+/// {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill, decode, chunk} x `dtypes`, plus
+/// GQA 6:1, D=80, Dv != Dqk, BSHD and an f16 chunk; lengths are never
+/// multiples of a tile.
+std::vector<Shape> suiteShapes(const Shape &base,
+                               const std::vector<rt::DType> &dtypes);
+
+/// The table (case | max_abs | mean_abs | tolerance | result) and a
+/// summary line; returns the number of failures.
+int printRows(const std::vector<Row> &rows);
+
+} // namespace attnc::tools
+
+#endif
