@@ -32,6 +32,8 @@ first CUDA device and checks them against the fp64 reference, printing
 case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
 
   --list                  the package's variants and kernels, then exit
+  --device-info           the device found (or why none), then exit; needs
+                          no package
   --variant NAME          one variant (default: every variant)
   --suite                 the matrix {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill,
                           decode, chunk} x {f32, f16, bf16}, plus GQA 6:1,
@@ -50,10 +52,27 @@ constexpr int kNoDevice = 3;
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  bool list = false;
+  bool list = false, deviceInfo = false;
   std::vector<std::string> rest;
-  for (const std::string &a : args)
-    (a == "--list" ? list = true, void() : rest.push_back(a));
+  for (const std::string &a : args) {
+    if (a == "--list")
+      list = true;
+    else if (a == "--device-info")
+      deviceInfo = true;
+    else
+      rest.push_back(a);
+  }
+  if (deviceInfo) {
+    std::unique_ptr<rt::cuda::Context> ctx;
+    if (rt::Status s = rt::cuda::Context::open(ctx); !s) {
+      std::cout << s.message() << "\n";
+      return kNoDevice;
+    }
+    std::cout << ctx->device().name() << " (sm_"
+              << ctx->device().computeCapability() << "), driver "
+              << ctx->driver().version() << "\n";
+    return 0;
+  }
   Options o;
   std::string err;
   if (!o.parse(rest, err))
