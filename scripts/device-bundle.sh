@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepares .device/ (git-ignored) for a machine with a GPU but no LLVM/MLIR:
+# portable runtime-only binaries (attnc-run, the embedding example, the
+# runtime's unit tests and the fake libcuda they use), one kernel package
+# per example for TARGET, and run-gpu-validation.sh, which runs the parity
+# matrix and compute-sanitizer there and writes its logs under $OUT.
+# Pass `.device` in the device tool's `carry`.
+#   usage: scripts/device-bundle.sh [TARGET]       (default sm_90)
+set -euo pipefail
+src="$(cd "$(dirname "$0")/.." && pwd)"
+target="${1:-sm_90}"
+out="$src/.device"
+cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
+  -DATTNC_PORTABLE=ON >/dev/null
+cmake --build "$src/build-device"
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/packages"
+cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
+   "$src/build-device/bin/attnc-runtime-tests" "$out/bin/"
+cp "$src/build-device/lib/libattnc-fake-cuda.so" "$out/lib/"
+for f in "$src"/examples/*.attn; do
+  n="$(basename "$f" .attn)"
+  [[ "$n" == tour ]] && continue
+  "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
+    --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
+done
+cp "$src/scripts/run-gpu-validation.sh" "$out/"
+git -C "$src" rev-parse HEAD > "$out/COMMIT"
+du -sh "$out"
