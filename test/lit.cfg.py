@@ -32,3 +32,6 @@ if ptxas:
 config.substitutions.append(("%fakecuda",
                              os.path.join(config.attnc_obj_root, "lib",
                                           "libattnc-fake-cuda.so")))
+# The kernel cache of the tests lives in the build tree, not in ~/.cache.
+config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root,
+                                                     "test", "kernel-cache")

@@ -11,16 +11,24 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 namespace attnc {
 
+namespace {
+const char *kCompilerId =
+    "attnc " ATTNC_VERSION " (LLVM/MLIR " ATTNC_LLVM_VERSION ")";
+} // namespace
+
 struct Session::Impl {
   mlir::MLIRContext ctx;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::vector<std::string> names;
+  std::shared_ptr<rt::KernelCache> cache;
+  bool cacheChosen = false;
   mlir::attn::VariantOp find(const std::string &n) {
     for (auto v : module->getOps<mlir::attn::VariantOp>())
       if (v.getSymName() == n)
@@ -99,6 +107,11 @@ rt::Status Session::compileCpu(const std::string &variant,
   return compileForCpu(v, spec, out);
 }
 
+void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
+  impl_->cache = std::move(cache);
+  impl_->cacheChosen = true;
+}
+
 rt::Status Session::compileGpu(const std::string &variant,
                                const rt::KernelSpec &spec,
                                const std::string &target,
@@ -106,7 +119,46 @@ rt::Status Session::compileGpu(const std::string &variant,
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
-  return compileForGpu(v, spec, target, out);
+  if (!impl_->cacheChosen) {
+    const char *env = std::getenv("ATTNC_KERNEL_CACHE");
+    if (!env || std::string(env) != "0")
+      impl_->cache = std::make_shared<rt::KernelCache>();
+    impl_->cacheChosen = true;
+  }
+  // The key is everything the PTX depends on: the compiler, the target,
+  // the configuration and the variant's canonical IR (no locations).
+  std::string key;
+  if (impl_->cache) {
+    llvm::raw_string_ostream os(key);
+    os << "attnc-gpu-kernel v1\ncompiler " << kCompilerId << "\ntarget "
+       << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
+       << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
+       << " n " << spec.blockN << "\n";
+    v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
+    if (auto hit = impl_->cache->lookup(key)) {
+      rt::Package p;
+      if (rt::Package::parse(*hit, "the kernel cache", p).isOk() &&
+          p.variants.size() == 1 && p.variants[0].kernels.size() == 1) {
+        out = p.variants[0].kernels[0];
+        return rt::Status::ok();
+      }
+    }
+  }
+  if (rt::Status s = compileForGpu(v, spec, target, out); !s)
+    return s;
+  if (impl_->cache) {
+    // An entry is a one-kernel package (its checks apply on the way out).
+    rt::Package p;
+    p.compiler = kCompilerId;
+    rt::PackageVariant pv;
+    if (rt::Status s = info(variant, pv.info); !s)
+      return s;
+    pv.kernels.push_back(out);
+    p.variants.push_back(std::move(pv));
+    // A cache that cannot be written is not an error for the compile.
+    (void)impl_->cache->store(key, p.serialize());
+  }
+  return rt::Status::ok();
 }
 
 rt::Status Session::countTiles(const std::string &variant,

@@ -14,6 +14,7 @@
 #include "Problem.h"
 
 #include "attnc/Driver/Session.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
 #ifdef ATTNC_HAVE_BASELINE
 #include "Unfused.h"
 #endif
@@ -24,6 +25,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <unistd.h>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -48,6 +51,12 @@ OpenBLAS baseline over the same inputs, in one run.
   --threads N           CPU threads (default: all)
   --no-baseline         skip the unfused baseline
   --json                one JSON object per row instead of the table
+  --jit-latency [--target=sm_XX]
+                        instead of running: the cost of compiling each
+                        variant for the GPU (--dtype, default bf16, and
+                        --head-dim): front end, cold lowering to PTX, kernel
+                        cache hits from disk and memory, and with a device
+                        the driver's module load
 FLOP/s: "visited" counts 2*(Dqk + Dv) per score over the tiles the kernel
 visits (live query rows, key padding included); "dense" counts every
 (q, kv) pair as if nothing were masked. Peak RSS is the process's
@@ -91,6 +100,89 @@ struct Row {
   std::string note;
 };
 
+double msSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+/// --jit-latency: what compiling a variant for the GPU costs, cold and from
+/// the kernel cache, and (with a device) loading the PTX into the driver.
+int runJitLatency(const Options &o, const std::string &target) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() /
+                 ("attnc-jit-latency-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::unique_ptr<rt::cuda::Context> gpu;
+  rt::Status gpuStatus = rt::cuda::Context::open(gpu);
+  rt::KernelSpec spec;
+  spec.dtype = o.shape.dtype == rt::DType::F32 ? rt::DType::BF16 : o.shape.dtype;
+  spec.headDim = o.shape.headDim;
+  spec.vHeadDim = o.shape.vHeadDim > 0 ? o.shape.vHeadDim : o.shape.headDim;
+  std::unique_ptr<Session> probe;
+  std::vector<std::string> variants;
+  if (!loadVariants(o, probe, variants))
+    return 1;
+  if (!o.json)
+    std::cout << fmt::format(
+        "{:<20} | {:>13} | {:>13} | {:>13} | {:>13} | {:>15}\n", "variant",
+        "front end ms", "cold PTX ms", "disk hit ms", "memory hit ms",
+        "driver load ms");
+  int status = 0;
+  for (const std::string &v : variants) {
+    std::string diags;
+    std::unique_ptr<Session> s;
+    auto t0 = std::chrono::steady_clock::now();
+    if (rt::Status st = Session::load(o.positional[0], diags, s); !st)
+      return 1;
+    double front = msSince(t0);
+    rt::GpuKernelImage image;
+    s->setKernelCache(std::make_shared<rt::KernelCache>(dir.string()));
+    t0 = std::chrono::steady_clock::now();
+    rt::Status st = s->compileGpu(v, spec, target, image); // miss: compile + store
+    double cold = msSince(t0);
+    s->setKernelCache(std::make_shared<rt::KernelCache>(dir.string()));
+    t0 = std::chrono::steady_clock::now();
+    if (st)
+      st = s->compileGpu(v, spec, target, image); // a fresh cache: from disk
+    double disk = msSince(t0);
+    t0 = std::chrono::steady_clock::now();
+    if (st)
+      st = s->compileGpu(v, spec, target, image); // from memory
+    double memory = msSince(t0);
+    if (!st) {
+      std::cerr << "attnc: error: " << st.message() << "\n";
+      status = 1;
+      continue;
+    }
+    std::string load = "no device";
+    if (gpu) {
+      rt::VariantInfo info;
+      std::unique_ptr<rt::cuda::GpuKernel> k;
+      t0 = std::chrono::steady_clock::now();
+      if (rt::Status ls = s->info(v, info); ls)
+        ls = rt::cuda::GpuKernel::load(*gpu, info, image, k);
+      load = fmt::format("{:.2f}", msSince(t0));
+    }
+    if (o.json)
+      std::cout << fmt::format(
+          "{{\"variant\": \"{}\", \"target\": \"{}\", \"kernel\": \"{}\", "
+          "\"front_end_ms\": {:.3f}, \"cold_ptx_ms\": {:.3f}, "
+          "\"disk_hit_ms\": {:.3f}, \"memory_hit_ms\": {:.4f}, "
+          "\"driver_load_ms\": {}}}\n",
+          v, target, image.kernel, front, cold, disk, memory,
+          gpu ? load : "null");
+    else
+      std::cout << fmt::format(
+          "{:<20} | {:>13.1f} | {:>13.1f} | {:>13.2f} | {:>13.3f} | {:>15}\n", v,
+          front, cold, disk, memory, load);
+  }
+  if (!gpu && !o.json)
+    std::cout << "driver load: not measured (" << gpuStatus.message() << ")\n";
+  fs::remove_all(dir);
+  return status;
+}
+
 std::vector<int64_t> parseSweep(const std::string &s, std::string &err) {
   std::vector<int64_t> out;
   std::stringstream ss(s);
@@ -112,9 +204,14 @@ std::vector<int64_t> parseSweep(const std::string &s, std::string &err) {
 int runBench(const std::vector<std::string> &argvIn) {
   // --sweep is bench-only; take it out before the shared parser.
   std::vector<std::string> argv;
-  std::string sweepText;
+  std::string sweepText, jitTarget;
+  bool jit = false;
   for (size_t i = 0; i < argvIn.size(); ++i) {
-    if (argvIn[i] == "--sweep" && i + 1 < argvIn.size())
+    if (argvIn[i] == "--jit-latency")
+      jit = true;
+    else if (argvIn[i].rfind("--target=", 0) == 0)
+      jitTarget = argvIn[i].substr(9);
+    else if (argvIn[i] == "--sweep" && i + 1 < argvIn.size())
       sweepText = argvIn[++i];
     else if (argvIn[i].rfind("--sweep=", 0) == 0)
       sweepText = argvIn[i].substr(8);
@@ -131,6 +228,16 @@ int runBench(const std::vector<std::string> &argvIn) {
   }
   if (o.positional.size() != 1)
     return usage("attnc bench", "'bench' needs exactly one input file");
+  if (jit || !jitTarget.empty()) {
+    if (!jit)
+      return usage("attnc bench", "--target is for --jit-latency");
+    if (jitTarget.empty())
+      jitTarget = "sm_90";
+    if (jitTarget != "sm_80" && jitTarget != "sm_86" && jitTarget != "sm_89" &&
+        jitTarget != "sm_90")
+      return usage("attnc bench", "unknown --target '" + jitTarget + "'");
+    return runJitLatency(o, jitTarget);
+  }
   if (o.backend != "cpu") {
     std::cerr << "attnc: error: only the cpu backend can be benchmarked so "
                  "far\n";

@@ -9,6 +9,7 @@
 #define ATTNC_DRIVER_SESSION_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/KernelCache.h"
 #include "attnc/runtime/Package.h"
 
 #include <array>
@@ -37,10 +38,17 @@ public:
   rt::Status compileCpu(const std::string &variant, const rt::KernelSpec &spec,
                         std::unique_ptr<rt::CpuKernel> &out) const;
   /// Compiles `variant` to PTX for `target` (sm_80, sm_86, sm_89, sm_90),
-  /// ready for rt::cuda::GpuKernel::load or a Package.
+  /// ready for rt::cuda::GpuKernel::load or a Package. Results go through
+  /// the kernel cache (see setKernelCache), keyed by the variant's
+  /// canonical IR, the configuration, the target and the compiler version.
   rt::Status compileGpu(const std::string &variant, const rt::KernelSpec &spec,
                         const std::string &target,
                         rt::GpuKernelImage &out) const;
+
+  /// The cache compileGpu uses. By default a KernelCache in its default
+  /// folder, created on first use, unless $ATTNC_KERNEL_CACHE is 0; null
+  /// turns caching off.
+  void setKernelCache(std::shared_ptr<rt::KernelCache> cache);
 
   /// Counts the (empty, partial, full) tiles a kernel with `spec` visits
   /// for a closed-form or absent mask, over every (b, h, Q tile, KV tile
