@@ -43,11 +43,14 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   s->setKernelCache(cache);
   GpuKernelImage cold;
   REQUIRE(s->compileGpu("docs", spec, "sm_90", cold).isOk());
-  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m64n48w2s1");
-  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m64n48w2s1_block_mask");
-  CHECK(cold.spec.blockN == 48); // shrunk to fit 48 KB of shared memory
-  CHECK(cold.sharedBytes == (128 + 128) * 48 * 4);
-  CHECK(cold.threads == 64);
+  // The tensor-core kernel: 4 warps, two stages of padded K and V rows.
+  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m64n32w4s2");
+  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m64n32w4s2_block_mask");
+  CHECK(cold.spec.blockN == 32); // shrunk to fit 48 KB of shared memory
+  CHECK(cold.sharedBytes == 2 * (136 + 136) * 32 * 2);
+  CHECK(cold.threads == 128);
+  CHECK(cold.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") !=
+        std::string::npos);
   CHECK(cold.kernelParams == std::vector<int>(5 * 9 + 1, 8));
   CHECK(cold.maskBuilderParams == std::vector<int>(5 * 4 + 1, 8));
   CHECK(cold.ptx.find(".target sm_90") != std::string::npos);

@@ -14,6 +14,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -106,6 +109,10 @@ public:
   /// The SIMT GPU form: a gpu.func with one block per work item and one
   /// thread per query row; K and V tiles are staged in shared memory.
   LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
+  /// The tensor-core form (f16/bf16): warps of 16 query rows, K/V tiles
+  /// through shared memory with cp.async in two stages, ldmatrix operands,
+  /// mma.sync m16n8k16 with f32 accumulation, softmax on the fragments.
+  LogicalResult buildTensorCoreKernel(gpu::GPUModuleOp module, StringRef name);
 
 private:
   // ---- small helpers ----
@@ -167,6 +174,26 @@ private:
     b_.setInsertionPoint(op.thenBlock()->getTerminator());
     then();
   }
+  void ifThenElse(Value cond, function_ref<void()> then,
+                  function_ref<void()> otherwise) {
+    auto op = scf::IfOp::create(b_, cond, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+    b_.setInsertionPoint(op.elseBlock()->getTerminator());
+    otherwise();
+  }
+  /// if (cond) then() else keep: yields `then`'s values or `keep`.
+  SmallVector<Value> ifYield(Value cond, ValueRange keep,
+                             function_ref<SmallVector<Value>()> then) {
+    auto op = scf::IfOp::create(b_, keep.getTypes(), cond, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b_, then());
+    b_.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b_, keep);
+    return SmallVector<Value>(op.getResults());
+  }
   Value select(Value c, Value a, Value x) {
     return arith::SelectOp::create(b_, c, a, x);
   }
@@ -197,9 +224,15 @@ private:
   /// the tile's first key, its number of keys, its class, and whether the
   /// mask can be skipped (a full tile without a tail).
   struct Tile {
-    Value j, kv0, cols, khi, cls, skipMask;
+    Value j, kv0, cols, khi, cls, visit, skipMask;
   };
   void forEachVisitedTile(const Item &it, function_ref<void(const Tile &)> body);
+  /// Tile j of a work item: its keys and class (`inv` holds the mask's
+  /// values that do not depend on q or kv).
+  Tile tileAt(const Item &it, Value j, IRMapping &inv);
+  /// The kernel operands of the GPU forms (KernelABI.h order, then the
+  /// launch's first work item).
+  SmallVector<Type> gpuKernelArgs();
   /// Writes row `r` of the tile: O = acc / l (0 when l = 0) and, if asked
   /// for, LSE = (m + log2 l) ln 2 (-inf when l = 0).
   void emitRowEpilogue(const Entry &e, const Item &it, Value r, Value m,
@@ -512,26 +545,30 @@ void ProgramBuilder::forEachVisitedTile(const Item &it,
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
   loop0(cIdx(0), nKT, 1, [&](Value j) {
-    Tile t;
-    t.j = j;
-    t.kv0 = mul(j, cIdx(BN));
-    t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
-    t.khi = sub(add(t.kv0, t.cols), cIdx(1));
-    t.cls = classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
-    auto i8 = [&](int64_t c) {
-      return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
-    };
-    Value visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, t.cls,
-                                        i8(abi::kEmpty));
-    ifThen(visit, [&] {
-      Value full = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cls,
-                                         i8(abi::kFull));
-      Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
-                                           t.cols, cIdx(BN));
-      t.skipMask = arith::AndIOp::create(b_, full, noTail);
-      body(t);
-    });
+    Tile t = tileAt(it, j, inv);
+    ifThen(t.visit, [&] { body(t); });
   });
+}
+
+ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
+                                            IRMapping &inv) {
+  Tile t;
+  t.j = j;
+  t.kv0 = mul(j, cIdx(BN));
+  t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
+  t.khi = sub(add(t.kv0, t.cols), cIdx(1));
+  t.cls = classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
+  auto i8 = [&](int64_t c) {
+    return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
+  };
+  t.visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, t.cls,
+                                  i8(abi::kEmpty));
+  Value full = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cls,
+                                     i8(abi::kFull));
+  Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cols,
+                                       cIdx(BN));
+  t.skipMask = arith::AndIOp::create(b_, full, noTail);
+  return t;
 }
 
 void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
@@ -977,7 +1014,7 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
   return success();
 }
 
-LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+SmallVector<Type> ProgramBuilder::gpuKernelArgs() {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
                             dyn(f32_),  dyn(i64_),  dyn(f32_),
@@ -986,6 +1023,11 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
     if (p.isTensor)
       args.push_back(dyn(storageType(ctx_, p.dtype)));
   args.push_back(i64_); // first work item of this launch
+  return args;
+}
+
+LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+  SmallVector<Type> args = gpuKernelArgs();
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
   auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
@@ -1116,6 +1158,370 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
   return success();
 }
 
+LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
+                                                    StringRef name) {
+  // Warps of 16 query rows; S = Q K^T in n-tiles of 8 keys, O in n-tiles of
+  // 8 value dims, both as mma.sync m16n8k16 accumulator fragments: lane l
+  // holds rows g = l / 4 and g + 8, columns 2 (l % 4) and 2 (l % 4) + 1.
+  const int64_t NW = BM / 16, NT = BN / 8, KS = D / 16, DT = DV / 8,
+                KP = BN / 16, TH = NW * 32;
+  // Shared rows padded by 16 bytes: the 8 row addresses of an ldmatrix hit
+  // 8 different bank groups.
+  const int64_t LDK = D + 8, LDV = DV + 8;
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToEnd(module.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name,
+                                   b_.getFunctionType(gpuKernelArgs(), {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
+  auto shared = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  Value Ks = fn.addWorkgroupAttribution(
+      MemRefType::get({2 * BN * LDK}, elem_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  Value Vs = fn.addWorkgroupAttribution(
+      MemRefType::get({2 * BN * LDV}, elem_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  // cp.async and ldmatrix need 16-byte aligned shared addresses.
+  for (unsigned i = 0; i < 2; ++i)
+    fn.setWorkgroupAttributionAttr(i, LLVM::LLVMDialect::getAlignAttrName(),
+                                   b_.getI64IntegerAttr(16));
+  b_.setInsertionPointToStart(&fn.getBody().front());
+  Entry e = loadEntry(fn.getArguments());
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
+                   gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  auto divu = [&](Value a, int64_t d) {
+    return Value(arith::DivUIOp::create(b_, a, cIdx(d)));
+  };
+  auto remu = [&](Value a, int64_t d) {
+    return Value(arith::RemUIOp::create(b_, a, cIdx(d)));
+  };
+  auto cmp = [&](arith::CmpIPredicate p, Value a, Value c) {
+    return Value(arith::CmpIOp::create(b_, p, a, c));
+  };
+  Value lane = remu(tid, 32), warp = divu(tid, 32);
+  Value g = divu(lane, 4), tig = remu(lane, 4);
+  Item it = decodeItem(e, item);
+
+  // This thread's two rows of the tile: r = 16 warp + g (+ 8).
+  struct Row {
+    Value live, h, i, hI32, qpos, qRow;
+  };
+  Row rows[2];
+  for (int k = 0; k < 2; ++k) {
+    Value r = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
+    rows[k].live = cmp(arith::CmpIPredicate::slt, r, it.rows);
+    // Rows past the end read the last row; their results are not stored.
+    auto [h, i] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+    rows[k].h = h;
+    rows[k].i = i;
+    rows[k].hI32 = arith::IndexCastOp::create(b_, i32_, h);
+    rows[k].qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
+    rows[k].qRow = add(add(mul(it.b, e.qs[0]), mul(h, e.qs[1])),
+                       mul(i, e.qs[2]));
+  }
+
+  // mma.sync operands: pairs of f16 as vector<2xf16>, of bf16 as i32.
+  bool isF16 = elem_.isF16();
+  auto asOperand = [&](Value pair) -> Value {
+    if (isF16)
+      return pair;
+    Value v = vector::BitCastOp::create(b_, VectorType::get({1}, i32_), pair);
+    return vector::ExtractOp::create(b_, v, ArrayRef<int64_t>{0});
+  };
+  auto pack = [&](Value x0, Value x1) {
+    return asOperand(vector::FromElementsOp::create(
+        b_, VectorType::get({2}, elem_), ValueRange{x0, x1}));
+  };
+  Type accTy = LLVM::LLVMStructType::getLiteral(ctx_, {f32_, f32_, f32_, f32_});
+  auto mma = [&](ArrayRef<Value> a, ArrayRef<Value> bOp, ArrayRef<Value> c) {
+    NVVM::MMATypes t = isF16 ? NVVM::MMATypes::f16 : NVVM::MMATypes::bf16;
+    Value d = NVVM::MmaOp::create(
+        b_, accTy, a, bOp, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt,
+        std::nullopt, std::array<NVVM::MMATypes, 2>{t, t},
+        std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                       NVVM::MMALayout::col});
+    SmallVector<Value, 4> out;
+    for (int64_t k = 0; k < 4; ++k)
+      out.push_back(LLVM::ExtractValueOp::create(b_, d, ArrayRef<int64_t>{k}));
+    return out;
+  };
+  /// ldmatrix x4 at `idx` of `smem`; the four 8x8 matrices' pairs.
+  auto ldmatrix = [&](Value smem, Value idx, bool trans) {
+    Value m = nvgpu::LdMatrixOp::create(b_, VectorType::get({4, 2}, elem_),
+                                        smem, ValueRange{idx}, trans, 4);
+    SmallVector<Value, 4> regs;
+    for (int64_t k = 0; k < 4; ++k)
+      regs.push_back(asOperand(
+          vector::ExtractOp::create(b_, m, ArrayRef<int64_t>{k})));
+    return regs;
+  };
+
+  // The Q fragments, held in registers for the whole work item: for k-step
+  // ks, registers (row g, cols 16 ks + 2 tig), (row g + 8, same), (row g,
+  // + 8), (row g + 8, + 8).
+  Value zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
+  SmallVector<SmallVector<Value, 4>> qf(KS);
+  for (int64_t ks = 0; ks < KS; ++ks)
+    for (int64_t reg = 0; reg < 4; ++reg) {
+      const Row &R = rows[reg & 1];
+      Value col = add(mul(tig, cIdx(2)), cIdx(16 * ks + 8 * (reg >> 1)));
+      Value x0 = load(e.q, add(R.qRow, mul(col, e.qs[3])));
+      Value x1 = load(e.q, add(R.qRow, mul(add(col, c1), e.qs[3])));
+      qf[ks].push_back(pack(select(R.live, x0, zeroE), select(R.live, x1, zeroE)));
+    }
+
+  // 16-byte cp.async needs unit stride along D, strides in multiples of 8
+  // elements and 16-byte aligned bases; otherwise tiles are copied element
+  // by element (same result, slower).
+  Value fast = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  auto all = [&](Value c) { fast = arith::AndIOp::create(b_, fast, c); };
+  all(cmp(arith::CmpIPredicate::eq, e.ks[3], c1));
+  all(cmp(arith::CmpIPredicate::eq, e.vs[3], c1));
+  for (int d = 0; d < 3; ++d) {
+    all(cmp(arith::CmpIPredicate::eq, remu(e.ks[d], 8), c0));
+    all(cmp(arith::CmpIPredicate::eq, remu(e.vs[d], 8), c0));
+  }
+  for (Value m : {e.k, e.v})
+    all(cmp(arith::CmpIPredicate::eq,
+            remu(memref::ExtractAlignedPointerAsIndexOp::create(b_, m), 16), c0));
+
+  // Tile j's K and V rows into stage `stage`; rows past the sequence are
+  // zero (cp.async zero-fill: nothing is read out of bounds).
+  auto loadTile = [&](Value j, Value stage) {
+    Value kv0 = mul(j, cIdx(BN));
+    Value last = sub(it.kvLen, c1);
+    for (auto [src, dst, base, st, n, ld] :
+         {std::tuple{e.k, Ks, it.kBase, &e.ks, D, LDK},
+          std::tuple{e.v, Vs, it.vBase, &e.vs, DV, LDV}}) {
+      Value off = mul(stage, cIdx(BN * ld));
+      ifThenElse(
+          fast,
+          [&, src = src, dst = dst, base = base, st = st, n = n, ld = ld] {
+            loop0(tid, cIdx(BN * n / 8), cIdx(TH), [&](Value c) {
+              Value row = divu(c, n / 8), ch = remu(c, n / 8);
+              Value key = add(kv0, row);
+              Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+              Value from = add(add(base, mul(minI(key, last), (*st)[2])),
+                               mul(ch, cIdx(8)));
+              Value to = add(add(off, mul(row, cIdx(ld))), mul(ch, cIdx(8)));
+              nvgpu::DeviceAsyncCopyOp::create(
+                  b_, nvgpu::DeviceAsyncTokenType::get(ctx_), dst,
+                  ValueRange{to}, src, ValueRange{from}, b_.getIndexAttr(8),
+                  select(valid, cIdx(8), c0), b_.getUnitAttr());
+            });
+          },
+          [&, src = src, dst = dst, base = base, st = st, n = n, ld = ld] {
+            loop0(tid, cIdx(BN * n), cIdx(TH), [&](Value x) {
+              Value row = divu(x, n), d = remu(x, n);
+              Value key = add(kv0, row);
+              Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+              Value v = load(src, add(add(base, mul(minI(key, last), (*st)[2])),
+                                      mul(d, (*st)[3])));
+              store(select(valid, v, zeroE), dst,
+                    add(add(off, mul(row, cIdx(ld))), d));
+            });
+          });
+    }
+  };
+
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
+  inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+  ifThen(cmp(arith::CmpIPredicate::ugt, nKT, c0), [&] {
+    Tile t = tileAt(it, c0, inv);
+    ifThen(t.visit, [&] { loadTile(c0, c0); });
+  });
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+
+  // Loop state: O fragments (DT x 4), then m and l of both rows (l is this
+  // thread's partial sum; the 4 lanes of a row add theirs at the end).
+  SmallVector<Value> init(DT * 4, e.zeroF);
+  init.append({e.ninf, e.ninf, e.zeroF, e.zeroF});
+  auto loopOp = scf::ForOp::create(b_, c0, nKT, c1, init);
+  {
+    OpBuilder::InsertionGuard g2(b_);
+    b_.setInsertionPointToStart(loopOp.getBody());
+    Value j = loopOp.getInductionVar();
+    ValueRange state = loopOp.getRegionIterArgs();
+    // Prefetch the next visited tile into the other stage.
+    Value next = add(j, c1);
+    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT), [&] {
+      Tile tn = tileAt(it, next, inv);
+      ifThen(tn.visit, [&] { loadTile(next, remu(next, 2)); });
+    });
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    Tile t = tileAt(it, j, inv);
+    SmallVector<Value> result = ifYield(t.visit, state, [&] {
+      // This tile's group is complete (only the prefetch may be pending).
+      NVVM::CpAsyncWaitGroupOp::create(b_, 1);
+      gpu::BarrierOp::create(b_);
+      Value stage = remu(j, 2);
+      Value kOff = mul(stage, cIdx(BN * LDK)), vOff = mul(stage, cIdx(BN * LDV));
+      Value mat = divu(lane, 8), r8 = remu(lane, 8);
+      // S = Q K^T: K rows are B's columns (ldmatrix, not transposed).
+      SmallVector<SmallVector<Value, 4>> S(NT, SmallVector<Value, 4>(4, e.zeroF));
+      for (int64_t ks = 0; ks < KS; ++ks)
+        for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
+          Value key = add(mul(add(cIdx(2 * nt2), divu(mat, 2)), cIdx(8)), r8);
+          Value dim = add(cIdx(16 * ks), mul(remu(mat, 2), cIdx(8)));
+          auto regs = ldmatrix(Ks, add(add(kOff, mul(key, cIdx(LDK))), dim),
+                               /*trans=*/false);
+          for (int64_t h = 0; h < 2; ++h)
+            S[2 * nt2 + h] = mma(qf[ks], {regs[2 * h], regs[2 * h + 1]},
+                                 S[2 * nt2 + h]);
+        }
+      // Scale and score_mod on every element, then (partial tiles and
+      // tails only) mask_mod; all in log2 units.
+      SmallVector<Value> kvpos(NT * 2);
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 2; ++c)
+          kvpos[nt * 2 + c] = arith::IndexCastOp::create(
+              b_, i32_, add(t.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
+      SmallVector<Value> sv;
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          const Row &R = rows[c >> 1];
+          Value x = arith::MulFOp::create(b_, S[nt][c], e.scale);
+          x = emitModifier(v_.getScoreBlock(),
+                           {x, it.bI32, R.hI32, R.qpos, kvpos[nt * 2 + (c & 1)]});
+          sv.push_back(arith::MulFOp::create(b_, x, e.log2e));
+        }
+      auto masked = scf::IfOp::create(b_, ValueRange(sv).getTypes(),
+                                      t.skipMask, /*withElse=*/true);
+      {
+        OpBuilder::InsertionGuard g3(b_);
+        b_.setInsertionPointToStart(masked.thenBlock());
+        scf::YieldOp::create(b_, sv);
+        b_.setInsertionPointToStart(masked.elseBlock());
+        SmallVector<Value> out;
+        for (int64_t nt = 0; nt < NT; ++nt)
+          for (int64_t c = 0; c < 4; ++c) {
+            const Row &R = rows[c >> 1];
+            Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
+            Value in = cmp(arith::CmpIPredicate::slt, col, t.cols);
+            Value m = emitModifier(v_.getMaskBlock(), {it.bI32, R.hI32, R.qpos,
+                                                       kvpos[nt * 2 + (c & 1)]});
+            out.push_back(select(arith::AndIOp::create(b_, in, m),
+                                 sv[nt * 4 + c], e.ninf));
+          }
+        scf::YieldOp::create(b_, out);
+      }
+      // Online softmax per row: max over the 4 lanes of the row (xor 1, 2).
+      auto shfl = [&](Value x, int64_t off) {
+        return gpu::ShuffleOp::create(b_, x, cI32(off), cI32(32),
+                                      gpu::ShuffleMode::XOR)
+            .getShuffleResult();
+      };
+      SmallVector<Value> next(state.begin(), state.end());
+      Value alpha[2], mUse[2];
+      for (int64_t r = 0; r < 2; ++r) {
+        Value mx = e.ninf;
+        for (int64_t nt = 0; nt < NT; ++nt)
+          for (int64_t c = 2 * r; c < 2 * r + 2; ++c)
+            mx = arith::MaximumFOp::create(b_, mx, masked.getResult(nt * 4 + c));
+        mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
+        mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
+        Value mOld = state[DT * 4 + r];
+        Value mNew = arith::MaximumFOp::create(b_, mOld, mx);
+        Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ,
+                                             mNew, e.ninf);
+        mUse[r] = select(isNinf, e.zeroF, mNew);
+        alpha[r] = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse[r]));
+        next[DT * 4 + r] = mNew;
+      }
+      SmallVector<Value> P(NT * 4);
+      Value sum[2] = {e.zeroF, e.zeroF};
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          Value p = math::Exp2Op::create(
+              b_, arith::SubFOp::create(b_, masked.getResult(nt * 4 + c),
+                                        mUse[c >> 1]));
+          P[nt * 4 + c] = p;
+          sum[c >> 1] = arith::AddFOp::create(b_, sum[c >> 1], p);
+        }
+      for (int64_t r = 0; r < 2; ++r)
+        next[DT * 4 + 2 + r] = arith::AddFOp::create(
+            b_, arith::MulFOp::create(b_, state[DT * 4 + 2 + r], alpha[r]),
+            sum[r]);
+      SmallVector<SmallVector<Value, 4>> O(DT);
+      for (int64_t dt = 0; dt < DT; ++dt)
+        for (int64_t c = 0; c < 4; ++c)
+          O[dt].push_back(
+              arith::MulFOp::create(b_, state[dt * 4 + c], alpha[c >> 1]));
+      // O += P V: P's accumulator fragments are the A fragments of the
+      // next MMA (converted in registers); V through ldmatrix.trans.
+      auto packP = [&](int64_t nt, int64_t c) {
+        return pack(arith::TruncFOp::create(b_, elem_, P[nt * 4 + c]),
+                    arith::TruncFOp::create(b_, elem_, P[nt * 4 + c + 1]));
+      };
+      for (int64_t kk = 0; kk < KP; ++kk) {
+        SmallVector<Value, 4> a = {packP(2 * kk, 0), packP(2 * kk, 2),
+                                   packP(2 * kk + 1, 0), packP(2 * kk + 1, 2)};
+        for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
+          Value key = add(add(cIdx(16 * kk), mul(remu(mat, 2), cIdx(8))), r8);
+          Value dim = mul(add(cIdx(2 * dt2), divu(mat, 2)), cIdx(8));
+          auto regs = ldmatrix(Vs, add(add(vOff, mul(key, cIdx(LDV))), dim),
+                               /*trans=*/true);
+          for (int64_t h = 0; h < 2; ++h)
+            O[2 * dt2 + h] = mma(a, {regs[2 * h], regs[2 * h + 1]}, O[2 * dt2 + h]);
+        }
+      }
+      for (int64_t dt = 0; dt < DT; ++dt)
+        for (int64_t c = 0; c < 4; ++c)
+          next[dt * 4 + c] = O[dt][c];
+      return next;
+    });
+    // Every warp is done with this stage before the next prefetch reuses it.
+    gpu::BarrierOp::create(b_);
+    scf::YieldOp::create(b_, result);
+  }
+  NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+
+  // Epilogue: the row's sum over its 4 lanes, O / l (0 for rows with no
+  // key), LSE = (m + log2 l) ln 2 (-inf for those), written by lane tig 0.
+  ValueRange fin = loopOp.getResults();
+  for (int64_t r = 0; r < 2; ++r) {
+    const Row &R = rows[r];
+    Value l = fin[DT * 4 + 2 + r];
+    l = arith::AddFOp::create(
+        b_, l,
+        gpu::ShuffleOp::create(b_, l, cI32(1), cI32(32), gpu::ShuffleMode::XOR)
+            .getShuffleResult());
+    l = arith::AddFOp::create(
+        b_, l,
+        gpu::ShuffleOp::create(b_, l, cI32(2), cI32(32), gpu::ShuffleMode::XOR)
+            .getShuffleResult());
+    Value m = fin[DT * 4 + r];
+    ifThen(R.live, [&] {
+      Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
+      Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
+      Value oRow = add(add(mul(it.b, e.os[0]), mul(R.h, e.os[1])),
+                       mul(R.i, e.os[2]));
+      for (int64_t dt = 0; dt < DT; ++dt)
+        for (int64_t c = 2 * r; c < 2 * r + 2; ++c) {
+          Value d = add(mul(tig, cIdx(2)), cIdx(8 * dt + (c & 1)));
+          Value x = arith::MulFOp::create(b_, fin[dt * 4 + c], invL);
+          store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
+        }
+      ifThen(arith::AndIOp::create(b_, e.hasLse,
+                                   cmp(arith::CmpIPredicate::eq, tig, c0)),
+             [&] {
+               Value lg = arith::MulFOp::create(
+                   b_, arith::AddFOp::create(b_, m, math::Log2Op::create(b_, l)),
+                   e.ln2);
+               Value at = add(add(mul(it.b, e.ls[0]), mul(R.h, e.ls[1])),
+                              mul(R.i, e.ls[2]));
+               store(select(pos, lg, e.ninf), e.lse, at);
+             });
+    });
+  }
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
 LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
                                                gpu::GPUModuleOp gpuModule) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
@@ -1213,6 +1619,13 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
 
 } // namespace
 
+bool useTensorCores(const rt::KernelSpec &s) {
+  return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
+         s.headDim % 16 == 0 && s.vHeadDim % 16 == 0 && s.headDim <= 128 &&
+         s.vHeadDim <= 128 && s.blockM % 16 == 0 && s.blockM >= 16 &&
+         s.blockM <= 128 && s.blockN % 16 == 0 && s.blockN >= 16;
+}
+
 LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
                                    attn::VariantOp variant,
                                    const MaskAnalysis &mask,
@@ -1223,8 +1636,12 @@ LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
   module->getContext()
       ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                     arith::ArithDialect, math::MathDialect>();
+  module->getContext()
+      ->loadDialect<vector::VectorDialect, NVVM::NVVMDialect,
+                    nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
   ProgramBuilder kernel(module->getParentOfType<ModuleOp>(), variant, mask, config);
-  if (failed(kernel.buildGpuKernel(module, name)))
+  if (failed(useTensorCores(s) ? kernel.buildTensorCoreKernel(module, name)
+                               : kernel.buildGpuKernel(module, name)))
     return failure();
   if (mask.kind == rt::MaskKind::Data) {
     ProgramBuilder builder(module->getParentOfType<ModuleOp>(), variant, mask,

@@ -19,6 +19,7 @@
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
 #include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -51,27 +52,49 @@ bool isGpuTarget(const std::string &t) {
   return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90";
 }
 
+namespace {
+constexpr int64_t kStaticShared = 48 * 1024;
+/// Shared bytes per key of the tensor-core kernel: a K and a V row (padded
+/// by 8 elements) in each of 2 stages, 2 bytes per element.
+int64_t tcBytesPerKey(const rt::KernelSpec &s) {
+  return 2 * ((s.headDim + 8) + (s.vHeadDim + 8)) * 2;
+}
+} // namespace
+
 rt::KernelSpec gpuSpec(const rt::KernelSpec &requested) {
   rt::KernelSpec s = requested;
+  rt::KernelSpec tc = requested;
+  // Tensor cores: the largest KV tile (a multiple of 16, at most the
+  // request) whose two stages fit the static shared memory.
+  tc.blockN = std::min<int64_t>(s.blockN,
+                                kStaticShared / tcBytesPerKey(s)) / 16 * 16;
+  if (useTensorCores(tc))
+    return tc;
+  // SIMT: K^T and V tiles in f32.
   int64_t perKey = (s.headDim + s.vHeadDim) * 4;
   s.blockN = std::max<int64_t>(
-      8, std::min<int64_t>(s.blockN, (48 * 1024 / perKey) / 8 * 8));
+      8, std::min<int64_t>(s.blockN, (kStaticShared / perKey) / 8 * 8));
   return s;
 }
 
-int64_t gpuThreads(const rt::KernelSpec &spec) { return spec.blockM; }
+int64_t gpuThreads(const rt::KernelSpec &spec) {
+  return useTensorCores(spec) ? spec.blockM / 16 * 32 : spec.blockM;
+}
 
 int64_t gpuSharedBytes(const rt::KernelSpec &spec) {
+  if (useTensorCores(spec))
+    return tcBytesPerKey(spec) * spec.blockN;
   return (spec.headDim + spec.vHeadDim) * spec.blockN * 4;
 }
 
 std::string gpuKernelName(StringRef variant, const rt::KernelSpec &spec) {
   int64_t warps = (gpuThreads(spec) + 31) / 32;
+  int64_t stages = useTensorCores(spec) ? 2 : 1;
   return ("attnc_" + variant + "_" + std::string(rt::dtypeName(spec.dtype)) +
           "_d" + std::to_string(spec.headDim) + "v" +
           std::to_string(spec.vHeadDim) + "_m" + std::to_string(spec.blockM) +
           "n" + std::to_string(spec.blockN) + "w" + std::to_string(warps) +
-          "s1")
+          "s" + std::to_string(stages))
       .str();
 }
 
@@ -189,6 +212,7 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   ub::registerConvertUBToLLVMInterface(registry);
   registerConvertFuncToLLVMInterface(registry);
   registerConvertNVVMToLLVMInterface(registry);
+  vector::registerConvertVectorToLLVMInterface(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
   registerGPUDialectTranslation(registry);
@@ -214,6 +238,7 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   target.optLevel = 3;
   pm.addPass(createGpuNVVMAttachTarget(target));
   OpPassManager &gpuPm = pm.nest<gpu::GPUModuleOp>();
+  gpuPm.addPass(createConvertNVGPUToNVVMPass());
   gpuPm.addPass(createSCFToControlFlowPass());
   gpuPm.addPass(createConvertGpuOpsToNVVMOps());
   gpuPm.addPass(createCanonicalizerPass());

@@ -32,6 +32,13 @@ mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
                                       const FlashConfig &config,
                                       llvm::StringRef name);
 
+/// Whether the GPU kernel for `spec` is the tensor-core form (f16/bf16,
+/// head dims multiples of 16 up to 128, tiles multiples of 16): warps of 16
+/// query rows, mma.sync m16n8k16 with f32 accumulation, ldmatrix operands,
+/// K/V through shared memory with cp.async in two stages. Otherwise the
+/// SIMT form below.
+bool useTensorCores(const rt::KernelSpec &spec);
+
 /// The SIMT GPU form of the same program, added to `module` as the kernel
 /// `@<name>`: one block of blockM threads per work item (b, h, Q tile), one
 /// thread per query row, K^T and V tiles staged in shared memory; modifiers,
