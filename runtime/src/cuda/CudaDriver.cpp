@@ -78,6 +78,7 @@ Status Driver::open(std::unique_ptr<Driver> &out, const std::string &pathIn) {
       {"cuMemcpyHtoD_v2", resolve(h, "cuMemcpyHtoD_v2", a.cuMemcpyHtoD)},
       {"cuMemcpyDtoH_v2", resolve(h, "cuMemcpyDtoH_v2", a.cuMemcpyDtoH)},
       {"cuMemsetD8_v2", resolve(h, "cuMemsetD8_v2", a.cuMemsetD8)},
+      {"cuMemGetInfo_v2", resolve(h, "cuMemGetInfo_v2", a.cuMemGetInfo)},
       {"cuCtxSynchronize", resolve(h, "cuCtxSynchronize", a.cuCtxSynchronize)},
       {"cuStreamSynchronize", resolve(h, "cuStreamSynchronize", a.cuStreamSynchronize)},
       {"cuEventCreate", resolve(h, "cuEventCreate", a.cuEventCreate)},

@@ -2,12 +2,14 @@
 //
 //   attnc-run PACKAGE --list
 //   attnc-run PACKAGE [--variant NAME] [--suite | shape options]
+//   attnc-run PACKAGE --bench [--sweep T1,T2,...] [shape options] [--json]
 //
 // Links the runtime alone: no LLVM, no compiler. Each case runs on the
 // CUDA device and on the fp64 reference (the package carries the modifier
 // program), and is compared as `attnc check` does.
 //
 //===----------------------------------------------------------------------===//
+#include "GpuBench.h"
 #include "Options.h"
 #include "Parity.h"
 
@@ -16,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <tuple>
@@ -41,6 +45,16 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
   --batch N --heads N --kv-heads N --q-len N --kv-len N
   --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout bhsd|bshd
   --mode prefill|decode|chunk --seed N --set NAME=VALUE --checked
+  --input NAME=FILE.npy   q, k, v or a capture from a file
+  --bench                 time instead of check: CUDA events, --warmup N
+                          (default 200) launches, then --iters N (default
+                          500) timed one by one; ms median/min/max, TFLOP/s
+                          (dense, and useful: scaled by the sampled mask
+                          density), K+V GB/s, device memory in use; --json
+                          for one object per row; --output FILE.npy writes
+                          the (last) output for cross-checks
+  --sweep T1,T2,...       with --bench: sequence lengths (prefill Lq = Lkv =
+                          T; decode Lkv = T)
 
 Exit status: 0 all passed, 1 a case failed, 2 usage or package error,
 3 no CUDA driver or device (nothing was run).
@@ -52,15 +66,27 @@ constexpr int kNoDevice = 3;
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  bool list = false, deviceInfo = false;
+  bool list = false, deviceInfo = false, bench = false, warmupSet = false,
+       itersSet = false;
+  std::string sweepText;
   std::vector<std::string> rest;
-  for (const std::string &a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
     if (a == "--list")
       list = true;
     else if (a == "--device-info")
       deviceInfo = true;
-    else
+    else if (a == "--bench")
+      bench = true;
+    else if (a == "--sweep" && i + 1 < args.size())
+      sweepText = args[++i];
+    else if (a.rfind("--sweep=", 0) == 0)
+      sweepText = a.substr(8);
+    else {
+      warmupSet |= a.rfind("--warmup", 0) == 0;
+      itersSet |= a.rfind("--iters", 0) == 0;
       rest.push_back(a);
+    }
   }
   if (deviceInfo) {
     std::unique_ptr<rt::cuda::Context> ctx;
@@ -83,6 +109,27 @@ int main(int argc, char **argv) {
   }
   if (o.positional.size() != 1)
     return usage("attnc-run", "expected exactly one package file");
+  if (!sweepText.empty() && !bench)
+    return usage("attnc-run", "--sweep is for --bench");
+  std::vector<int64_t> sweep;
+  for (size_t at = 0; !sweepText.empty() && at <= sweepText.size();) {
+    size_t comma = sweepText.find(',', at);
+    std::string item = sweepText.substr(at, comma - at);
+    char *end = nullptr;
+    long long t = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || t <= 0 || t > (1 << 22))
+      return usage("attnc-run", "--sweep expects positive lengths separated "
+                                "by commas, got '" + sweepText + "'");
+    sweep.push_back(t);
+    if (comma == std::string::npos)
+      break;
+    at = comma + 1;
+  }
+  // The GPU protocol's defaults (the CPU tools' are 3 and 10).
+  if (bench && !warmupSet)
+    o.warmup = 200;
+  if (bench && !itersSet)
+    o.iters = 500;
   rt::Package pkg;
   if (rt::Status s = rt::Package::read(o.positional[0], pkg); !s) {
     std::cerr << "attnc-run: error: " << s.message() << "\n";
@@ -116,6 +163,25 @@ int main(int argc, char **argv) {
   int cc = ctx->device().computeCapability();
   std::cerr << "attnc-run: " << ctx->device().name() << " (sm_" << cc
             << "), driver " << ctx->driver().version() << "\n";
+
+  if (bench) {
+    std::vector<Shape> shapes;
+    if (sweep.empty()) {
+      Shape s = o.shape;
+      s.resolve();
+      shapes.push_back(s);
+    }
+    for (int64_t t : sweep) {
+      Shape s = o.shape;
+      s.qLen = s.mode == Mode::Decode ? -1 : t;
+      s.kvLen = t;
+      if (s.mode == Mode::Chunk)
+        s.qLen = std::min<int64_t>(t, o.shape.qLen > 0 ? o.shape.qLen : 128);
+      s.resolve();
+      shapes.push_back(s);
+    }
+    return runGpuBench(*ctx, variants, o, shapes);
+  }
 
   using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
   std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;

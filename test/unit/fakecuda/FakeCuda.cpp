@@ -4,6 +4,9 @@
 //   FAKE_CUDA_DEVICES=<n>        device count (default 1)
 //   FAKE_CUDA_CC=<nn>            compute capability (default 90)
 //   FAKE_CUDA_ALLOC_FAIL=1       cuMemAlloc reports out of memory
+//   FAKE_CUDA_ZERO_OUT=<bytes>   attention launches zero their output operand
+//                                (elements of that size), so that paths
+//                                after a launch (timing) can be exercised
 // "Device" memory is host memory (so tests can read what was uploaded).
 // Modules are PTX text: loading fails, with a JIT log, for text without an
 // `.entry` or containing FAKE_JIT_ERROR. Launches run nothing; they are
@@ -95,6 +98,16 @@ R cuLaunchKernel(void *f, unsigned gx, unsigned, unsigned, unsigned bx,
                  void **) {
   auto *fn = static_cast<Function *>(f);
   Launch l{fn->name, gx, bx, smem, {}};
+  int zero = env("FAKE_CUDA_ZERO_OUT", 0);
+  bool builder = fn->name.size() > 11 &&
+                 fn->name.compare(fn->name.size() - 11, 11, "_block_mask") == 0;
+  if (zero > 0 && !builder && fn->params > 19) {
+    // Operand 3 (out): parameters 15..19; aligned pointer 16, size 18.
+    unsigned long long ptr = 0, n = 0;
+    std::memcpy(&ptr, params[16], 8);
+    std::memcpy(&n, params[18], 8);
+    std::memset(reinterpret_cast<void *>(ptr), 0, n * size_t(zero));
+  }
   for (int i = 0; i < fn->params; ++i) {
     unsigned long long v = 0;
     std::memcpy(&v, params[i], 8);
@@ -129,6 +142,11 @@ R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
 }
 R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
   std::memset(reinterpret_cast<void *>(d), v, n);
+  return 0;
+}
+R cuMemGetInfo_v2(size_t *free, size_t *total) {
+  *total = size_t(80) << 30;
+  *free = *total - (size_t(1) << 30);
   return 0;
 }
 R cuStreamSynchronize(void *) { return 0; }

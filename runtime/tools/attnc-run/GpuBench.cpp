@@ -1,0 +1,205 @@
+//===- GpuBench.cpp - attnc-run --bench: timing packaged kernels ---------===//
+//
+// FLOPs: "dense" counts 2 (Dqk + Dv) per (query, key) pair; "useful"
+// scales it by the mask's density, sampled with the fp64 interpreter on a
+// grid of at most 256 x 256 (query, key) pairs of sequence 0, head 0 —
+// what a user would call the attention's real work (causal: about half).
+// Decode rows also report the K and V bytes read per second.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuBench.h"
+#include "Problem.h"
+
+#include "attnc/runtime/Npy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+namespace attnc::tools {
+
+namespace {
+
+using rt::cuda::Context;
+using rt::cuda::DeviceBuffer;
+using rt::cuda::GpuKernel;
+
+double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
+  if (v.maskKind == rt::MaskKind::None)
+    return 1.0;
+  int64_t kv = p.kvLen[0], nq = std::min<int64_t>(p.Lq, 256),
+          nk = std::min<int64_t>(kv, 256);
+  if (kv == 0)
+    return 0.0;
+  int64_t keep = 0;
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j) {
+      int64_t q = p.qPos0[0] + i * p.Lq / nq, k = j * kv / nk;
+      keep += rt::evalMaskMod(v, p.params, 0, 0, int32_t(q), int32_t(k));
+    }
+  return double(keep) / double(nq * nk);
+}
+
+int64_t bytesOf(const rt::TensorView &t) {
+  int64_t e = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] > 0)
+      e += (t.shape[i] - 1) * t.strides[i];
+  return e * static_cast<int64_t>(rt::dtypeSize(t.dtype));
+}
+
+} // namespace
+
+int runGpuBench(const Context &ctx,
+                const std::vector<const rt::PackageVariant *> &variants,
+                const Options &o, const std::vector<Shape> &shapes) {
+  const rt::cuda::DriverApi &api = ctx.driver().api();
+  int cc = ctx.device().computeCapability();
+  if (!o.json)
+    std::cout << fmt::format(
+        "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9} {:>9} {:>9} | {:>8} "
+        "{:>8} | {:>9} | {:>8}\n",
+        "variant", "B", "H", "Lq", "Lkv", "D", "ms med", "ms min", "ms max",
+        "TF/s dns", "TF/s use", "KV GB/s", "dev MB");
+  int failures = 0;
+  for (const rt::PackageVariant *v : variants)
+    for (const Shape &s : shapes) {
+      auto fail = [&](const std::string &why) {
+        std::cerr << "attnc-run: " << v->info.name << " " << s.describe()
+                  << ": " << why << "\n";
+        ++failures;
+      };
+      const rt::GpuKernelImage *image = nullptr;
+      std::unique_ptr<GpuKernel> k;
+      rt::Status st =
+          rt::selectKernel(*v, cc, s.dtype, s.headDim, s.vHeadDim, image);
+      if (st)
+        st = GpuKernel::load(ctx, v->info, *image, k);
+      Inputs in;
+      if (st)
+        st = makeInputs(v->info, s, o.sets, o.inputs, in);
+      rt::Problem p;
+      if (st)
+        st = rt::resolveProblem(v->info, &image->spec, in.args, p);
+      if (!st) {
+        fail(st.message());
+        continue;
+      }
+      // Device copies of every view, made once.
+      rt::AttentionArgs dev = in.args;
+      std::vector<DeviceBuffer> bufs;
+      auto mirror = [&](const rt::TensorView &h, rt::TensorView &d) {
+        if (!h.data)
+          return rt::Status::ok();
+        DeviceBuffer b;
+        size_t n = size_t(bytesOf(h));
+        if (rt::Status e = DeviceBuffer::allocate(ctx, n, b); !e)
+          return e;
+        if (rt::Status e = b.upload(h.data, n); !e)
+          return e;
+        d.data = b.data();
+        bufs.push_back(std::move(b));
+        return rt::Status::ok();
+      };
+      for (auto [h, d] : {std::pair{&in.args.q, &dev.q}, std::pair{&in.args.k, &dev.k},
+                          std::pair{&in.args.v, &dev.v},
+                          std::pair{&in.args.out, &dev.out},
+                          std::pair{&in.args.lse, &dev.lse}})
+        if (st)
+          st = mirror(*h, *d);
+      for (size_t i = 0; st && i < in.args.tensors.size(); ++i)
+        st = mirror(in.args.tensors[i].second, dev.tensors[i].second);
+      for (int i = 0; st && i < o.warmup; ++i)
+        st = k->run(dev);
+      if (st)
+        st = ctx.synchronize();
+      size_t freeB = 0, totalB = 0;
+      api.cuMemGetInfo(&freeB, &totalB);
+      std::vector<float> ms;
+      rt::cuda::CUevent a = nullptr, b = nullptr;
+      if (st)
+        st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
+      if (st)
+        st = ctx.driver().check(api.cuEventCreate(&b, 0), "cuEventCreate");
+      for (int i = 0; st && i < o.iters; ++i) {
+        api.cuEventRecord(a, nullptr);
+        st = k->run(dev);
+        api.cuEventRecord(b, nullptr);
+        float t = 0;
+        if (st)
+          st = ctx.driver().check(api.cuEventSynchronize(b), "cuEventSynchronize");
+        if (st)
+          st = ctx.driver().check(api.cuEventElapsedTime(&t, a, b),
+                                  "cuEventElapsedTime");
+        ms.push_back(t);
+      }
+      if (a)
+        api.cuEventDestroy(a);
+      if (b)
+        api.cuEventDestroy(b);
+      // The output comes back for a finiteness check (and --output).
+      if (st)
+        st = bufs[3].download(in.args.out.data, size_t(bytesOf(in.args.out)));
+      if (!st) {
+        fail(st.message());
+        continue;
+      }
+      bool finite = true;
+      for (int64_t i = 0; finite && i < in.args.out.numel(); ++i)
+        finite = std::isfinite(rt::loadAsDouble(in.args.out.data,
+                                                in.args.out.dtype, i));
+      if (!finite) {
+        fail("the output has NaN or infinite values: no timing is reported");
+        continue;
+      }
+      if (!o.output.empty()) {
+        rt::NpyArray out;
+        out.dtype = rt::DType::F32;
+        out.shape = in.args.out.shape;
+        out.bytes.resize(in.args.out.numel() * 4);
+        const rt::TensorView &ov = in.args.out;
+        int64_t n = 0;
+        for (int64_t bb = 0; bb < ov.shape[0]; ++bb)
+          for (int64_t h = 0; h < ov.shape[1]; ++h)
+            for (int64_t i = 0; i < ov.shape[2]; ++i)
+              for (int64_t d = 0; d < ov.shape[3]; ++d)
+                rt::storeFromDouble(out.bytes.data(), rt::DType::F32, n++,
+                                    rt::loadAsDouble(ov.data, ov.dtype,
+                                                     ov.offsetOf({bb, h, i, d})));
+        if (rt::Status e = rt::writeNpy(o.output, out); !e)
+          fail(e.message());
+      }
+      std::sort(ms.begin(), ms.end());
+      double med = ms[ms.size() / 2], sec = med * 1e-3;
+      double dense = 2.0 * p.B * p.Hq * p.Lq * double(p.Lkv) * (p.Dqk + p.Dv);
+      double useful = dense * maskDensity(v->info, p);
+      double kvBytes = double(p.B) * p.Hkv * p.Lkv * (p.Dqk + p.Dv) *
+                       rt::dtypeSize(s.dtype);
+      double devMB = double(totalB - freeB) / (1 << 20);
+      if (o.json)
+        std::cout << fmt::format(
+            "{{\"system\": \"attnc\", \"variant\": \"{}\", \"kernel\": \"{}\", "
+            "\"gpu\": \"{}\", \"B\": {}, \"H\": {}, \"HKV\": {}, \"Lq\": {}, "
+            "\"Lkv\": {}, \"D\": {}, \"Dv\": {}, \"dtype\": \"{}\", "
+            "\"ms_median\": {:.5f}, \"ms_min\": {:.5f}, \"ms_max\": {:.5f}, "
+            "\"tflops_dense\": {:.4f}, \"tflops_useful\": {:.4f}, "
+            "\"tokens_per_s\": {:.1f}, \"kv_gbs\": {:.2f}, "
+            "\"device_mb_used\": {:.1f}, \"warmup\": {}, \"iters\": {}}}\n",
+            v->info.name, image->kernel, ctx.device().name(), p.B, p.Hq, p.Hkv,
+            p.Lq, p.Lkv, p.Dqk, p.Dv, rt::dtypeName(s.dtype), med, ms.front(),
+            ms.back(), dense / sec / 1e12, useful / sec / 1e12,
+            p.B * p.Lq / sec, kvBytes / sec / 1e9, devMB, o.warmup, o.iters);
+      else
+        std::cout << fmt::format(
+            "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9.4f} {:>9.4f} {:>9.4f} "
+            "| {:>8.2f} {:>8.2f} | {:>9.1f} | {:>8.0f}\n",
+            v->info.name, p.B, p.Hq, p.Lq, p.Lkv, p.Dqk, med, ms.front(),
+            ms.back(), dense / sec / 1e12, useful / sec / 1e12,
+            kvBytes / sec / 1e9, devMB);
+    }
+  return failures ? 1 : 0;
+}
+
+} // namespace attnc::tools

@@ -1,0 +1,24 @@
+//===- GpuBench.h - attnc-run --bench: timing packaged kernels --*- C++ -*-===//
+#ifndef ATTNC_TOOLS_GPUBENCH_H
+#define ATTNC_TOOLS_GPUBENCH_H
+
+#include "Options.h"
+
+#include "attnc/runtime/Package.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
+
+#include <vector>
+
+namespace attnc::tools {
+
+/// Times each variant's kernel over `shapes` with CUDA events (o.warmup
+/// launches, then o.iters, each timed alone: median, min, max) and prints
+/// a table or, with o.json, one JSON object per row. With o.output, the
+/// output of the last shape is written there (f32 .npy, for cross-checks).
+int runGpuBench(const rt::cuda::Context &ctx,
+                const std::vector<const rt::PackageVariant *> &variants,
+                const Options &o, const std::vector<Shape> &shapes);
+
+} // namespace attnc::tools
+
+#endif
