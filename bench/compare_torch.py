@@ -2,23 +2,32 @@
 """Side by side on a CUDA machine, in one run and on identical inputs:
 PyTorch SDPA with each available backend (flash, cuDNN, efficient) and
 flex_attention compiled with torch.compile (its BlockMask built by
-create_block_mask and timed separately). Outputs are cross-checked (max_abs
-against flex, and against SDPA where the variant is expressible there) so
-that no speed is reported for a wrong result. attnc's own GPU rows are
-merged from `attnc bench --backend cuda --json` output (--attnc-json) once
-the CUDA backend exists.
+create_block_mask and timed separately), and attnc's kernel from a package
+run by the runtime-only `attnc-run --bench` on the same inputs (q, k, v and
+captures handed over as .npy). Outputs are cross-checked (max_abs against
+flex; SDPA against flex where the variant is expressible there) so that no
+speed is reported for a wrong result. Writes
+bench/results/<date>-<gpu>-gpu-<suite>.json and, through run_suite.py's
+report, a Markdown table and plots (TFLOP/s vs length, one line per system).
 
-  python3 bench/compare_torch.py --suite gym --dtype bf16 --out gym.json
+  python3 bench/compare_torch.py --suite gym --dtype bf16 \
+      --attnc-run .device/bin/attnc-run --packages .device/packages
   python3 bench/compare_torch.py --suite protocol --dry-run   # list cases
 
 Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
-seed 42. Not yet run on a GPU: the first GPU session runs it and records the
-figures in docs/performance.md.
+seed 42. Not yet run on a GPU: the first session with one runs it and
+records the figures in docs/performance.md.
 """
 import argparse
+import datetime
 import json
 import math
+import os
+import subprocess
 import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GYM = ["causal", "alibi", "sliding_window", "prefix_lm", "document_mask",
        "softcap", "synaptic", "full"]
@@ -48,35 +57,67 @@ def cases(suite):
 
 
 def modifiers(torch, variant, c, device):
-    """(score_mod, mask_mod) in FlexAttention terms, and the inputs they
-    capture, matching examples/<variant>.attn."""
+    """(score_mod, mask_mod, captures, sets): FlexAttention closures matching
+    examples/<variant>.attn, the tensors they capture (by the .attn
+    parameter's name, for attnc) and attnc's scalar parameters."""
     B, H, T = c["B"], c["H"], c["Lkv"]
     off = c["Lkv"] - c["Lq"]  # absolute query positions, as attnc uses
     g = torch.Generator(device=device).manual_seed(7)
     if variant == "alibi":
         slope = torch.exp2(-(torch.arange(H, device=device) + 1) * 8.0 / H)
         return (lambda s, b, h, q, kv: s + slope[h] * (kv - (q + off)),
-                lambda b, h, q, kv: q + off >= kv)
+                lambda b, h, q, kv: q + off >= kv, {"slope": slope}, {})
     if variant == "sliding_window":
-        return (None, lambda b, h, q, kv: (q + off >= kv) & (q + off - kv < 1024))
+        return (None, lambda b, h, q, kv: (q + off >= kv) & (q + off - kv < 1024),
+                {}, {"window": 1024})
     if variant == "prefix_lm":
-        return (None, lambda b, h, q, kv: (kv < 1024) | (q + off >= kv))
+        return (None, lambda b, h, q, kv: (kv < 1024) | (q + off >= kv),
+                {}, {"prefix": 1024})
     if variant == "document_mask":
         doc = (torch.arange(T, device=device) * 12 // T).repeat(B, 1)
         return (None, lambda b, h, q, kv: (doc[b, q + off] == doc[b, kv]) &
-                (q + off >= kv))
+                (q + off >= kv), {"doc": doc.to(torch.int32)}, {})
     if variant == "softcap":
         return (lambda s, b, h, q, kv: 30.0 * torch.tanh(s / 30.0),
-                lambda b, h, q, kv: q + off >= kv)
+                lambda b, h, q, kv: q + off >= kv, {}, {"cap": 30})
     if variant == "synaptic":
         qamp = torch.rand(B, H, T, device=device, generator=g) + 0.5
         kf = torch.rand(B, H, T, device=device, generator=g) + 0.5
         return (lambda s, b, h, q, kv: s + torch.log(qamp[b, h, q + off] * kf[b, h, kv])
                 - 0.01 * torch.abs(q + off - kv),
-                lambda b, h, q, kv: q + off >= kv)
+                lambda b, h, q, kv: q + off >= kv,
+                {"qamp": qamp, "key_factor": kf}, {"barrier": 0.01})
     if variant == "causal":
-        return (None, lambda b, h, q, kv: q + off >= kv)
-    return (None, None)
+        return (None, lambda b, h, q, kv: q + off >= kv, {}, {})
+    return (None, None, {}, {})
+
+
+def attnc_case(args, c, tensors, sets, tmp):
+    """Runs attnc-run --bench on this case's inputs; returns (its JSON row,
+    its output as a float32 numpy array) or raises RuntimeError."""
+    import numpy as np
+    pkg = os.path.join(args.packages, c["variant"] + ".json")
+    cmd = [args.attnc_run, pkg, "--bench", "--json",
+           "--batch", str(c["B"]), "--heads", str(c["H"]),
+           "--kv-heads", str(c["HKV"]), "--q-len", str(c["Lq"]),
+           "--kv-len", str(c["Lkv"]), "--head-dim", str(c["D"]),
+           "--dtype", args.dtype, "--warmup", str(args.warmup),
+           "--iters", str(args.iters)]
+    if c["Lq"] == 1:
+        cmd += ["--mode", "decode"]
+    for name, t in tensors.items():
+        path = os.path.join(tmp, name + ".npy")
+        np.save(path, t.detach().float().cpu().numpy() if t.is_floating_point()
+                else t.detach().cpu().numpy())
+        cmd += ["--input", "%s=%s" % (name, path)]
+    for name, v in sets.items():
+        cmd += ["--set", "%s=%s" % (name, v)]
+    out = os.path.join(tmp, "out.npy")
+    cmd += ["--output", out]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1]), np.load(out)
 
 
 def time_ms(torch, fn, warmup, iters):
@@ -108,9 +149,19 @@ def run(args):
         q = torch.randn(c["B"], c["H"], c["Lq"], c["D"], device=dev, dtype=dtype)
         k = torch.randn(c["B"], c["HKV"], c["Lkv"], c["D"], device=dev, dtype=dtype)
         v = torch.randn_like(k)
-        score_mod, mask_mod = modifiers(torch, c["variant"], c, dev)
+        score_mod, mask_mod, captures, sets = modifiers(torch, c["variant"], c, dev)
         row = dict(c, dtype=args.dtype, torch=torch.__version__,
                    gpu=torch.cuda.get_device_name())
+        # The mask's density (fraction of unmasked pairs) on a sampled grid:
+        # TFLOP/s count only the useful work.
+        row["density"] = 1.0
+        if mask_mod is not None:
+            qi = torch.linspace(0, c["Lq"] - 1, min(c["Lq"], 256),
+                                device=dev).long()[:, None]
+            ki = torch.linspace(0, c["Lkv"] - 1, min(c["Lkv"], 256),
+                                device=dev).long()[None, :]
+            zero = torch.zeros((), dtype=torch.long, device=dev)
+            row["density"] = mask_mod(zero, zero, qi, ki).float().mean().item()
         t0 = torch.cuda.Event(enable_timing=True)
         t1 = torch.cuda.Event(enable_timing=True)
         bm = None
@@ -147,6 +198,21 @@ def run(args):
                                                            args.iters)
                 except RuntimeError as e:
                     row["sdpa_%s_error" % name] = str(e).splitlines()[0]
+        if args.attnc_run:
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    a, out = attnc_case(args, c, dict(captures, q=q, k=k, v=v),
+                                        sets, tmp)
+                    err = float(abs(out - ref.float().cpu().numpy()).max())
+                    row["attnc_max_abs_vs_flex"] = err
+                    if err > 2e-2:
+                        row["attnc_error"] = "max_abs %.3g vs flex" % err
+                    else:
+                        row["attnc_ms"] = (a["ms_median"], a["ms_min"],
+                                           a["ms_max"])
+                        row["attnc_kernel"] = a["kernel"]
+                except RuntimeError as e:
+                    row["attnc_error"] = str(e)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -160,8 +226,13 @@ def main():
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--iters", type=int, default=500)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--out", help="write all rows as one JSON file")
-    p.add_argument("--attnc-json", help="merge `attnc bench --json` rows")
+    p.add_argument("--attnc-run", help="attnc-run (runtime only) to time "
+                   "attnc's kernels with, e.g. .device/bin/attnc-run")
+    p.add_argument("--packages", default=os.path.join(ROOT, ".device",
+                                                      "packages"),
+                   help="folder of <variant>.json kernel packages")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
+                   help="folder for the recording, table and plots")
     p.add_argument("--dry-run", action="store_true",
                    help="list the cases; needs neither torch nor a GPU")
     args = p.parse_args()
@@ -173,13 +244,28 @@ def main():
                   "D=%(D)d" % c)
         return 0
     rows = run(args)
-    if args.attnc_json:
-        with open(args.attnc_json) as f:
-            rows += [dict(json.loads(l), system="attnc") for l in f if l.strip()]
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+    import torch
+    gpu = torch.cuda.get_device_name().replace(" ", "-")
+    date = datetime.date.today().isoformat()
+    try:
+        commit = subprocess.check_output(["git", "-C", ROOT, "rev-parse",
+                                          "--short", "HEAD"], text=True).strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    record = {"suite": "gpu-" + args.suite, "date": date, "commit": commit,
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "cuda": torch.version.cuda, "dtype": args.dtype,
+              "method": "CUDA events, warmup %d, iters %d, seed %d" % (
+                  args.warmup, args.iters, args.seed),
+              "rows": rows}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "%s-%s-gpu-%s.json" % (date, gpu, args.suite))
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+    print("wrote", path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import run_suite
+    return run_suite.report(path, args.out)
 
 
 if __name__ == "__main__":

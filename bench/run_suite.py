@@ -7,7 +7,11 @@ GFLOP/s against sequence length per variant, one line per system).
   bench/run_suite.py cpu-protocol --quick    # fewer iterations and lengths
   bench/run_suite.py --report FILE.json      # table + plots from a recording
 
-Suites (CPU; the GPU suites need the CUDA backend, see docs/performance.md):
+GPU suites run on a machine with a GPU through bench/compare_torch.py
+(attnc next to SDPA and flex_attention); --report FILE.json renders their
+recordings too.
+
+Suites (CPU):
   cpu-gym       the attention-gym set (causal, ALiBi, sliding window 1024,
                 prefix-LM 1024, document mask with 12 documents, tanh softcap
                 30) plus synaptic and non-causal, B*T = 8k tokens, H = 8,
@@ -153,9 +157,90 @@ def gflops(row):
     return row["gflops_visited"]
 
 
+def tflops(row, ms):
+    """Useful TFLOP/s of a GPU row: unmasked pairs only (the row's sampled
+    mask density), as FlexAttention users count it."""
+    useful = row.get("density", 1.0)
+    flops = 4.0 * row["B"] * row["H"] * row["Lq"] * row["Lkv"] * row["D"]
+    return flops * useful / (ms * 1e-3) / 1e12
+
+
+def report_gpu(rec, path, out):
+    """Table and plots of a GPU recording (bench/compare_torch.py): attnc,
+    FlexAttention and the best SDPA backend side by side."""
+    rows = rec["rows"]
+    base = os.path.join(out, os.path.splitext(os.path.basename(path))[0])
+    def sdpa_best(r):
+        ms = [r[k][0] for k in r if k.startswith("sdpa_") and k.endswith("_ms")]
+        return min(ms) if ms else None
+    lines = ["# %s on %s (%s; torch %s, CUDA %s, %s)" % (
+                 rec["suite"], rec["date"], rec["gpu"], rec["torch"],
+                 rec.get("cuda"), rec["dtype"]),
+             "",
+             "Commit `%s`; %s." % (rec["commit"], rec["method"]),
+             "ms are medians; TFLOP/s count unmasked (query, key) pairs; "
+             "x > 1 means attnc is faster.", "",
+             "| variant | T | B | H/Hkv | D | attnc ms | flex ms | SDPA best ms "
+             "| attnc TF/s | attnc vs flex | attnc vs SDPA | max_abs vs flex |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        a = r.get("attnc_ms", [None])[0]
+        f = r["flex_ms"][0]
+        s = sdpa_best(r)
+        fmt = lambda x: "%.3f" % x if x else "–"
+        lines.append("| %s | %d | %d | %d/%d | %d | %s | %.3f | %s | %s | %s | %s "
+                     "| %s |" % (
+                         r["variant"], r["Lkv"], r["B"], r["H"], r["HKV"],
+                         r["D"], fmt(a) if a else r.get("attnc_error", "–"), f,
+                         fmt(s), "%.1f" % tflops(r, a) if a else "–",
+                         "%.2fx" % (f / a) if a else "–",
+                         "%.2fx" % (s / a) if a and s else "–",
+                         "%.2g" % r["attnc_max_abs_vs_flex"]
+                         if "attnc_max_abs_vs_flex" in r else "–"))
+    with open(base + ".md", "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print("wrote", base + ".md")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plots", file=sys.stderr)
+        return 1
+    keys = sorted({(r["variant"], r["D"]) for r in rows})
+    cols = min(4, len(keys))
+    nrows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows),
+                             squeeze=False)
+    for ax, (variant, d) in zip(axes.flat, keys):
+        mine = sorted((r for r in rows if r["variant"] == variant and r["D"] == d),
+                      key=lambda r: r["Lkv"])
+        for label, get in (("attnc", lambda r: r.get("attnc_ms", [None])[0]),
+                           ("flex_attention", lambda r: r["flex_ms"][0]),
+                           ("SDPA (best)", sdpa_best)):
+            pts = [(r["Lkv"], tflops(r, get(r))) for r in mine if get(r)]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
+                        label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s (unmasked)")
+        ax.set_title("%s, D=%d" % (variant, d))
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(base + ".svg")
+    fig.savefig(base + ".png", dpi=80)
+    print("wrote", base + ".svg")
+    return 0
+
+
 def report(path, out):
     with open(path) as f:
         rec = json.load(f)
+    if rec["suite"].startswith("gpu-"):
+        return report_gpu(rec, path, out)
     rows = rec["rows"]
     base = os.path.join(out, os.path.splitext(os.path.basename(path))[0])
     decode = all(r["mode"] == "decode" for r in rows)
