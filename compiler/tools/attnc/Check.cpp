@@ -97,23 +97,9 @@ public:
         !s)
       return failedRow(name, shape.dtype, s.message());
     Row row = compareWithReference(info, name, in, checked);
-    if (!output.empty()) {
-      const rt::TensorView &o = in.args.out;
-      rt::NpyArray a;
-      a.dtype = rt::DType::F32;
-      a.shape = o.shape;
-      a.bytes.resize(o.numel() * 4);
-      int64_t k = 0;
-      for (int64_t b = 0; b < o.shape[0]; ++b)
-        for (int64_t h = 0; h < o.shape[1]; ++h)
-          for (int64_t i = 0; i < o.shape[2]; ++i)
-            for (int64_t d = 0; d < o.shape[3]; ++d)
-              rt::storeFromDouble(a.bytes.data(), rt::DType::F32, k++,
-                                  rt::loadAsDouble(o.data, o.dtype,
-                                                   o.offsetOf({b, h, i, d})));
-      if (rt::Status s = rt::writeNpy(output, a); !s)
+    if (!output.empty())
+      if (rt::Status s = writeOutputNpy(in.args.out, output); !s)
         row.note = s.message();
-    }
     return row;
   }
 

@@ -349,16 +349,11 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
 
 // ---- Host convenience ---------------------------------------------------
 
-Status runFromHost(const Context &ctx, const GpuKernel &kernel,
-                   const AttentionArgs &host, float *ms) {
-  // Validate on the host views first: nothing is allocated for bad input.
-  Problem p;
-  if (Status s = resolveProblem(kernel.variant(), &kernel.image().spec, host, p);
-      !s)
-    return s;
-  AttentionArgs dev = host;
-  std::vector<DeviceBuffer> buffers;
-  auto mirror = [&](const TensorView &h, TensorView &d) -> Status {
+Status DeviceMirror::create(const Context &ctx, const AttentionArgs &host,
+                            DeviceMirror &out) {
+  out = DeviceMirror();
+  out.dev_ = host;
+  auto mirror = [&](const TensorView &h, TensorView &d, int *index) -> Status {
     if (!h.data)
       return Status::ok();
     DeviceBuffer buf;
@@ -368,17 +363,49 @@ Status runFromHost(const Context &ctx, const GpuKernel &kernel,
     if (Status s = buf.upload(h.data, bytes); !s)
       return s;
     d.data = buf.data();
-    buffers.push_back(std::move(buf));
+    if (index)
+      *index = static_cast<int>(out.bufs_.size());
+    out.bufs_.push_back(std::move(buf));
     return Status::ok();
   };
-  for (auto [h, d] : {std::pair{&host.q, &dev.q}, std::pair{&host.k, &dev.k},
-                      std::pair{&host.v, &dev.v}, std::pair{&host.out, &dev.out},
-                      std::pair{&host.lse, &dev.lse}})
-    if (Status s = mirror(*h, *d); !s)
+  for (auto [h, d, index] :
+       {std::tuple{&host.q, &out.dev_.q, (int *)nullptr},
+        std::tuple{&host.k, &out.dev_.k, (int *)nullptr},
+        std::tuple{&host.v, &out.dev_.v, (int *)nullptr},
+        std::tuple{&host.out, &out.dev_.out, &out.outIndex_},
+        std::tuple{&host.lse, &out.dev_.lse, &out.lseIndex_}})
+    if (Status s = mirror(*h, *d, index); !s)
       return s;
   for (size_t i = 0; i < host.tensors.size(); ++i)
-    if (Status s = mirror(host.tensors[i].second, dev.tensors[i].second); !s)
+    if (Status s = mirror(host.tensors[i].second, out.dev_.tensors[i].second,
+                          nullptr);
+        !s)
       return s;
+  return Status::ok();
+}
+
+Status DeviceMirror::downloadOutputs(const AttentionArgs &host) const {
+  if (outIndex_ >= 0)
+    if (Status s = bufs_[outIndex_].download(host.out.data, bytesOf(host.out));
+        !s)
+      return s;
+  if (lseIndex_ >= 0)
+    if (Status s = bufs_[lseIndex_].download(host.lse.data, bytesOf(host.lse));
+        !s)
+      return s;
+  return Status::ok();
+}
+
+Status runFromHost(const Context &ctx, const GpuKernel &kernel,
+                   const AttentionArgs &host, float *ms) {
+  // Validate on the host views first: nothing is allocated for bad input.
+  Problem p;
+  if (Status s = resolveProblem(kernel.variant(), &kernel.image().spec, host, p);
+      !s)
+    return s;
+  DeviceMirror dev;
+  if (Status s = DeviceMirror::create(ctx, host, dev); !s)
+    return s;
   const DriverApi &api = ctx.driver().api();
   CUevent start = nullptr, stop = nullptr;
   if (ms) {
@@ -388,7 +415,7 @@ Status runFromHost(const Context &ctx, const GpuKernel &kernel,
       return s;
     api.cuEventRecord(start, nullptr);
   }
-  Status runStatus = kernel.run(dev);
+  Status runStatus = kernel.run(dev.args());
   if (ms) {
     api.cuEventRecord(stop, nullptr);
     api.cuEventSynchronize(stop);
@@ -400,14 +427,7 @@ Status runFromHost(const Context &ctx, const GpuKernel &kernel,
     return runStatus;
   if (Status s = ctx.synchronize(); !s)
     return s;
-  // out is buffers[3] and lse buffers[4] when present (same order as above).
-  size_t at = 3;
-  if (Status s = buffers[at].download(host.out.data, bytesOf(host.out)); !s)
-    return s;
-  if (host.lse.data)
-    if (Status s = buffers[at + 1].download(host.lse.data, bytesOf(host.lse)); !s)
-      return s;
-  return Status::ok();
+  return dev.downloadOutputs(host);
 }
 
 } // namespace attnc::rt::cuda

@@ -23,7 +23,6 @@ namespace attnc::tools {
 namespace {
 
 using rt::cuda::Context;
-using rt::cuda::DeviceBuffer;
 using rt::cuda::GpuKernel;
 
 double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
@@ -40,14 +39,6 @@ double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
       keep += rt::evalMaskMod(v, p.params, 0, 0, int32_t(q), int32_t(k));
     }
   return double(keep) / double(nq * nk);
-}
-
-int64_t bytesOf(const rt::TensorView &t) {
-  int64_t e = 1;
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] > 0)
-      e += (t.shape[i] - 1) * t.strides[i];
-  return e * static_cast<int64_t>(rt::dtypeSize(t.dtype));
 }
 
 } // namespace
@@ -87,30 +78,10 @@ int runGpuBench(const Context &ctx,
         fail(st.message());
         continue;
       }
-      // Device copies of every view, made once.
-      rt::AttentionArgs dev = in.args;
-      std::vector<DeviceBuffer> bufs;
-      auto mirror = [&](const rt::TensorView &h, rt::TensorView &d) {
-        if (!h.data)
-          return rt::Status::ok();
-        DeviceBuffer b;
-        size_t n = size_t(bytesOf(h));
-        if (rt::Status e = DeviceBuffer::allocate(ctx, n, b); !e)
-          return e;
-        if (rt::Status e = b.upload(h.data, n); !e)
-          return e;
-        d.data = b.data();
-        bufs.push_back(std::move(b));
-        return rt::Status::ok();
-      };
-      for (auto [h, d] : {std::pair{&in.args.q, &dev.q}, std::pair{&in.args.k, &dev.k},
-                          std::pair{&in.args.v, &dev.v},
-                          std::pair{&in.args.out, &dev.out},
-                          std::pair{&in.args.lse, &dev.lse}})
-        if (st)
-          st = mirror(*h, *d);
-      for (size_t i = 0; st && i < in.args.tensors.size(); ++i)
-        st = mirror(in.args.tensors[i].second, dev.tensors[i].second);
+      rt::cuda::DeviceMirror mirror;
+      if (st)
+        st = rt::cuda::DeviceMirror::create(ctx, in.args, mirror);
+      const rt::AttentionArgs &dev = mirror.args();
       for (int i = 0; st && i < o.warmup; ++i)
         st = k->run(dev);
       if (st)
@@ -141,7 +112,7 @@ int runGpuBench(const Context &ctx,
         api.cuEventDestroy(b);
       // The output comes back for a finiteness check (and --output).
       if (st)
-        st = bufs[3].download(in.args.out.data, size_t(bytesOf(in.args.out)));
+        st = mirror.downloadOutputs(in.args);
       if (!st) {
         fail(st.message());
         continue;
@@ -154,23 +125,9 @@ int runGpuBench(const Context &ctx,
         fail("the output has NaN or infinite values: no timing is reported");
         continue;
       }
-      if (!o.output.empty()) {
-        rt::NpyArray out;
-        out.dtype = rt::DType::F32;
-        out.shape = in.args.out.shape;
-        out.bytes.resize(in.args.out.numel() * 4);
-        const rt::TensorView &ov = in.args.out;
-        int64_t n = 0;
-        for (int64_t bb = 0; bb < ov.shape[0]; ++bb)
-          for (int64_t h = 0; h < ov.shape[1]; ++h)
-            for (int64_t i = 0; i < ov.shape[2]; ++i)
-              for (int64_t d = 0; d < ov.shape[3]; ++d)
-                rt::storeFromDouble(out.bytes.data(), rt::DType::F32, n++,
-                                    rt::loadAsDouble(ov.data, ov.dtype,
-                                                     ov.offsetOf({bb, h, i, d})));
-        if (rt::Status e = rt::writeNpy(o.output, out); !e)
+      if (!o.output.empty())
+        if (rt::Status e = writeOutputNpy(in.args.out, o.output); !e)
           fail(e.message());
-      }
       std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2], sec = med * 1e-3;
       double dense = 2.0 * p.B * p.Hq * p.Lq * double(p.Lkv) * (p.Dqk + p.Dv);

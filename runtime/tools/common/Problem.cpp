@@ -203,4 +203,20 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   return rt::Status::ok();
 }
 
+rt::Status writeOutputNpy(const rt::TensorView &o, const std::string &path) {
+  rt::NpyArray a;
+  a.dtype = rt::DType::F32;
+  a.shape = o.shape;
+  a.bytes.resize(o.numel() * 4);
+  int64_t k = 0;
+  for (int64_t b = 0; b < o.shape[0]; ++b)
+    for (int64_t h = 0; h < o.shape[1]; ++h)
+      for (int64_t i = 0; i < o.shape[2]; ++i)
+        for (int64_t d = 0; d < o.shape[3]; ++d)
+          rt::storeFromDouble(a.bytes.data(), rt::DType::F32, k++,
+                              rt::loadAsDouble(o.data, o.dtype,
+                                               o.offsetOf({b, h, i, d})));
+  return rt::writeNpy(path, a);
+}
+
 } // namespace attnc::tools

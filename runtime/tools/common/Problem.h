@@ -47,6 +47,10 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
                       const std::map<std::string, std::string> &npy,
                       Inputs &in);
 
+/// Writes a [B, H, Lq, Dv] output view (any dtype and strides) as an f32
+/// row-major .npy file.
+rt::Status writeOutputNpy(const rt::TensorView &out, const std::string &path);
+
 } // namespace attnc::tools
 
 #endif

@@ -83,6 +83,23 @@ private:
   mutable DeviceBuffer scratch_;
 };
 
+/// Device copies of every view of host-resident arguments (q, k, v, out,
+/// lse, captures: what each view spans), made once; args() is `host` with
+/// the data pointers replaced.
+class DeviceMirror {
+public:
+  static Status create(const Context &ctx, const AttentionArgs &host,
+                       DeviceMirror &out);
+  const AttentionArgs &args() const { return dev_; }
+  /// Copies `out` (and `lse`) back into the host views.
+  Status downloadOutputs(const AttentionArgs &host) const;
+
+private:
+  AttentionArgs dev_;
+  std::vector<DeviceBuffer> bufs_;
+  int outIndex_ = -1, lseIndex_ = -1;
+};
+
 /// Runs `kernel` over host-resident inputs: copies what each view spans to
 /// the device, runs, waits, and copies `out` (and `lse`) back into the
 /// host views. For tests, tools and the parity suite. `ms`, if given,
