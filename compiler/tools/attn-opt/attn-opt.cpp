@@ -5,12 +5,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attn/AttnDialect.h"
+#include "attnc/Codegen/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -22,6 +24,7 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   mlir::registerInlinerPass();
   mlir::registerSymbolDCEPass();
+  attnc::registerAttncPasses();
 
   mlir::DialectRegistry registry;
   // attn and what its modifiers use, plus the dialects of the later stages
@@ -30,7 +33,8 @@ int main(int argc, char **argv) {
                   mlir::math::MathDialect, mlir::func::FuncDialect,
                   mlir::scf::SCFDialect, mlir::memref::MemRefDialect,
                   mlir::vector::VectorDialect, mlir::gpu::GPUDialect,
-                  mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect>();
+                  mlir::LLVM::LLVMDialect, mlir::NVVM::NVVMDialect,
+                  mlir::nvgpu::NVGPUDialect>();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));
 }

@@ -1,0 +1,193 @@
+//===- Passes.cpp - The compiler's stages as mlir passes -----------------===//
+#include "attnc/Codegen/Passes.h"
+#include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/GpuBackend.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace attnc {
+
+namespace {
+
+/// The kernel configuration options shared by the build passes.
+template <typename Derived>
+struct ConfiguredPass : PassWrapper<Derived, OperationPass<ModuleOp>> {
+  ConfiguredPass() = default;
+  ConfiguredPass(const ConfiguredPass &other)
+      : PassWrapper<Derived, OperationPass<ModuleOp>>(other) {}
+  Pass::Option<std::string> dtype{*this, "dtype",
+                                  llvm::cl::desc("f32, f16 or bf16"),
+                                  llvm::cl::init("f32")};
+  Pass::Option<int64_t> headDim{*this, "head-dim", llvm::cl::init(64)};
+  Pass::Option<int64_t> vHeadDim{*this, "v-head-dim", llvm::cl::init(64)};
+  Pass::Option<int64_t> blockM{*this, "block-m", llvm::cl::init(64)};
+  Pass::Option<int64_t> blockN{*this, "block-n", llvm::cl::init(64)};
+
+  /// The configuration, or failure (with an error on the module).
+  FailureOr<rt::KernelSpec> spec() {
+    rt::KernelSpec s;
+    auto t = rt::parseDType(dtype.getValue());
+    ModuleOp m = this->getOperation();
+    if (!t || (*t != rt::DType::F32 && *t != rt::DType::F16 &&
+               *t != rt::DType::BF16))
+      return m.emitError("dtype must be f32, f16 or bf16, got '")
+             << dtype.getValue() << "'";
+    if (headDim <= 0 || headDim % 8 || vHeadDim <= 0 || vHeadDim % 8 ||
+        blockM <= 0 || blockN <= 0)
+      return m.emitError("head dims must be positive multiples of 8 and "
+                         "tile sizes positive");
+    s.dtype = *t;
+    s.headDim = headDim;
+    s.vHeadDim = vHeadDim;
+    s.blockM = blockM;
+    s.blockN = blockN;
+    return s;
+  }
+};
+
+struct MaskAnalysisPass
+    : PassWrapper<MaskAnalysisPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MaskAnalysisPass)
+  StringRef getArgument() const final { return "attn-mask-analysis"; }
+  StringRef getDescription() const final {
+    return "Annotate each attn.variant with its mask's kind and closed form";
+  }
+  void runOnOperation() override {
+    Builder b(&getContext());
+    for (auto v : getOperation().getOps<attn::VariantOp>()) {
+      MaskAnalysis m = analyzeMask(v);
+      const char *kind = m.kind == rt::MaskKind::None     ? "none"
+                         : m.kind == rt::MaskKind::Closed ? "closed"
+                                                          : "data";
+      v->setAttr("attn.mask_kind", b.getStringAttr(kind));
+      v->setAttr("attn.mask", b.getStringAttr(m.describe()));
+    }
+  }
+};
+
+struct BuildTiledPass : ConfiguredPass<BuildTiledPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildTiledPass)
+  BuildTiledPass() = default;
+  BuildTiledPass(const BuildTiledPass &other) : ConfiguredPass(other) {}
+  Pass::Option<int64_t> vectorWidth{*this, "vector-width",
+                                    llvm::cl::desc("f32 lanes (8 or 16)"),
+                                    llvm::cl::init(8)};
+  StringRef getArgument() const final { return "attn-build-tiled"; }
+  StringRef getDescription() const final {
+    return "Build the tiled flash program (CPU form) of every attn.variant";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
+             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
+  }
+  void runOnOperation() override {
+    FailureOr<rt::KernelSpec> s = spec();
+    if (failed(s))
+      return signalPassFailure();
+    FlashConfig config;
+    config.spec = *s;
+    config.vectorWidth = vectorWidth;
+    ModuleOp m = getOperation();
+    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+      if (failed(buildFlashProgram(m, v, analyzeMask(v), config,
+                                   (v.getSymName() + "_kernel").str())))
+        return signalPassFailure();
+  }
+};
+
+struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
+  BuildGpuPass() = default;
+  BuildGpuPass(const BuildGpuPass &other) : ConfiguredPass(other) {}
+  StringRef getArgument() const final { return "attn-build-gpu"; }
+  StringRef getDescription() const final {
+    return "Build the GPU program (tensor-core or SIMT form) of every "
+           "attn.variant in gpu.module @attnc_kernels";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+             vector::VectorDialect, arith::ArithDialect, math::MathDialect,
+             NVVM::NVVMDialect, nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
+  }
+  void runOnOperation() override {
+    FailureOr<rt::KernelSpec> s = spec();
+    if (failed(s))
+      return signalPassFailure();
+    ModuleOp m = getOperation();
+    OpBuilder b(&getContext());
+    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+    b.setInsertionPointToEnd(m.getBody());
+    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+    FlashConfig config;
+    config.spec = gpuSpec(*s);
+    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+      if (failed(buildGpuFlashProgram(gm, v, analyzeMask(v), config,
+                                      gpuKernelName(v.getSymName(),
+                                                    config.spec))))
+        return signalPassFailure();
+  }
+};
+
+struct LowerToLLVMPass
+    : PassWrapper<LowerToLLVMPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerToLLVMPass)
+  StringRef getArgument() const final { return "attn-lower-to-llvm"; }
+  StringRef getDescription() const final {
+    return "Lower the tiled CPU program to the LLVM dialect";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<LLVM::LLVMDialect>();
+  }
+  void runOnOperation() override {
+    if (failed(lowerToLLVMDialect(getOperation())))
+      signalPassFailure();
+  }
+};
+
+struct LowerToNVVMPass
+    : PassWrapper<LowerToNVVMPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerToNVVMPass)
+  LowerToNVVMPass() = default;
+  LowerToNVVMPass(const LowerToNVVMPass &other) : PassWrapper(other) {}
+  Pass::Option<std::string> chip{*this, "chip",
+                                 llvm::cl::desc("sm_80, sm_86, sm_89, sm_90"),
+                                 llvm::cl::init("sm_80")};
+  StringRef getArgument() const final { return "attn-lower-to-nvvm"; }
+  StringRef getDescription() const final {
+    return "Lower the GPU program to the NVVM dialect (drops the variants)";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<LLVM::LLVMDialect, NVVM::NVVMDialect>();
+  }
+  void runOnOperation() override {
+    if (!isGpuTarget(chip)) {
+      getOperation().emitError("unknown chip '") << chip.getValue() << "'";
+      return signalPassFailure();
+    }
+    if (failed(lowerToNVVM(getOperation(), chip)))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void registerAttncPasses() {
+  PassRegistration<MaskAnalysisPass>();
+  PassRegistration<BuildTiledPass>();
+  PassRegistration<BuildGpuPass>();
+  PassRegistration<LowerToLLVMPass>();
+  PassRegistration<LowerToNVVMPass>();
+}
+
+} // namespace attnc
