@@ -239,7 +239,14 @@ private:
                        Value l, function_ref<Value(Value)> acc);
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
-  Value emitModifier(Block &block, ValueRange args);
+  /// The modifier on scalars; values already in `hoisted` (computed once,
+  /// outside the loop) are reused.
+  Value emitModifier(Block &block, ValueRange args,
+                     const IRMapping *hoisted = nullptr);
+  /// The values of `block` that depend on none of its arguments `varying`,
+  /// computed here for `args` (e.g. a row's q-only values).
+  IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,
+                         ValueRange args);
   /// Values of `block` that do not depend on its arguments `varying`.
   llvm::DenseSet<Value> uniformValues(Block &block, ArrayRef<unsigned> varying);
   /// The modifier over W lanes: `vecArgs` maps the varying block arguments
@@ -356,12 +363,28 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
   return r;
 }
 
-Value ProgramBuilder::emitModifier(Block &block, ValueRange args) {
+Value ProgramBuilder::emitModifier(Block &block, ValueRange args,
+                                   const IRMapping *hoisted) {
   IRMapping map;
+  if (hoisted)
+    map = *hoisted;
   for (auto [a, x] : llvm::zip(block.getArguments(), args))
     map.map(a, x);
   return materialize(cast<attn::YieldOp>(block.getTerminator()).getValue(),
                      map);
+}
+
+IRMapping ProgramBuilder::hoistUniform(Block &block, ArrayRef<unsigned> varying,
+                                       ValueRange args) {
+  llvm::DenseSet<Value> uniform = uniformValues(block, varying);
+  IRMapping map;
+  for (auto [a, x] : llvm::zip(block.getArguments(), args))
+    map.map(a, x);
+  for (Operation &op : block)
+    if (!isa<attn::YieldOp>(op) && op.getNumResults() == 1 &&
+        uniform.contains(op.getResult(0)))
+      materialize(op.getResult(0), map);
+  return map;
 }
 
 llvm::DenseSet<Value> ProgramBuilder::uniformValues(Block &block,
@@ -1221,6 +1244,17 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
     rows[k].qRow = add(add(mul(it.b, e.qs[0]), mul(h, e.qs[1])),
                        mul(i, e.qs[2]));
   }
+  // What the modifiers compute from (b, h, q) alone (e.g. a gather by q),
+  // once per row for the whole work item: score_mod's values that depend
+  // on neither score nor kv, mask_mod's that do not depend on kv.
+  IRMapping scoreRow[2], maskRow[2];
+  for (int k = 0; k < 2; ++k) {
+    Value x = e.zeroF, kv0 = cI32(0);
+    scoreRow[k] = hoistUniform(v_.getScoreBlock(), {0, 4},
+                               {x, it.bI32, rows[k].hI32, rows[k].qpos, kv0});
+    maskRow[k] = hoistUniform(v_.getMaskBlock(), {3},
+                              {it.bI32, rows[k].hI32, rows[k].qpos, kv0});
+  }
 
   // mma.sync operands: pairs of f16 as vector<2xf16>, of bf16 as i32.
   bool isF16 = elem_.isF16();
@@ -1386,7 +1420,8 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
           const Row &R = rows[c >> 1];
           Value x = arith::MulFOp::create(b_, S[nt][c], e.scale);
           x = emitModifier(v_.getScoreBlock(),
-                           {x, it.bI32, R.hI32, R.qpos, kvpos[nt * 2 + (c & 1)]});
+                           {x, it.bI32, R.hI32, R.qpos, kvpos[nt * 2 + (c & 1)]},
+                           &scoreRow[c >> 1]);
           sv.push_back(arith::MulFOp::create(b_, x, e.log2e));
         }
       auto masked = scf::IfOp::create(b_, ValueRange(sv).getTypes(),
@@ -1402,8 +1437,10 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
             const Row &R = rows[c >> 1];
             Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
             Value in = cmp(arith::CmpIPredicate::slt, col, t.cols);
-            Value m = emitModifier(v_.getMaskBlock(), {it.bI32, R.hI32, R.qpos,
-                                                       kvpos[nt * 2 + (c & 1)]});
+            Value m = emitModifier(v_.getMaskBlock(),
+                                   {it.bI32, R.hI32, R.qpos,
+                                    kvpos[nt * 2 + (c & 1)]},
+                                   &maskRow[c >> 1]);
             out.push_back(select(arith::AndIOp::create(b_, in, m),
                                  sv[nt * 4 + c], e.ninf));
           }
