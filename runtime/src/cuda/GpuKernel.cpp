@@ -239,9 +239,14 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   size_t ipBytes = ops.ip.size() * 8, fpBytes = align8(ops.fp.size() * 4);
   size_t bmBytes = bm ? bm->classes.size() : 0;
   size_t need = ipBytes + fpBytes + bmBytes;
-  if (scratch_.size() < need)
+  if (scratch_.size() < need) {
+    // Launches still in flight may read the old parameters: let them finish
+    // before the buffer is replaced (rare: it only grows).
+    if (Status s = ctx_->synchronize(); !s)
+      return s;
     if (Status s = DeviceBuffer::allocate(*ctx_, 2 * need, scratch_); !s)
       return s;
+  }
   std::vector<unsigned char> host(ipBytes + fpBytes, 0);
   std::memcpy(host.data(), ops.ip.data(), ipBytes);
   std::memcpy(host.data() + ipBytes, ops.fp.data(), ops.fp.size() * 4);
