@@ -299,32 +299,20 @@ using detail::packedHeads;
 
 namespace {
 
-/// A 1-D memref descriptor as MLIR lowers it.
-struct Desc {
-  void *allocated;
-  void *aligned;
-  int64_t offset;
-  int64_t size;
-  int64_t stride;
-};
+using Desc = detail::MemrefDesc;
 
+/// A host operand; empty ones get a valid address all the same.
 Desc descOf(void *p, int64_t n) {
-  static int64_t dummy = 0; // a valid address for empty operands
-  void *ptr = p ? p : &dummy;
-  return Desc{ptr, ptr, 0, n, 1};
+  static int64_t dummy = 0;
+  return detail::memrefOf(p ? p : &dummy, n);
 }
 
 void addCaptures(const VariantInfo &v, const Problem &p,
                  std::vector<Desc> &descs) {
-  for (size_t i = 0; i < v.params.size(); ++i) {
-    if (!v.params[i].isTensor)
-      continue;
-    const BoundParam &bp = p.params[i];
-    TensorView t;
-    t.shape = bp.shape;
-    t.strides = bp.strides;
-    descs.push_back(descOf(const_cast<void *>(bp.data), extent(t)));
-  }
+  size_t first = descs.size();
+  detail::appendCaptures(v, p, descs);
+  for (size_t i = first; i < descs.size(); ++i)
+    descs[i] = descOf(descs[i].aligned, descs[i].size);
 }
 
 /// Calls `fn` (MLIR's packed convention: 5 pointers per memref operand,
@@ -340,14 +328,7 @@ void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
   auto worker = [&] {
     std::vector<Desc> descs = operands;
     int64_t begin = 0, end = 0;
-    std::vector<void *> ptrs;
-    for (Desc &d : descs)
-      for (void *field : {static_cast<void *>(&d.allocated),
-                          static_cast<void *>(&d.aligned),
-                          static_cast<void *>(&d.offset),
-                          static_cast<void *>(&d.size),
-                          static_cast<void *>(&d.stride)})
-        ptrs.push_back(field);
+    std::vector<void *> ptrs = detail::memrefWords(descs);
     ptrs.push_back(&begin);
     ptrs.push_back(&end);
     for (int64_t i; (i = next.fetch_add(1)) < items;) {

@@ -78,6 +78,31 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   return o;
 }
 
+std::vector<void *> memrefWords(std::vector<MemrefDesc> &descs) {
+  std::vector<void *> words;
+  for (MemrefDesc &d : descs)
+    for (void *w : {static_cast<void *>(&d.allocated),
+                    static_cast<void *>(&d.aligned),
+                    static_cast<void *>(&d.offset),
+                    static_cast<void *>(&d.size),
+                    static_cast<void *>(&d.stride)})
+      words.push_back(w);
+  return words;
+}
+
+void appendCaptures(const VariantInfo &v, const Problem &p,
+                    std::vector<MemrefDesc> &descs) {
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    if (!v.params[i].isTensor)
+      continue;
+    const BoundParam &bp = p.params[i];
+    TensorView t;
+    t.shape = bp.shape;
+    t.strides = bp.strides;
+    descs.push_back(memrefOf(const_cast<void *>(bp.data), extent(t)));
+  }
+}
+
 void initBlockMask(const VariantInfo &v, const KernelSpec &spec,
                    const Problem &p, BlockMask &bm) {
   bm = BlockMask();

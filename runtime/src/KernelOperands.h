@@ -19,6 +19,26 @@ namespace attnc::rt::detail {
 /// Elements spanned by a strided view (the extent kernels may touch).
 int64_t extent(const TensorView &t);
 
+/// A 1-D memref operand as MLIR lowers it: five 8-byte words.
+struct MemrefDesc {
+  void *allocated;
+  void *aligned;
+  int64_t offset;
+  int64_t size;
+  int64_t stride;
+};
+
+inline MemrefDesc memrefOf(void *p, int64_t n) { return {p, p, 0, n, 1}; }
+
+/// The addresses of every word of `descs`, in order: the CPU kernels'
+/// packed arguments and cuLaunchKernel's parameters alike (the caller
+/// appends the trailing scalars).
+std::vector<void *> memrefWords(std::vector<MemrefDesc> &descs);
+
+/// Appends the captured tensors' operands, in parameter order.
+void appendCaptures(const VariantInfo &v, const Problem &p,
+                    std::vector<MemrefDesc> &descs);
+
 struct Operands {
   std::vector<int64_t> ip;
   std::vector<float> fp;

@@ -42,7 +42,7 @@ Times a variant's fused kernel and, where bench/ has one, the unfused
 OpenBLAS baseline over the same inputs, in one run.
 
   --variant NAME        one variant (default: every variant in the file)
-  --backend cpu         (cuda comes with the CUDA runtime)
+  --backend cpu         (GPU timing: attnc-run PACKAGE --bench, runtime only)
   --sweep T1,T2,...     sequence lengths (prefill: Lq = Lkv = T)
   --batch --heads --kv-heads --q-len --kv-len --head-dim --v-head-dim
   --dtype --layout --mode --seed --set NAME=VALUE   as for attnc check
@@ -183,22 +183,6 @@ int runJitLatency(const Options &o, const std::string &target) {
   return status;
 }
 
-std::vector<int64_t> parseSweep(const std::string &s, std::string &err) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char *end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v <= 0 || v > (1 << 22)) {
-      err = "--sweep expects positive lengths separated by commas, got '" + s + "'";
-      return {};
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 } // namespace
 
 int runBench(const std::vector<std::string> &argvIn) {
@@ -239,8 +223,8 @@ int runBench(const std::vector<std::string> &argvIn) {
     return runJitLatency(o, jitTarget);
   }
   if (o.backend != "cpu") {
-    std::cerr << "attnc: error: only the cpu backend can be benchmarked so "
-                 "far\n";
+    std::cerr << "attnc: error: attnc bench times the CPU backend; time GPU "
+                 "kernels with attnc-run PACKAGE --bench\n";
     return 2;
   }
   std::vector<int64_t> sweep;
@@ -250,21 +234,7 @@ int runBench(const std::vector<std::string> &argvIn) {
   std::vector<std::string> variants;
   if (!loadVariants(o, session, variants))
     return 1;
-  std::vector<Shape> shapes;
-  if (sweep.empty()) {
-    Shape s = o.shape;
-    s.resolve();
-    shapes.push_back(s);
-  }
-  for (int64_t t : sweep) {
-    Shape s = o.shape;
-    s.qLen = s.mode == Mode::Decode ? -1 : t;
-    s.kvLen = t;
-    if (s.mode == Mode::Chunk)
-      s.qLen = std::min<int64_t>(t, o.shape.qLen > 0 ? o.shape.qLen : 128);
-    s.resolve();
-    shapes.push_back(s);
-  }
+  std::vector<Shape> shapes = sweepShapes(o.shape, sweep);
 
   std::vector<Row> rows;
   // One JIT compile per (variant, kernel spec), shared by both passes.

@@ -63,7 +63,8 @@ compile options:
                               variants' programs and PTX per target, dtype
                               and head dims; docs/runtime.md)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
-                    GPU stages (SIMT form; not yet run on a GPU); a comma
+                    GPU stages (tensor-core form for f16/bf16, SIMT for
+                    f32; not yet run on a GPU); a comma
                     list for --emit=package (default sm_80,sm_90)
   --dtypes=LIST --head-dims=LIST
                     what --emit=package compiles: dtypes (default

@@ -19,16 +19,6 @@ constexpr int64_t kMaxStaticShared = 48 * 1024;
 constexpr int64_t kMaskBuilderThreads = 64;
 constexpr int64_t kMaxGridX = 2147483647;
 
-/// A 1-D memref descriptor as MLIR's GPU lowering passes it: five 8-byte
-/// kernel parameters (allocated, aligned, offset, size, stride).
-struct Desc {
-  void *allocated;
-  void *aligned;
-  int64_t offset;
-  int64_t size;
-  int64_t stride;
-};
-
 int64_t bytesOf(const TensorView &t) {
   return detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
 }
@@ -196,24 +186,16 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   return Status::ok();
 }
 
-Status GpuKernel::launch(CUfunction fn, const std::vector<void *> &memrefs,
+struct GpuKernel::Operands {
+  std::vector<detail::MemrefDesc> descs;
+  int64_t items = 0;
+  void *classes = nullptr; // where the block mask lives in the scratch
+};
+
+Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                          int64_t items, CUstream stream) const {
-  // memrefs holds (pointer, size) pairs flattened: even = pointer.
-  std::vector<Desc> descs;
-  for (size_t i = 0; i + 1 < memrefs.size(); i += 2)
-    descs.push_back(Desc{memrefs[i], memrefs[i], 0,
-                         static_cast<int64_t>(reinterpret_cast<intptr_t>(
-                             memrefs[i + 1])),
-                         1});
   int64_t first = 0;
-  std::vector<void *> params;
-  for (Desc &d : descs)
-    for (void *field : {static_cast<void *>(&d.allocated),
-                        static_cast<void *>(&d.aligned),
-                        static_cast<void *>(&d.offset),
-                        static_cast<void *>(&d.size),
-                        static_cast<void *>(&d.stride)})
-      params.push_back(field);
+  std::vector<void *> params = detail::memrefWords(descs);
   params.push_back(&first);
   unsigned threads = static_cast<unsigned>(
       fn == kernel_ ? image_.threads : kMaskBuilderThreads);
@@ -232,10 +214,12 @@ Status GpuKernel::launch(CUfunction fn, const std::vector<void *> &memrefs,
 
 Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
                          const BlockMask *bm, bool forMaskBuilder,
-                         std::vector<void *> &memrefs) const {
+                         Operands &out) const {
   int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
   detail::Operands ops =
       detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
+  out.items = forMaskBuilder ? bm->batch * bm->heads * bm->numQTiles
+                             : detail::numItems(p, ops);
   size_t ipBytes = ops.ip.size() * 8, fpBytes = align8(ops.fp.size() * 4);
   size_t bmBytes = bm ? bm->classes.size() : 0;
   size_t need = ipBytes + fpBytes + bmBytes;
@@ -253,35 +237,28 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   if (Status s = scratch_.upload(host.data(), host.size()); !s)
     return s;
   // The block mask: the caller's, uploaded; or written by the builder.
-  if (bm && !forMaskBuilder && !bm->classes.empty() && a.blockMask == bm)
-    if (Status s = scratch_.upload(bm->classes.data(), bmBytes, ipBytes + fpBytes);
+  if (bm && !forMaskBuilder && a.blockMask == bm)
+    if (Status s = scratch_.upload(bm->classes.data(), bmBytes,
+                                   ipBytes + fpBytes);
         !s)
       return s;
   auto base = static_cast<unsigned char *>(scratch_.data());
-  auto ref = [&](void *ptr, int64_t n) {
-    memrefs.push_back(ptr);
-    memrefs.push_back(reinterpret_cast<void *>(intptr_t(n)));
-  };
-  memrefs.clear();
+  out.classes = base + ipBytes + fpBytes;
+  std::vector<detail::MemrefDesc> &d = out.descs;
+  d.clear();
   if (!forMaskBuilder) {
-    ref(a.q.data, detail::extent(a.q));
-    ref(a.k.data, detail::extent(a.k));
-    ref(a.v.data, detail::extent(a.v));
-    ref(a.out.data, detail::extent(a.out));
-    ref(p.hasLse ? a.lse.data : base, p.hasLse ? detail::extent(a.lse) : 0);
+    d.push_back(detail::memrefOf(a.q.data, detail::extent(a.q)));
+    d.push_back(detail::memrefOf(a.k.data, detail::extent(a.k)));
+    d.push_back(detail::memrefOf(a.v.data, detail::extent(a.v)));
+    d.push_back(detail::memrefOf(a.out.data, detail::extent(a.out)));
+    d.push_back(p.hasLse ? detail::memrefOf(a.lse.data, detail::extent(a.lse))
+                         : detail::memrefOf(base, 0));
   }
-  ref(base, static_cast<int64_t>(ops.ip.size()));
-  ref(base + ipBytes, static_cast<int64_t>(ops.fp.size()));
-  ref(base + ipBytes + fpBytes, static_cast<int64_t>(bmBytes));
-  for (size_t i = 0; i < variant_.params.size(); ++i) {
-    if (!variant_.params[i].isTensor)
-      continue;
-    const BoundParam &bp = p.params[i];
-    TensorView t;
-    t.shape = bp.shape;
-    t.strides = bp.strides;
-    ref(const_cast<void *>(bp.data), detail::extent(t));
-  }
+  d.push_back(detail::memrefOf(base, static_cast<int64_t>(ops.ip.size())));
+  d.push_back(detail::memrefOf(base + ipBytes,
+                               static_cast<int64_t>(ops.fp.size())));
+  d.push_back(detail::memrefOf(out.classes, static_cast<int64_t>(bmBytes)));
+  detail::appendCaptures(variant_, p, d);
   return Status::ok();
 }
 
@@ -290,36 +267,31 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<void *> memrefs;
+  Operands ops;
   if (variant_.maskKind != MaskKind::Data) {
-    if (Status s = upload(a, p, nullptr, false, memrefs); !s)
+    if (Status s = upload(a, p, nullptr, false, ops); !s)
       return s;
-    int64_t pack = detail::packedHeads(variant_, image_.spec, p, nullptr);
-    int64_t qTiles = (pack * p.Lq + image_.spec.blockM - 1) / image_.spec.blockM;
-    return launch(kernel_, memrefs, p.B * (p.Hq / pack) * qTiles, stream);
+    return launch(kernel_, ops.descs, ops.items, stream);
   }
   if (a.blockMask) {
     if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
       return s;
-    if (Status s = upload(a, p, a.blockMask, false, memrefs); !s)
+    if (Status s = upload(a, p, a.blockMask, false, ops); !s)
       return s;
-    return launch(kernel_, memrefs, p.B * p.Hq * a.blockMask->numQTiles,
-                  stream);
+    return launch(kernel_, ops.descs, ops.items, stream);
   }
-  // Build the block mask on the device, into the scratch the kernel reads.
+  // Build the block mask on the device, into the scratch the kernel reads
+  // (the kernel's upload rewrites the same ip and fp, keeps the classes).
   BlockMask bm;
   detail::initBlockMask(variant_, image_.spec, p, bm);
-  std::vector<void *> builderRefs;
-  if (Status s = upload(a, p, &bm, true, builderRefs); !s)
+  Operands builder;
+  if (Status s = upload(a, p, &bm, true, builder); !s)
     return s;
-  if (Status s = launch(maskBuilder_, builderRefs,
-                        bm.batch * bm.heads * bm.numQTiles, stream);
-      !s)
+  if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
     return s;
-  // Same ip/fp/classes region; only the leading q..lse operands differ.
-  if (Status s = upload(a, p, &bm, false, memrefs); !s)
+  if (Status s = upload(a, p, &bm, false, ops); !s)
     return s;
-  return launch(kernel_, memrefs, p.B * p.Hq * bm.numQTiles, stream);
+  return launch(kernel_, ops.descs, ops.items, stream);
 }
 
 Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
@@ -333,18 +305,16 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
   std::lock_guard<std::mutex> lock(mu_);
   BlockMask bm;
   detail::initBlockMask(variant_, image_.spec, p, bm);
-  std::vector<void *> refs;
-  if (Status s = upload(a, p, &bm, true, refs); !s)
+  Operands builder;
+  if (Status s = upload(a, p, &bm, true, builder); !s)
     return s;
-  if (Status s = launch(maskBuilder_, refs, bm.batch * bm.heads * bm.numQTiles,
-                        nullptr);
-      !s)
+  if (Status s = launch(maskBuilder_, builder.descs, builder.items, nullptr); !s)
     return s;
   if (Status s = ctx_->synchronize(); !s)
     return s;
-  // refs: ip, fp, classes, ...: the classes follow ip and fp.
-  size_t offset = static_cast<size_t>(static_cast<unsigned char *>(refs[4]) -
-                                      static_cast<unsigned char *>(scratch_.data()));
+  size_t offset = static_cast<size_t>(
+      static_cast<unsigned char *>(builder.classes) -
+      static_cast<unsigned char *>(scratch_.data()));
   if (Status s = scratch_.download(bm.classes.data(), bm.classes.size(), offset);
       !s)
     return s;

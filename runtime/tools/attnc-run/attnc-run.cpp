@@ -18,8 +18,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <tuple>
@@ -112,19 +110,8 @@ int main(int argc, char **argv) {
   if (!sweepText.empty() && !bench)
     return usage("attnc-run", "--sweep is for --bench");
   std::vector<int64_t> sweep;
-  for (size_t at = 0; !sweepText.empty() && at <= sweepText.size();) {
-    size_t comma = sweepText.find(',', at);
-    std::string item = sweepText.substr(at, comma - at);
-    char *end = nullptr;
-    long long t = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || t <= 0 || t > (1 << 22))
-      return usage("attnc-run", "--sweep expects positive lengths separated "
-                                "by commas, got '" + sweepText + "'");
-    sweep.push_back(t);
-    if (comma == std::string::npos)
-      break;
-    at = comma + 1;
-  }
+  if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
+    return usage("attnc-run", err);
   // The GPU protocol's defaults (the CPU tools' are 3 and 10).
   if (bench && !warmupSet)
     o.warmup = 200;
@@ -164,24 +151,8 @@ int main(int argc, char **argv) {
   std::cerr << "attnc-run: " << ctx->device().name() << " (sm_" << cc
             << "), driver " << ctx->driver().version() << "\n";
 
-  if (bench) {
-    std::vector<Shape> shapes;
-    if (sweep.empty()) {
-      Shape s = o.shape;
-      s.resolve();
-      shapes.push_back(s);
-    }
-    for (int64_t t : sweep) {
-      Shape s = o.shape;
-      s.qLen = s.mode == Mode::Decode ? -1 : t;
-      s.kvLen = t;
-      if (s.mode == Mode::Chunk)
-        s.qLen = std::min<int64_t>(t, o.shape.qLen > 0 ? o.shape.qLen : 128);
-      s.resolve();
-      shapes.push_back(s);
-    }
-    return runGpuBench(*ctx, variants, o, shapes);
-  }
+  if (bench)
+    return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
 
   using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
   std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;

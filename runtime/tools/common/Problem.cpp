@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <limits>
 
 namespace attnc::tools {
@@ -217,6 +219,46 @@ rt::Status writeOutputNpy(const rt::TensorView &o, const std::string &path) {
                               rt::loadAsDouble(o.data, o.dtype,
                                                o.offsetOf({b, h, i, d})));
   return rt::writeNpy(path, a);
+}
+
+std::vector<int64_t> parseSweep(const std::string &text, std::string &err) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char *end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v <= 0 || v > (1 << 22)) {
+      err = "--sweep expects positive lengths separated by commas, got '" +
+            text + "'";
+      return {};
+    }
+    out.push_back(v);
+  }
+  if (out.empty())
+    err = "--sweep expects positive lengths separated by commas, got '" +
+          text + "'";
+  return out;
+}
+
+std::vector<Shape> sweepShapes(const Shape &base,
+                               const std::vector<int64_t> &sweep) {
+  std::vector<Shape> shapes;
+  if (sweep.empty()) {
+    Shape s = base;
+    s.resolve();
+    shapes.push_back(s);
+  }
+  for (int64_t t : sweep) {
+    Shape s = base;
+    s.qLen = s.mode == Mode::Decode ? -1 : t;
+    s.kvLen = t;
+    if (s.mode == Mode::Chunk)
+      s.qLen = std::min<int64_t>(t, base.qLen > 0 ? base.qLen : 128);
+    s.resolve();
+    shapes.push_back(s);
+  }
+  return shapes;
 }
 
 } // namespace attnc::tools

@@ -47,6 +47,16 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
                       const std::map<std::string, std::string> &npy,
                       Inputs &in);
 
+/// "1024,4096" -> {1024, 4096}; empty with `err` set unless every item is a
+/// length in [1, 2^22].
+std::vector<int64_t> parseSweep(const std::string &text, std::string &err);
+
+/// One shape per swept length T (prefill: Lq = Lkv = T; decode: Lkv = T;
+/// chunk: Lkv = T and Lq = min(T, base Lq or 128)), or `base` alone when
+/// `sweep` is empty; all resolved.
+std::vector<Shape> sweepShapes(const Shape &base,
+                               const std::vector<int64_t> &sweep);
+
 /// Writes a [B, H, Lq, Dv] output view (any dtype and strides) as an f32
 /// row-major .npy file.
 rt::Status writeOutputNpy(const rt::TensorView &out, const std::string &path);

@@ -17,6 +17,10 @@
 #include <mutex>
 #include <vector>
 
+namespace attnc::rt::detail {
+struct MemrefDesc;
+}
+
 namespace attnc::rt::cuda {
 
 /// Device memory owned by this object (freed on destruction).
@@ -68,10 +72,14 @@ public:
 
 private:
   GpuKernel() = default;
-  Status launch(CUfunction fn, const std::vector<void *> &memrefs,
+  /// A launch's memref operands (see KernelABI.h) and work items.
+  struct Operands;
+  Status launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                 int64_t items, CUstream stream) const;
+  /// Copies ip, fp (and a caller's block mask) to the scratch buffer and
+  /// lays out the kernel's (or the block-mask builder's) operands.
   Status upload(const AttentionArgs &a, const Problem &p, const BlockMask *bm,
-                bool forMaskBuilder, std::vector<void *> &memrefs) const;
+                bool forMaskBuilder, Operands &out) const;
 
   const Context *ctx_ = nullptr;
   VariantInfo variant_;
