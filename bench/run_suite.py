@@ -157,6 +157,41 @@ def gflops(row):
     return row["gflops_visited"]
 
 
+def write_table(base, lines):
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("wrote", base + ".md")
+
+
+def plot_panels(base, panels, draw):
+    """One subplot per panel (4 a row), draw(ax, panel) fills each; saves
+    base.svg and base.png. Returns 1 (no plots) without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (apt-get install python3-matplotlib): no "
+              "plots", file=sys.stderr)
+        return 1
+    cols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows),
+                             squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        draw(ax, panel)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(base + ".svg")
+    fig.savefig(base + ".png", dpi=80)
+    print("wrote", base + ".svg")
+    return 0
+
+
 def tflops(row, ms):
     """Useful TFLOP/s of a GPU row: unmasked pairs only (the row's sampled
     mask density), as FlexAttention users count it."""
@@ -197,22 +232,10 @@ def report_gpu(rec, path, out):
                          "%.2fx" % (s / a) if a and s else "–",
                          "%.2g" % r["attnc_max_abs_vs_flex"]
                          if "attnc_max_abs_vs_flex" in r else "–"))
-    with open(base + ".md", "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("wrote", base + ".md")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plots", file=sys.stderr)
-        return 1
-    keys = sorted({(r["variant"], r["D"]) for r in rows})
-    cols = min(4, len(keys))
-    nrows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows),
-                             squeeze=False)
-    for ax, (variant, d) in zip(axes.flat, keys):
+    write_table(base, lines)
+
+    def draw(ax, key):
+        variant, d = key
         mine = sorted((r for r in rows if r["variant"] == variant and r["D"] == d),
                       key=lambda r: r["Lkv"])
         for label, get in (("attnc", lambda r: r.get("attnc_ms", [None])[0]),
@@ -222,18 +245,10 @@ def report_gpu(rec, path, out):
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-",
                         label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length")
         ax.set_ylabel("TFLOP/s (unmasked)")
         ax.set_title("%s, D=%d" % (variant, d))
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(base + ".svg")
-    fig.savefig(base + ".png", dpi=80)
-    print("wrote", base + ".svg")
-    return 0
+    return plot_panels(base, sorted({(r["variant"], r["D"]) for r in rows}),
+                       draw)
 
 
 def report(path, out):
@@ -273,23 +288,9 @@ def report(path, out):
                              r["gflops_dense"],
                              "%.3f" % b if b else "–",
                              "%.2fx" % (b / r["ms_median"]) if b else "–"))
-    with open(base + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("wrote", base + ".md")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing (apt-get install python3-matplotlib): no "
-              "plots", file=sys.stderr)
-        return 1
-    labels = sorted({r["label"] for r in rows})
-    cols = min(4, len(labels))
-    nrows = math.ceil(len(labels) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows),
-                             squeeze=False)
-    for ax, label in zip(axes.flat, labels):
+    write_table(base, lines)
+
+    def draw(ax, label):
         mine = sorted((r for r in rows if r["label"] == label),
                       key=lambda r: r["kv_len"])
         xs = [r["kv_len"] for r in mine]
@@ -307,17 +308,8 @@ def report(path, out):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "s--",
                         label="unfused (OpenBLAS)")
             ax.set_ylabel("GFLOP/s (visited tiles)")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length")
         ax.set_title(label)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(labels):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(base + ".svg")
-    fig.savefig(base + ".png", dpi=80)
-    print("wrote", base + ".svg")
-    return 0
+    return plot_panels(base, sorted({r["label"] for r in rows}), draw)
 
 
 def main():
