@@ -1292,6 +1292,13 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
     return regs;
   };
 
+  // A row's 4 lanes (l / 4 equal) exchange values with xor 1 and 2.
+  auto shfl = [&](Value x, int64_t off) {
+    return gpu::ShuffleOp::create(b_, x, cI32(off), cI32(32),
+                                  gpu::ShuffleMode::XOR)
+        .getShuffleResult();
+  };
+
   // The Q fragments, held in registers for the whole work item: for k-step
   // ks, registers (row g, cols 16 ks + 2 tig), (row g + 8, same), (row g,
   // + 8), (row g + 8, + 8).
@@ -1447,11 +1454,6 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
         scf::YieldOp::create(b_, out);
       }
       // Online softmax per row: max over the 4 lanes of the row (xor 1, 2).
-      auto shfl = [&](Value x, int64_t off) {
-        return gpu::ShuffleOp::create(b_, x, cI32(off), cI32(32),
-                                      gpu::ShuffleMode::XOR)
-            .getShuffleResult();
-      };
       SmallVector<Value> next(state.begin(), state.end());
       Value alpha[2], mUse[2];
       for (int64_t r = 0; r < 2; ++r) {
@@ -1523,14 +1525,8 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
   for (int64_t r = 0; r < 2; ++r) {
     const Row &R = rows[r];
     Value l = fin[DT * 4 + 2 + r];
-    l = arith::AddFOp::create(
-        b_, l,
-        gpu::ShuffleOp::create(b_, l, cI32(1), cI32(32), gpu::ShuffleMode::XOR)
-            .getShuffleResult());
-    l = arith::AddFOp::create(
-        b_, l,
-        gpu::ShuffleOp::create(b_, l, cI32(2), cI32(32), gpu::ShuffleMode::XOR)
-            .getShuffleResult());
+    l = arith::AddFOp::create(b_, l, shfl(l, 1));
+    l = arith::AddFOp::create(b_, l, shfl(l, 2));
     Value m = fin[DT * 4 + r];
     ifThen(R.live, [&] {
       Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
