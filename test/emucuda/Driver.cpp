@@ -1,0 +1,469 @@
+//===- Driver.cpp - The CUDA Driver API over the emulator -----------------===//
+//
+// libattnc-emucuda.so exports the cu* entry points attnc's runtime resolves
+// (and a few more), so that it loads exactly as libcuda.so.1 does, through
+// $ATTNC_LIBCUDA. Modules are PTX text, parsed and decoded at load; launches
+// run to completion inside cuLaunchKernel (streams and events are trivially
+// ordered); a fault returns its CUDA error and prints a report on stderr.
+//
+//   ATTNC_EMU_CC=<nn>         compute capability (default 90)
+//   ATTNC_EMU_DEVICES=<n>     device count (default 1)
+//   ATTNC_EMU_INIT_ERROR=<e>  cuInit fails with CUDA error e
+//   ATTNC_EMU_ALLOC_FAIL=1    cuMemAlloc reports out of memory
+//   ATTNC_EMU_EVENT_MS=<ms>   cuEventElapsedTime reports this (default: host time)
+//   ATTNC_EMU_QUIET=1         no reports on stderr
+//   ATTNC_EMU_THREADS, ATTNC_EMU_RACECHECK, ATTNC_EMU_MAX_STEPS: Launch.h
+//
+// For tests: attnc_emu_* below (launch log, live allocations, last report).
+//
+//===----------------------------------------------------------------------===//
+#include "DeviceMemory.h"
+#include "Launch.h"
+#include "Program.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace attnc::emu;
+
+constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2,
+              kNotInitialized = 3, kNoDevice = 100, kInvalidDevice = 101,
+              kInvalidHandle = 400, kNotFound = 500;
+
+int env(const char *n, int dflt) {
+  const char *v = std::getenv(n);
+  return v && *v ? std::atoi(v) : dflt;
+}
+int deviceCc() { return env("ATTNC_EMU_CC", 90); }
+
+struct LaunchRecord {
+  std::string name;
+  unsigned grid[3], block[3], smem;
+  std::vector<unsigned long long> params;
+};
+
+struct State {
+  std::mutex mu;
+  bool initialized = false;
+  std::vector<LaunchRecord> launches;
+  std::string lastReport;
+};
+State &state() {
+  static State *s = new State();
+  return *s;
+}
+
+struct EmuModule {
+  std::unique_ptr<Module> module;
+};
+struct Event {
+  std::chrono::steady_clock::time_point t;
+};
+
+void report(const std::string &what) {
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().lastReport = what;
+  }
+  if (!env("ATTNC_EMU_QUIET", 0))
+    std::fprintf(stderr, "emucuda: %s\n", what.c_str());
+}
+
+bool inAllocation(unsigned long long p, size_t n, const char *call) {
+  Allocation a;
+  if (n == 0 || DeviceMemory::get().find(p, n, a))
+    return true;
+  MemoryMap m = DeviceMemory::get().snapshot();
+  report(std::string(call) + " of " + std::to_string(n) + " bytes at device address " +
+         std::to_string(p) + ": " + m.describe(p, n));
+  return false;
+}
+
+void writeLog(unsigned n, int *opts, void **vals, int bufOpt, int sizeOpt,
+              const std::string &text) {
+  char *buf = nullptr;
+  size_t size = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (opts[i] == bufOpt)
+      buf = static_cast<char *>(vals[i]);
+    if (opts[i] == sizeOpt)
+      size = reinterpret_cast<uintptr_t>(vals[i]);
+  }
+  if (!buf || !size)
+    return;
+  size_t k = std::min(size - 1, text.size());
+  std::memcpy(buf, text.data(), k);
+  buf[k] = 0;
+}
+
+} // namespace
+
+extern "C" {
+using R = int;
+
+R cuInit(unsigned) {
+  if (int e = env("ATTNC_EMU_INIT_ERROR", 0))
+    return e;
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().initialized = true;
+  return kSuccess;
+}
+R cuDriverGetVersion(int *v) {
+  if (!v)
+    return kInvalidValue;
+  *v = 13000;
+  return kSuccess;
+}
+R cuDeviceGetCount(int *n) {
+  if (!n)
+    return kInvalidValue;
+  *n = env("ATTNC_EMU_DEVICES", 1);
+  return kSuccess;
+}
+R cuDeviceGet(int *d, int ordinal) {
+  if (ordinal < 0 || ordinal >= env("ATTNC_EMU_DEVICES", 1))
+    return kInvalidDevice;
+  *d = ordinal;
+  return kSuccess;
+}
+R cuDeviceGetName(char *s, int n, int) {
+  if (!s || n <= 0)
+    return kInvalidValue;
+  std::snprintf(s, static_cast<size_t>(n), "attnc-emucuda");
+  return kSuccess;
+}
+R cuDeviceTotalMem_v2(size_t *bytes, int) {
+  *bytes = size_t(80) << 30;
+  return kSuccess;
+}
+R cuDeviceGetAttribute(int *v, int attr, int) {
+  int cc = deviceCc();
+  int optin = cc >= 90 ? 232448 : cc == 80 || cc == 87 ? 166912 : cc >= 80 ? 101376 : 65536;
+  switch (attr) {
+  case 1: *v = 1024; break;              // MAX_THREADS_PER_BLOCK
+  case 2: case 3: *v = 1024; break;      // MAX_BLOCK_DIM_X/Y
+  case 4: *v = 64; break;                // MAX_BLOCK_DIM_Z
+  case 5: *v = 2147483647; break;        // MAX_GRID_DIM_X
+  case 6: case 7: *v = 65535; break;     // MAX_GRID_DIM_Y/Z
+  case 8: *v = 49152; break;             // MAX_SHARED_MEMORY_PER_BLOCK
+  case 10: *v = 32; break;               // WARP_SIZE
+  case 12: *v = 65536; break;            // MAX_REGISTERS_PER_BLOCK
+  case 16: *v = cc >= 90 ? 132 : 108; break; // MULTIPROCESSOR_COUNT
+  case 39: *v = 2048; break;             // MAX_THREADS_PER_MULTIPROCESSOR
+  case 75: *v = cc / 10; break;          // COMPUTE_CAPABILITY_MAJOR
+  case 76: *v = cc % 10; break;          // COMPUTE_CAPABILITY_MINOR
+  case 81: *v = optin + 1024; break;     // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+  case 97: *v = optin; break;            // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  default: return kInvalidValue;
+  }
+  return kSuccess;
+}
+R cuDevicePrimaryCtxRetain(void **c, int) {
+  static int ctx;
+  *c = &ctx;
+  return kSuccess;
+}
+R cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
+R cuCtxSetCurrent(void *) { return kSuccess; }
+R cuCtxGetCurrent(void **c) {
+  static int ctx;
+  *c = &ctx;
+  return kSuccess;
+}
+R cuCtxSynchronize() { return kSuccess; }
+
+R cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *opts, void **vals) {
+  if (!m || !image)
+    return kInvalidValue;
+  if (!state().initialized)
+    return kNotInitialized;
+  auto em = new EmuModule();
+  std::string log;
+  int r = loadModuleCode(static_cast<const char *>(image), deviceCc(), em->module, log);
+  if (r) {
+    delete em;
+    writeLog(n, opts, vals, 5, 6, log); // CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)
+    return r;
+  }
+  writeLog(n, opts, vals, 3, 4, "emucuda: module loaded for sm_" + std::to_string(deviceCc()));
+  *m = em;
+  return kSuccess;
+}
+R cuModuleLoadData(void **m, const void *image) {
+  return cuModuleLoadDataEx(m, image, 0, nullptr, nullptr);
+}
+R cuModuleUnload(void *m) {
+  if (!m)
+    return kInvalidHandle;
+  delete static_cast<EmuModule *>(m);
+  return kSuccess;
+}
+R cuModuleGetFunction(void **f, void *m, const char *name) {
+  if (!m || !f || !name)
+    return kInvalidValue;
+  const Kernel *k = static_cast<EmuModule *>(m)->module->find(name);
+  if (!k)
+    return kNotFound;
+  *f = const_cast<Kernel *>(k);
+  return kSuccess;
+}
+R cuFuncSetAttribute(void *f, int attr, int value) {
+  auto *k = static_cast<Kernel *>(f);
+  if (!k)
+    return kInvalidHandle;
+  if (attr == 8) { // MAX_DYNAMIC_SHARED_SIZE_BYTES
+    int optin = 0;
+    cuDeviceGetAttribute(&optin, 97, 0);
+    if (value < 0 || uint64_t(value) + k->staticShared > uint64_t(optin))
+      return kInvalidValue;
+    k->maxDynamicShared = static_cast<uint32_t>(value);
+    return kSuccess;
+  }
+  if (attr == 9) // PREFERRED_SHARED_MEMORY_CARVEOUT: a hint
+    return kSuccess;
+  return kInvalidValue;
+}
+R cuFuncGetAttribute(int *v, int attr, void *f) {
+  auto *k = static_cast<Kernel *>(f);
+  if (!k || !v)
+    return kInvalidValue;
+  switch (attr) {
+  case 0: *v = std::min(1024, k->maxThreads); break;
+  case 1: *v = static_cast<int>(k->staticShared); break;
+  case 3: *v = static_cast<int>(k->localBytes); break;
+  case 4: *v = 0; break; // registers are not modelled
+  case 8: *v = static_cast<int>(k->maxDynamicShared ? k->maxDynamicShared : 49152 - k->staticShared); break;
+  default: return kInvalidValue;
+  }
+  return kSuccess;
+}
+
+R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                 unsigned by, unsigned bz, unsigned smem, void *, void **params,
+                 void **extra) {
+  auto *k = static_cast<Kernel *>(f);
+  if (!k)
+    return kInvalidHandle;
+  if (extra) {
+    report("cuLaunchKernel: 'extra' parameter buffers are not supported by the emulator");
+    return kInvalidValue;
+  }
+  LaunchRecord rec{k->name, {gx, gy, gz}, {bx, by, bz}, smem, {}};
+  for (size_t i = 0; params && i < k->params.size(); ++i) {
+    unsigned long long v = 0;
+    std::memcpy(&v, params[i], std::min<size_t>(8, k->params[i].size));
+    rec.params.push_back(v);
+  }
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().launches.push_back(rec);
+  }
+  LaunchShape s;
+  s.grid[0] = gx; s.grid[1] = gy; s.grid[2] = gz;
+  s.block[0] = bx; s.block[1] = by; s.block[2] = bz;
+  s.dynamicShared = smem;
+  MemoryMap mem = DeviceMemory::get().snapshot();
+  std::string what;
+  int r = launch(*k, s, params, mem, launchOptionsFromEnv(), what);
+  if (r)
+    report(what);
+  return r;
+}
+
+R cuMemAlloc_v2(unsigned long long *p, size_t n) {
+  if (!p)
+    return kInvalidValue;
+  if (env("ATTNC_EMU_ALLOC_FAIL", 0))
+    return kOutOfMemory;
+  uint64_t a = DeviceMemory::get().allocate(n);
+  if (!a)
+    return kOutOfMemory;
+  *p = a;
+  return kSuccess;
+}
+R cuMemFree_v2(unsigned long long p) {
+  if (!p)
+    return kSuccess;
+  if (!DeviceMemory::get().release(p)) {
+    report("cuMemFree of " + std::to_string(p) + ", which is not a live allocation");
+    return kInvalidValue;
+  }
+  return kSuccess;
+}
+R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
+  if (!inAllocation(d, n, "cuMemcpyHtoD"))
+    return kInvalidValue;
+  if (n)
+    std::memcpy(reinterpret_cast<void *>(d), s, n);
+  return kSuccess;
+}
+R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
+  if (!inAllocation(s, n, "cuMemcpyDtoH"))
+    return kInvalidValue;
+  if (n)
+    std::memcpy(d, reinterpret_cast<void *>(s), n);
+  return kSuccess;
+}
+R cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
+  if (!inAllocation(d, n, "cuMemcpyDtoD") || !inAllocation(s, n, "cuMemcpyDtoD"))
+    return kInvalidValue;
+  if (n)
+    std::memmove(reinterpret_cast<void *>(d), reinterpret_cast<void *>(s), n);
+  return kSuccess;
+}
+R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *) {
+  return cuMemcpyHtoD_v2(d, s, n);
+}
+R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *) {
+  return cuMemcpyDtoH_v2(d, s, n);
+}
+R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
+  if (!inAllocation(d, n, "cuMemsetD8"))
+    return kInvalidValue;
+  if (n)
+    std::memset(reinterpret_cast<void *>(d), v, n);
+  return kSuccess;
+}
+R cuMemsetD32_v2(unsigned long long d, unsigned v, size_t n) {
+  if (d % 4 || !inAllocation(d, n * 4, "cuMemsetD32"))
+    return kInvalidValue;
+  auto *p = reinterpret_cast<unsigned *>(d);
+  for (size_t i = 0; i < n; ++i)
+    p[i] = v;
+  return kSuccess;
+}
+R cuMemGetInfo_v2(size_t *free, size_t *total) {
+  *total = size_t(80) << 30;
+  *free = *total - std::min(*total, DeviceMemory::get().bytesInUse());
+  return kSuccess;
+}
+R cuStreamCreate(void **s, unsigned) {
+  static int stream;
+  *s = &stream;
+  return kSuccess;
+}
+R cuStreamDestroy_v2(void *) { return kSuccess; }
+R cuStreamSynchronize(void *) { return kSuccess; }
+R cuEventCreate(void **e, unsigned) {
+  *e = new Event();
+  return kSuccess;
+}
+R cuEventRecord(void *e, void *) {
+  if (!e)
+    return kInvalidHandle;
+  static_cast<Event *>(e)->t = std::chrono::steady_clock::now();
+  return kSuccess;
+}
+R cuEventSynchronize(void *) { return kSuccess; }
+R cuEventElapsedTime(float *ms, void *a, void *b) {
+  if (!ms || !a || !b)
+    return kInvalidHandle;
+  if (const char *v = std::getenv("ATTNC_EMU_EVENT_MS"); v && *v) {
+    *ms = static_cast<float>(std::atof(v));
+    return kSuccess;
+  }
+  auto d = static_cast<Event *>(b)->t - static_cast<Event *>(a)->t;
+  *ms = std::chrono::duration<float, std::milli>(d).count();
+  return kSuccess;
+}
+R cuEventDestroy_v2(void *e) {
+  delete static_cast<Event *>(e);
+  return kSuccess;
+}
+
+static const char *errorName(R r) {
+  switch (r) {
+  case 0: return "CUDA_SUCCESS";
+  case 1: return "CUDA_ERROR_INVALID_VALUE";
+  case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+  case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+  case 100: return "CUDA_ERROR_NO_DEVICE";
+  case 101: return "CUDA_ERROR_INVALID_DEVICE";
+  case 209: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
+  case 218: return "CUDA_ERROR_INVALID_PTX";
+  case 400: return "CUDA_ERROR_INVALID_HANDLE";
+  case 500: return "CUDA_ERROR_NOT_FOUND";
+  case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+  case 702: return "CUDA_ERROR_LAUNCH_TIMEOUT";
+  case 715: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
+  case 716: return "CUDA_ERROR_MISALIGNED_ADDRESS";
+  case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+  default: return nullptr;
+  }
+}
+static const char *errorText(R r) {
+  switch (r) {
+  case 0: return "no error";
+  case 1: return "invalid argument";
+  case 2: return "out of memory";
+  case 3: return "initialization error";
+  case 100: return "no CUDA-capable device is detected";
+  case 101: return "invalid device ordinal";
+  case 209: return "no kernel image is available for execution on the device";
+  case 218: return "a PTX JIT compilation failed";
+  case 400: return "invalid resource handle";
+  case 500: return "named symbol not found";
+  case 700: return "an illegal memory access was encountered";
+  case 702: return "the launch timed out and was terminated";
+  case 715: return "an illegal instruction was encountered";
+  case 716: return "misaligned address";
+  case 719: return "unspecified launch failure";
+  default: return nullptr;
+  }
+}
+R cuGetErrorName(R r, const char **s) {
+  *s = errorName(r);
+  return *s ? kSuccess : kInvalidValue;
+}
+R cuGetErrorString(R r, const char **s) {
+  *s = errorText(r);
+  return *s ? kSuccess : kInvalidValue;
+}
+
+// ---- For tests ----
+int attnc_emu_launch_count() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return static_cast<int>(state().launches.size());
+}
+void attnc_emu_clear_launches() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().launches.clear();
+}
+/// Launch i: its kernel, grid.x, block.x; its parameters (each read as up to
+/// 8 bytes) go to `params` (up to `max`); returns their count, -1 if no
+/// such launch.
+int attnc_emu_launch(int i, const char **name, unsigned *grid, unsigned *block,
+                     unsigned long long *params, int max) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (i < 0 || i >= static_cast<int>(state().launches.size()))
+    return -1;
+  const LaunchRecord &l = state().launches[static_cast<size_t>(i)];
+  *name = l.name.c_str();
+  *grid = l.grid[0];
+  *block = l.block[0];
+  int n = static_cast<int>(l.params.size());
+  for (int k = 0; k < n && k < max; ++k)
+    params[k] = l.params[static_cast<size_t>(k)];
+  return n;
+}
+int attnc_emu_live_allocations() {
+  return static_cast<int>(DeviceMemory::get().live());
+}
+/// The last fault or misuse reported (empty if none); the pointer stays
+/// valid until the next report.
+const char *attnc_emu_last_report() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().lastReport.c_str();
+}
+void attnc_emu_clear_report() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().lastReport.clear();
+}
+}

@@ -1,0 +1,176 @@
+//===- Machine.h - The state of a running CTA: warps, lanes, memories ----===//
+//
+// A CTA is a set of warps of 32 lanes. Each lane has its own program
+// counter (independent thread scheduling); the scheduler (Cta.cpp) runs the
+// lanes of a warp that share the lowest program counter together, and
+// handlers execute one instruction for a mask of lanes. Registers are kept
+// lane-minor (slot * 32 + lane). Shared memory carries shadows: which bytes
+// were ever written (reads of others are reported), and which warp last
+// wrote or read each 2-byte granule since the last barrier (races between
+// warps are reported).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_EMU_MACHINE_H
+#define ATTNC_EMU_MACHINE_H
+
+#include "Program.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnc::emu {
+
+// The CUDA error codes a faulting launch returns.
+constexpr int kErrIllegalAddress = 700;
+constexpr int kErrLaunchTimeout = 702;
+constexpr int kErrIllegalInstruction = 715;
+constexpr int kErrMisaligned = 716;
+constexpr int kErrLaunchFailed = 719;
+
+/// A fault of the kernel: thrown by handlers, reported by the launch.
+struct Fault {
+  int code;
+  std::string what;
+};
+
+/// A device allocation (host memory with known bounds).
+struct Allocation {
+  uint64_t base = 0, size = 0, id = 0;
+};
+
+/// The allocations live during a launch, sorted by base.
+struct MemoryMap {
+  std::vector<Allocation> allocs;
+  /// The allocation holding [addr, addr + n), or null.
+  const Allocation *find(uint64_t addr, uint64_t n) const;
+  /// "12 bytes past the end of allocation #3 (0x..., 4096 bytes)".
+  std::string describe(uint64_t addr, uint64_t n) const;
+};
+
+struct LaunchShape {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamicShared = 0;
+};
+
+/// A cp.async issued but not yet retired by a wait: the bytes were read at
+/// issue; they land in shared memory when the wait retires their group.
+struct PendingCopy {
+  uint32_t dst = 0;
+  uint32_t group = 0;
+  uint8_t n = 0;
+  uint8_t bytes[16];
+};
+
+struct Warp {
+  int id = 0;
+  uint32_t exists = 0;    // lanes that are threads of the CTA
+  uint32_t exited = 0;
+  uint32_t atBarrier = 0; // waiting at bar.sync (pc at the barrier)
+  uint32_t waiting = 0;   // waiting at a collective (pc at it)
+  int32_t pc[32] = {};
+  uint64_t *regs = nullptr; // slots * 32
+  uint8_t *local = nullptr; // 32 * localBytes
+  std::vector<PendingCopy> pending[32];
+  uint32_t openGroup[32] = {}; // the group new cp.async copies join
+};
+
+struct Cta {
+  const Kernel *k = nullptr;
+  const LaunchShape *shape = nullptr;
+  const MemoryMap *mem = nullptr;
+  const uint8_t *params = nullptr;
+  uint32_t ctaid[3] = {0, 0, 0};
+  int numThreads = 0;
+  std::vector<Warp> warps;
+  std::vector<uint64_t> regStore;
+  std::vector<uint8_t> localStore;
+  // Shared memory and its shadows.
+  uint32_t sharedBytes = 0;
+  std::vector<uint8_t> shared;
+  std::vector<uint8_t> sharedInit; // per byte: 0 never written, 1 written, 2 cp.async in flight
+  std::vector<uint32_t> wtag;      // per 2-byte granule: epoch << 6 | writer warp
+  std::vector<uint32_t> repoch, rmask; // per granule: epoch of the reads, reader warps
+  uint32_t epoch = 1;              // barriers completed (never reset: tags stay valid)
+  bool racecheck = true;
+  uint64_t steps = 0, maxSteps = 0;
+  const Allocation *lastAlloc = nullptr; // global lookups hit the same allocation
+
+  /// Sets up the CTA's warps for `shape` (storage reused between CTAs).
+  void init(const Kernel &kernel, const LaunchShape &s, const MemoryMap &m,
+            const uint8_t *paramBuf, bool race, uint64_t stepLimit);
+  /// Runs CTA (x, y, z) to completion; throws Fault.
+  void run(uint32_t x, uint32_t y, uint32_t z);
+
+  [[noreturn]] void fault(const Warp &w, const Instr &in, int lane, int code,
+                          const std::string &what) const;
+  std::string where(const Warp &w, const Instr &in, int lane) const;
+  std::string threadName(int warp, int lane) const;
+
+  // Memory accesses with memcheck: bounds, alignment, shadows.
+  void globalRead(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                  uint32_t n, void *dst, uint32_t align);
+  void globalWrite(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                   uint32_t n, const void *src, uint32_t align);
+  uint8_t *globalPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                     uint32_t n, uint32_t align, bool write);
+  void sharedRead(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                  uint32_t n, void *dst, uint32_t align);
+  void sharedWrite(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                   uint32_t n, const void *src, uint32_t align);
+  /// cp.async issue: the destination is checked and marked in flight.
+  void sharedReserve(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                     uint32_t n, uint32_t align);
+  /// cp.async retire: the bytes land (a write by warp `w`).
+  void sharedLand(const Warp &w, const PendingCopy &c);
+  uint8_t *localPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                    uint32_t n, uint32_t align);
+
+private:
+  void runWarp(Warp &w);
+  void releaseBarrier();
+  [[noreturn]] void deadlock() const;
+  [[noreturn]] void deadlockAligned(const Warp &w, const Instr &in,
+                                    uint32_t exited) const;
+  void checkShared(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                   uint32_t n, uint32_t align, const char *what) const;
+};
+
+// ---- helpers for handlers ----
+inline uint64_t &slot(Warp &w, int32_t s, int lane) {
+  return w.regs[static_cast<size_t>(s) * 32 + lane];
+}
+inline uint64_t slot(const Warp &w, int32_t s, int lane) {
+  return w.regs[static_cast<size_t>(s) * 32 + lane];
+}
+template <typename F> inline void forLanes(uint32_t mask, F f) {
+  if (mask == 0xffffffffu) {
+    for (int l = 0; l < 32; ++l)
+      f(l);
+  } else {
+    while (mask) {
+      int l = __builtin_ctz(mask);
+      mask &= mask - 1;
+      f(l);
+    }
+  }
+}
+/// The effective address of an Addr operand for `lane`.
+inline uint64_t address(const Warp &w, const Operand &o, int lane) {
+  return (o.base >= 0 ? slot(w, o.base, lane) : 0) + static_cast<uint64_t>(o.off);
+}
+
+// Binders: each recognizes its opcodes, fills `in` (handler, control kind,
+// types, operands already resolved) or sets `error`. They return false
+// when the opcode is not theirs.
+struct SynInstr;
+class Decoder;
+bool bindAlu(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindConvert(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+
+} // namespace attnc::emu
+
+#endif
