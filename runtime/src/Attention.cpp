@@ -248,22 +248,35 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
   out.assign(p.B * p.Hq * p.Lq * p.Dv, 0.0);
   lse.assign(p.B * p.Hq * p.Lq, 0.0);
   std::vector<double> s(p.Lkv), w(p.Lkv);
-  auto ld = [](const TensorView &t, int64_t i0, int64_t i1, int64_t i2,
-               int64_t i3) {
-    return loadAsDouble(t.data, t.dtype,
-                        i0 * t.strides[0] + i1 * t.strides[1] +
-                            i2 * t.strides[2] + i3 * t.strides[3]);
+  // Inputs widened to double once, contiguous: [B, H, L, D].
+  auto widen = [](const TensorView &t) {
+    std::vector<double> d(static_cast<size_t>(t.numel()));
+    size_t k = 0;
+    for (int64_t i0 = 0; i0 < t.shape[0]; ++i0)
+      for (int64_t i1 = 0; i1 < t.shape[1]; ++i1)
+        for (int64_t i2 = 0; i2 < t.shape[2]; ++i2)
+          for (int64_t i3 = 0; i3 < t.shape[3]; ++i3)
+            d[k++] = loadAsDouble(t.data, t.dtype,
+                                  i0 * t.strides[0] + i1 * t.strides[1] +
+                                      i2 * t.strides[2] + i3 * t.strides[3]);
+    return d;
   };
+  const std::vector<double> q = widen(a.q), k = widen(a.k), vv = widen(a.v);
+  const int64_t Lkv = a.k.shape[2];
   const double ninf = -std::numeric_limits<double>::infinity();
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i) {
         int32_t qpos = p.qPos0[b] + static_cast<int32_t>(i);
+        const double *qr = &q[static_cast<size_t>(((b * p.Hq + h) * p.Lq + i) * p.Dqk)];
+        const double *kb = &k[static_cast<size_t>((b * p.Hkv + h / G) * Lkv * p.Dqk)];
+        const double *vb = &vv[static_cast<size_t>((b * p.Hkv + h / G) * Lkv * p.Dv)];
         double mx = ninf;
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           double dot = 0;
+          const double *kr = kb + j * p.Dqk;
           for (int64_t d = 0; d < p.Dqk; ++d)
-            dot += ld(a.q, b, h, i, d) * ld(a.k, b, h / G, j, d);
+            dot += qr[d] * kr[d];
           double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
                                    int32_t(h), qpos, int32_t(j), violation);
           bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
@@ -283,8 +296,9 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           for (int64_t j = 0; j < p.kvLen[b]; ++j) {
             if (w[j] == 0)
               continue;
+            const double *vr = vb + j * p.Dv;
             for (int64_t d = 0; d < p.Dv; ++d)
-              o[d] += w[j] / sum * ld(a.v, b, h / G, j, d);
+              o[d] += w[j] / sum * vr[d];
           }
       }
   return Status::ok();

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Decode.h"
+#include "MemoryAccess.h"
 #include "Values.h"
 
 #include <algorithm>
@@ -216,66 +217,114 @@ uint8_t *Cta::localPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
 
 namespace {
 
-// Instr::aux for ld/st: bytes per element; aux2: 1 when the loaded value is
-// sign-extended.
+// ld/st: Size bytes per element, Vec elements; Sext: sign-extend loads.
 
-template <Space S>
-inline void loadBytes(Cta &c, Warp &w, const Instr &in, int l, uint64_t addr,
-                      uint32_t n, void *dst, uint32_t align) {
+template <Space S, unsigned N>
+inline const uint8_t *loadPtr(Cta &c, Warp &w, const Instr &in, int l,
+                              uint64_t addr, uint8_t *scratch) {
   if constexpr (S == Space::Global) {
-    c.globalRead(w, in, l, addr, n, dst, align);
+    return globalAccess<N>(c, w, in, l, addr, false);
   } else if constexpr (S == Space::Shared) {
-    c.sharedRead(w, in, l, addr, n, dst, align);
+    return sharedLoad<N>(c, w, in, l, addr, scratch);
   } else if constexpr (S == Space::Local) {
-    std::memcpy(dst, c.localPtr(w, in, l, addr, n, align), n);
+    return localAccess<N>(c, w, in, l, addr);
   } else {
-    if (addr % align || addr + n > c.k->paramBytes)
+    if (addr % N || addr + N > c.k->paramBytes)
       c.fault(w, in, l, kErrIllegalAddress,
-              "invalid param read of " + std::to_string(n) + " bytes at offset " +
+              "invalid param read of " + std::to_string(N) + " bytes at offset " +
                   std::to_string(addr) + " (the kernel has " +
                   std::to_string(c.k->paramBytes) + " bytes of parameters)");
-    std::memcpy(dst, c.params + addr, n);
+    return c.params + addr;
   }
 }
 
-template <Space S> void ld(Cta &c, Warp &w, const Instr &in, uint32_t m) {
-  uint32_t size = in.aux, n = in.vec;
-  bool sext = in.aux2;
+template <Space S, unsigned Size, unsigned Vec, bool Sext>
+void ld(Cta &c, Warp &w, const Instr &in, uint32_t m) {
+  constexpr unsigned N = Size * Vec;
   const Operand &d = in.op[0], &a = in.op[1];
+  uint8_t scratch[N];
+  uint64_t lastAddr = ~uint64_t(0);
+  const uint8_t *lastSrc = nullptr;
   forLanes(m, [&](int l) {
     uint64_t addr = address(w, a, l);
-    uint8_t buf[32];
-    loadBytes<S>(c, w, in, l, addr, size * n, buf, size * n);
-    for (uint32_t i = 0; i < n; ++i) {
-      int32_t r = d.kind == Operand::Vec ? d.r[i] : d.r[0];
+    const uint8_t *src;
+    if constexpr (S == Space::Shared) {
+      // Lanes reading what the previous lane read (a broadcast) need no
+      // second check: same warp, same epoch, same bytes.
+      src = addr == lastAddr ? lastSrc : loadPtr<S, N>(c, w, in, l, addr, scratch);
+      lastAddr = addr;
+      lastSrc = src;
+    } else {
+      src = loadPtr<S, N>(c, w, in, l, addr, scratch);
+    }
+    for (unsigned i = 0; i < Vec; ++i) {
+      int32_t r = Vec > 1 ? d.r[i] : d.r[0];
       if (r < 0)
         continue;
       uint64_t v = 0;
-      std::memcpy(&v, buf + i * size, size);
-      if (sext && size < 8 && (v >> (8 * size - 1)) & 1)
-        v |= ~uint64_t(0) << (8 * size);
+      std::memcpy(&v, src + i * Size, Size);
+      if constexpr (Sext && Size < 8)
+        if ((v >> (8 * Size - 1)) & 1)
+          v |= ~uint64_t(0) << (8 * Size);
       slot(w, r, l) = v;
     }
   });
 }
 
-template <Space S> void st(Cta &c, Warp &w, const Instr &in, uint32_t m) {
-  uint32_t size = in.aux, n = in.vec;
+template <Space S, unsigned Size, unsigned Vec>
+void st(Cta &c, Warp &w, const Instr &in, uint32_t m) {
+  constexpr unsigned N = Size * Vec;
   const Operand &a = in.op[0], &v = in.op[1];
   forLanes(m, [&](int l) {
     uint64_t addr = address(w, a, l);
-    uint8_t buf[32];
-    for (uint32_t i = 0; i < n; ++i) {
-      uint64_t x = slot(w, v.kind == Operand::Vec ? v.r[i] : v.r[0], l);
-      std::memcpy(buf + i * size, &x, size);
+    uint8_t buf[N];
+    for (unsigned i = 0; i < Vec; ++i) {
+      uint64_t x = slot(w, Vec > 1 ? v.r[i] : v.r[0], l);
+      std::memcpy(buf + i * Size, &x, Size);
     }
     if constexpr (S == Space::Global)
-      c.globalWrite(w, in, l, addr, size * n, buf, size * n);
+      std::memcpy(globalAccess<N>(c, w, in, l, addr, true), buf, N);
     else if constexpr (S == Space::Shared)
-      c.sharedWrite(w, in, l, addr, size * n, buf, size * n);
+      sharedStore<N>(c, w, in, l, addr, buf);
     else
-      std::memcpy(c.localPtr(w, in, l, addr, size * n, size * n), buf, size * n);
+      std::memcpy(localAccess<N>(c, w, in, l, addr), buf, N);
   });
+}
+
+template <Space S, unsigned Size, unsigned Vec>
+Handler ldFor(bool sext) {
+  if constexpr (Size < 8)
+    if (sext)
+      return ld<S, Size, Vec, true>;
+  return ld<S, Size, Vec, false>;
+}
+
+template <Space S, unsigned Size> Handler pickVec(bool load, unsigned vec, bool sext) {
+  if (load)
+    return vec == 1 ? ldFor<S, Size, 1>(sext) : vec == 2 ? ldFor<S, Size, 2>(sext)
+                                                         : ldFor<S, Size, 4>(sext);
+  if constexpr (S == Space::Param)
+    return nullptr;
+  else
+    return vec == 1 ? st<S, Size, 1> : vec == 2 ? st<S, Size, 2> : st<S, Size, 4>;
+}
+
+template <Space S> Handler pickSize(bool load, unsigned size, unsigned vec, bool sext) {
+  switch (size) {
+  case 1: return pickVec<S, 1>(load, vec, sext);
+  case 2: return pickVec<S, 2>(load, vec, sext);
+  case 4: return pickVec<S, 4>(load, vec, sext);
+  default: return pickVec<S, 8>(load, vec, sext);
+  }
+}
+
+Handler pickLoadStore(Space sp, bool load, unsigned size, unsigned vec, bool sext) {
+  switch (sp) {
+  case Space::Global: return pickSize<Space::Global>(load, size, vec, sext);
+  case Space::Shared: return pickSize<Space::Shared>(load, size, vec, sext);
+  case Space::Local: return pickSize<Space::Local>(load, size, vec, sext);
+  default: return pickSize<Space::Param>(load, size, vec, sext);
+  }
 }
 
 /// cp.async [dst], [src], cp-size (aux), src-size (op[2] or none), or an
@@ -467,12 +516,7 @@ bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
     if (load ? !d.dest(val, vo, err, in.vec > 1) : !d.value(val, t, vo, err, in.vec > 1))
       return true;
     in.nops = 2;
-    switch (sp) {
-    case Space::Global: in.fn = load ? ld<Space::Global> : st<Space::Global>; break;
-    case Space::Shared: in.fn = load ? ld<Space::Shared> : st<Space::Shared>; break;
-    case Space::Local: in.fn = load ? ld<Space::Local> : st<Space::Local>; break;
-    default: in.fn = ld<Space::Param>; break;
-    }
+    in.fn = pickLoadStore(sp, load, in.aux, in.vec, in.aux2);
     return true;
   }
   if (op == "cp" && p.size() > 1 && p[1] == "async") {
