@@ -27,11 +27,11 @@ ptxas = shutil.which("ptxas") or next(
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
-# A stand-in libcuda (test/unit/fakecuda) that loads modules and records
-# launches but runs nothing: the CUDA path end to end without a GPU.
-config.substitutions.append(("%fakecuda",
+# The GPU emulator (test/emucuda): a stand-in libcuda that executes the
+# PTX with memcheck, so the CUDA path runs end to end without a GPU.
+config.substitutions.append(("%emucuda",
                              os.path.join(config.attnc_obj_root, "lib",
-                                          "libattnc-fake-cuda.so")))
+                                          "libattnc-emucuda.so")))
 # The kernel cache of the tests lives in the build tree, not in ~/.cache.
 config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root,
                                                      "test", "kernel-cache")

@@ -1,6 +1,6 @@
 // The CUDA Driver API loader without a GPU: a missing library, a library
-// that is not libcuda, and a fake libcuda whose behaviour the environment
-// controls (FakeCuda.cpp).
+// that is not libcuda, and the emulator (test/emucuda), whose device the
+// environment controls.
 #include "attnc/runtime/cuda/CudaDriver.h"
 
 #include <catch2/catch.hpp>
@@ -28,31 +28,31 @@ TEST_CASE("a library that is not libcuda is refused by name", "[cuda]") {
 }
 
 TEST_CASE("cuInit's failure is reported with the driver's words", "[cuda]") {
-  setenv("FAKE_CUDA_INIT_ERROR", "100", 1);
+  setenv("ATTNC_EMU_INIT_ERROR", "100", 1);
   std::unique_ptr<Driver> d;
-  Status s = Driver::open(d, ATTNC_FAKE_CUDA_PATH);
-  unsetenv("FAKE_CUDA_INIT_ERROR");
+  Status s = Driver::open(d, ATTNC_EMUCUDA_PATH);
+  unsetenv("ATTNC_EMU_INIT_ERROR");
   CHECK(s.message() == "no CUDA driver: cuInit failed: CUDA_ERROR_NO_DEVICE "
                        "(no CUDA-capable device is detected)");
 }
 
 TEST_CASE("zero devices is 'no CUDA device'", "[cuda]") {
-  setenv("FAKE_CUDA_DEVICES", "0", 1);
+  setenv("ATTNC_EMU_DEVICES", "0", 1);
   std::unique_ptr<Driver> d;
-  REQUIRE(Driver::open(d, ATTNC_FAKE_CUDA_PATH).isOk());
+  REQUIRE(Driver::open(d, ATTNC_EMUCUDA_PATH).isOk());
   std::unique_ptr<Device> dev;
   Status s = Device::open(*d, 0, dev);
-  unsetenv("FAKE_CUDA_DEVICES");
+  unsetenv("ATTNC_EMU_DEVICES");
   CHECK(s.message() == "no CUDA device: the driver reports 0 devices");
 }
 
 TEST_CASE("a device opens with its name and compute capability", "[cuda]") {
   std::unique_ptr<Driver> d;
-  REQUIRE(Driver::open(d, ATTNC_FAKE_CUDA_PATH).isOk());
+  REQUIRE(Driver::open(d, ATTNC_EMUCUDA_PATH).isOk());
   CHECK(d->version() == 13000);
   std::unique_ptr<Device> dev;
   REQUIRE(Device::open(*d, 0, dev).isOk());
-  CHECK(dev->name() == "Fake GPU");
+  CHECK(dev->name() == "attnc-emucuda");
   CHECK(dev->computeCapability() == 90);
   std::unique_ptr<Device> none;
   CHECK(Device::open(*d, 3, none).message() ==
@@ -62,7 +62,7 @@ TEST_CASE("a device opens with its name and compute capability", "[cuda]") {
 TEST_CASE("failed calls carry the call, the error name and its text",
           "[cuda]") {
   std::unique_ptr<Driver> d;
-  REQUIRE(Driver::open(d, ATTNC_FAKE_CUDA_PATH).isOk());
+  REQUIRE(Driver::open(d, ATTNC_EMUCUDA_PATH).isOk());
   CUmodule m = nullptr;
   Status s = d->check(d->api().cuModuleLoadDataEx(&m, "not ptx", 0, nullptr,
                                                   nullptr),

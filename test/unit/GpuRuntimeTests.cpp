@@ -1,7 +1,9 @@
 // Packages and the CUDA launcher without a GPU: packages round-trip and
 // refuse what does not match, and GpuKernel validates, loads and launches
-// against the fake libcuda (FakeCuda.cpp), whose "device" memory is host
-// memory, so the parameters each launch received can be read back.
+// against the emulator (test/emucuda), whose device memory is host memory
+// and whose launch log keeps the parameters each launch received. The
+// kernels here are stubs (`ret`): what they compute is tested where the
+// compiler builds real ones (GpuCompileTests.cpp, ctest gpu-parity).
 #include "attnc/runtime/KernelABI.h"
 #include "attnc/runtime/Package.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
@@ -42,8 +44,8 @@ mask
 end
 )";
 
-/// PTX-looking text with entries of n eight-byte parameters each.
-std::string fakePtx(const std::vector<std::pair<std::string, int>> &entries) {
+/// PTX with entries of n eight-byte parameters each that do nothing.
+std::string stubPtx(const std::vector<std::pair<std::string, int>> &entries) {
   std::string s = ".version 8.0\n.target sm_80\n.address_size 64\n";
   for (auto &[name, n] : entries) {
     s += ".visible .entry " + name + "(\n";
@@ -73,21 +75,21 @@ PackageVariant makeVariant(const char *text, const std::string &target = "sm_80"
     k.maskBuilderParams.assign(5 * (3 + captures) + 1, 8);
     entries.push_back({k.maskBuilder, int(k.maskBuilderParams.size())});
   }
-  k.ptx = fakePtx(entries);
+  k.ptx = stubPtx(entries);
   v.kernels.push_back(k);
   return v;
 }
 
-/// The fake driver's launch log.
+/// The emulator's launch log.
 struct Launches {
-  void *h = dlopen(ATTNC_FAKE_CUDA_PATH, RTLD_NOW | RTLD_LOCAL);
-  int (*count)() = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_launch_count"));
-  void (*clear)() = reinterpret_cast<void (*)()>(dlsym(h, "fake_cuda_clear_launches"));
+  void *h = dlopen(ATTNC_EMUCUDA_PATH, RTLD_NOW | RTLD_LOCAL);
+  int (*count)() = reinterpret_cast<int (*)()>(dlsym(h, "attnc_emu_launch_count"));
+  void (*clear)() = reinterpret_cast<void (*)()>(dlsym(h, "attnc_emu_clear_launches"));
   int (*get)(int, const char **, unsigned *, unsigned *, unsigned long long *,
              int) = reinterpret_cast<int (*)(int, const char **, unsigned *,
                                              unsigned *, unsigned long long *,
-                                             int)>(dlsym(h, "fake_cuda_launch"));
-  int (*live)() = reinterpret_cast<int (*)()>(dlsym(h, "fake_cuda_live_allocations"));
+                                             int)>(dlsym(h, "attnc_emu_launch"));
+  int (*live)() = reinterpret_cast<int (*)()>(dlsym(h, "attnc_emu_live_allocations"));
   ~Launches() { dlclose(h); }
   struct L {
     std::string name;
@@ -109,13 +111,13 @@ struct Launches {
   }
 };
 
-std::unique_ptr<Context> fakeContext() {
+std::unique_ptr<Context> emuContext() {
   std::unique_ptr<Context> c;
-  REQUIRE(Context::open(c, 0, ATTNC_FAKE_CUDA_PATH).isOk());
+  REQUIRE(Context::open(c, 0, ATTNC_EMUCUDA_PATH).isOk());
   return c;
 }
 
-/// Device-side views (fake device memory) for B, Hq, Hkv, Lq, Lkv, D=64.
+/// Device-side views (emulated device memory) for B, Hq, Hkv, Lq, Lkv, D=64.
 struct DeviceArgs {
   std::vector<DeviceBuffer> bufs;
   AttentionArgs a;
@@ -249,29 +251,30 @@ TEST_CASE("the kernel for a device is the highest target not above it",
 
 TEST_CASE("loading a kernel reports the JIT log, the target and the ABI",
           "[cuda][gpukernel]") {
-  auto ctx = fakeContext();
+  auto ctx = emuContext();
   PackageVariant v = makeVariant(kCausal);
   std::unique_ptr<GpuKernel> k;
   REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
   CHECK(k->image().kernel == "attnc_causal_f16_d64v64_m64n64w2s1");
 
   GpuKernelImage bad = v.kernels[0];
-  bad.ptx += "// FAKE_JIT_ERROR\n";
+  bad.ptx.replace(bad.ptx.find("\tret;"), 5, "\tfrob;");
   Status s = GpuKernel::load(*ctx, v.info, bad, k);
-  CHECK(s.message() ==
-        "cannot load kernel 'attnc_causal_f16_d64v64_m64n64w2s1' (sm_80): "
-        "cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (a PTX JIT "
-        "compilation failed)\nJIT log:\nptxas application ptx input, line "
-        "1; fatal   : fake JIT failure");
+  CHECK(s.message().rfind(
+            "cannot load kernel 'attnc_causal_f16_d64v64_m64n64w2s1' (sm_80): "
+            "cuModuleLoadDataEx failed: CUDA_ERROR_INVALID_PTX (a PTX JIT "
+            "compilation failed)\nJIT log:\nemucuda: line ",
+            0) == 0);
+  CHECK(s.message().find("instruction 'frob' is not supported") != std::string::npos);
 
   GpuKernelImage newer = v.kernels[0];
   newer.target = "sm_90";
-  setenv("FAKE_CUDA_CC", "86", 1);
-  auto ctx86 = fakeContext();
-  unsetenv("FAKE_CUDA_CC");
+  setenv("ATTNC_EMU_CC", "86", 1);
+  auto ctx86 = emuContext();
+  unsetenv("ATTNC_EMU_CC");
   CHECK(GpuKernel::load(*ctx86, v.info, newer, k).message() ==
         "kernel 'attnc_causal_f16_d64v64_m64n64w2s1' is compiled for sm_90, "
-        "but Fake GPU is sm_86");
+        "but attnc-emucuda is sm_86");
 
   GpuKernelImage abi = v.kernels[0];
   abi.kernelParams.push_back(8);
@@ -290,7 +293,7 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
           "[cuda][gpukernel]") {
   Launches log;
   REQUIRE(log.count);
-  auto ctx = fakeContext();
+  auto ctx = emuContext();
   PackageVariant v = makeVariant(kCausal);
   std::unique_ptr<GpuKernel> k;
   REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
@@ -350,7 +353,7 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
 TEST_CASE("a data-dependent mask is built on the device before the kernel",
           "[cuda][gpukernel]") {
   Launches log;
-  auto ctx = fakeContext();
+  auto ctx = emuContext();
   PackageVariant v = makeVariant(kDocMask, "sm_80", 1);
   std::unique_ptr<GpuKernel> k;
   REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
@@ -390,7 +393,7 @@ TEST_CASE("a data-dependent mask is built on the device before the kernel",
 TEST_CASE("runFromHost mirrors host views and frees what it allocated",
           "[cuda][gpukernel]") {
   Launches log;
-  auto ctx = fakeContext();
+  auto ctx = emuContext();
   PackageVariant v = makeVariant(kCausal);
   std::unique_ptr<GpuKernel> k;
   REQUIRE(GpuKernel::load(*ctx, v.info, v.kernels[0], k).isOk());
@@ -402,13 +405,15 @@ TEST_CASE("runFromHost mirrors host views and frees what it allocated",
   a.out = TensorView::contiguous(out.data(), DType::F16, {1, 2, 10, 64});
   int before = log.live();
   float ms = -1;
+  setenv("ATTNC_EMU_EVENT_MS", "0.5", 1);
   REQUIRE(runFromHost(*ctx, *k, a, &ms).isOk());
+  unsetenv("ATTNC_EMU_EVENT_MS");
   CHECK(ms == 0.5f);
-  CHECK(out[0] == 7); // the fake runs nothing: out comes back as it went
+  CHECK(out[0] == 7); // the stub kernel writes nothing: out comes back as it went
   CHECK(log.live() == before + 1); // only the kernel's parameter scratch
-  setenv("FAKE_CUDA_ALLOC_FAIL", "1", 1);
+  setenv("ATTNC_EMU_ALLOC_FAIL", "1", 1);
   Status s = runFromHost(*ctx, *k, a);
-  unsetenv("FAKE_CUDA_ALLOC_FAIL");
+  unsetenv("ATTNC_EMU_ALLOC_FAIL");
   CHECK(s.message() == "cannot allocate 2560 bytes on the device: "
                        "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of "
                        "memory)");

@@ -11,6 +11,7 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/Transforms/Approximation.h"
@@ -86,6 +87,13 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
     v.erase();
   MLIRContext *ctx = module.getContext();
   if (failed(approximateMath(module)))
+    return failure();
+  // f32 <-> bf16 as integer arithmetic (round to nearest even): without
+  // AVX512-BF16, LLVM would call __truncsfbf2, which the JIT cannot find in
+  // a process built by GCC 12.
+  RewritePatternSet bf16(ctx);
+  arith::populateExpandBFloat16Patterns(bf16);
+  if (failed(applyPatternsGreedily(module, std::move(bf16))))
     return failure();
   PassManager pm(ctx);
   pm.addPass(createCanonicalizerPass());

@@ -1,10 +1,14 @@
-# Writes a float32 .npy file without NumPy: write_npy.py OUT D0 D1 ... ;
-# element i is sin(i) (deterministic, in [-1, 1]).
+# Writes a float32 .npy file without NumPy: write_npy.py [--inf] OUT D0 D1 ... ;
+# element i is sin(i) (deterministic, in [-1, 1]), or +inf with --inf.
 import math
 import struct
 import sys
 
-out, dims = sys.argv[1], [int(d) for d in sys.argv[2:]]
+args = sys.argv[1:]
+inf = args[0] == "--inf"
+if inf:
+    args = args[1:]
+out, dims = args[0], [int(d) for d in args[1:]]
 n = 1
 for d in dims:
     n *= d
@@ -13,4 +17,4 @@ header = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % shape
 header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
 with open(out, "wb") as f:
     f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-    f.write(struct.pack("<%df" % n, *[math.sin(i) for i in range(n)]))
+    f.write(struct.pack("<%df" % n, *[math.inf if inf else math.sin(i) for i in range(n)]))
