@@ -1,35 +1,108 @@
 #!/usr/bin/env bash
-# The GPU parity matrix: every example packaged for the device's target in
-# f32, f16 and bf16 (D = 64, 80, 128 and Dqk:Dv = 64:32) and run by the
-# runtime-only attnc-run against the fp64 reference (--suite: MHA/GQA/MQA x
-# prefill/decode/chunk x dtypes, GQA 6:1, D=80, Dv != Dqk, BSHD, lengths
-# that are not tile multiples). Exits 77 (a ctest skip) with the reason when
-# there is no CUDA driver or device.
-#   usage: scripts/gpu-parity.sh BUILD_DIR [EXAMPLE...]
+# The GPU parity matrix: every example packaged in f32, f16 and bf16 for
+# head dims 64, 80, 128 and 64:32 and run by the runtime-only attnc-run
+# against the fp64 reference (--matrix: dtypes x head dims x {prefill,
+# decode, chunk} x {MHA 8/8, GQA 8/2, MQA 8/1}, with lengths 1, 77, 129,
+# 1000..., BHSD/BSHD and ragged batches in rotation; docs/check.md).
+#
+#   scripts/gpu-parity.sh BUILD_DIR --emulator [EXAMPLE...]
+#     on the GPU emulator (BUILD_DIR/lib/libattnc-emucuda.so, memcheck and
+#     racecheck on every launch): the full matrix for sm_90 PTX, and for
+#     sm_80 PTX one case per kernel once the script has checked that each
+#     sm_80 kernel is the sm_90 one but for its .target line (else the full
+#     matrix there too). Needs no GPU.
+#   scripts/gpu-parity.sh BUILD_DIR [EXAMPLE...]
+#     on the CUDA device (the driver found as attnc-run finds it): the full
+#     matrix for the device's target; exits 77 (a ctest skip), saying why,
+#     without a driver or device.
 set -uo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:?usage: gpu-parity.sh BUILD_DIR [EXAMPLE...]}"
+build="$(cd "${1:?usage: gpu-parity.sh BUILD_DIR [--emulator] [EXAMPLE...]}" && pwd)"
 shift
-if ! info="$("$build/bin/attnc-run" --device-info)"; then
-  echo "SKIP: $info"
-  exit 77
+emulator=0
+if [[ "${1:-}" == "--emulator" ]]; then
+  emulator=1
+  shift
 fi
-echo "device: $info"
-cc="$(echo "$info" | grep -oE 'sm_[0-9]+' | head -1 | tr -d sm_)"
-target=sm_80
-((cc >= 86)) && target=sm_86
-((cc >= 89)) && target=sm_89
-((cc >= 90)) && target=sm_90
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 examples=("$@")
 ((${#examples[@]})) || examples=($(ls "$src"/examples/*.attn | xargs -n1 basename | sed 's/\.attn$//' | grep -v '^tour$'))
+jobs="$(nproc 2>/dev/null || echo 2)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+if ((emulator)); then
+  export ATTNC_LIBCUDA="$build/lib/libattnc-emucuda.so"
+  # Examples run side by side, so each emulated launch uses one thread.
+  export ATTNC_EMU_THREADS=1
+  [[ -f "$ATTNC_LIBCUDA" ]] || { echo "FAIL: no emulator at $ATTNC_LIBCUDA"; exit 1; }
+  targets="sm_80,sm_90"
+else
+  if ! info="$("$build/bin/attnc-run" --device-info 2>&1)"; then
+    echo "SKIP: $info"
+    exit 77
+  fi
+  echo "device: $info"
+  cc="$(echo "$info" | grep -oE 'sm_[0-9]+' | head -1 | tr -d sm_)"
+  targets=sm_80
+  ((cc >= 86)) && targets=sm_86
+  ((cc >= 89)) && targets=sm_89
+  ((cc >= 90)) && targets=sm_90
+fi
+
+# Packages, in parallel.
+printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
+  '"$0/bin/attnc" compile "$1/examples/{}.attn" --emit=package --target="$2" \
+     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$3/{}.json" \
+     > "$3/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {}" >> "$3/{}.compile.txt"' \
+  "$build" "$src" "$targets" "$tmp"
 bad=0
 for n in "${examples[@]}"; do
-  "$build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
-    --target=$target --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 \
-    -o "$tmp/$n.json" || { bad=1; continue; }
-  "$build/bin/attnc-run" "$tmp/$n.json" --suite || bad=1
-  "$build/bin/attnc-run" "$tmp/$n.json" --suite --head-dim 128 --v-head-dim 128 || bad=1
+  if grep -q FAIL "$tmp/$n.compile.txt"; then
+    cat "$tmp/$n.compile.txt"
+    bad=1
+  fi
 done
+
+# One example per job; each writes its own log.
+run_example() {
+  local n="$1" log="$tmp/$1.log" status=0
+  [[ -f "$tmp/$n.json" ]] || return 1
+  if ((emulator)); then
+    ATTNC_EMU_CC=90 "$build/bin/attnc-run" "$tmp/$n.json" --matrix > "$log" 2>&1 || status=1
+    if python3 "$src/scripts/ptx-same-but-target.py" "$tmp/$n.json" >> "$log"; then
+      # sm_80: the same PTX but for .target, so one case per kernel.
+      echo "sm_80: every kernel is its sm_90 PTX but for .target: one case per kernel" >> "$log"
+      for dt in f32 f16 bf16; do
+        for d in 64:64 80:80 128:128 64:32; do
+          ATTNC_EMU_CC=80 "$build/bin/attnc-run" "$tmp/$n.json" --dtype $dt \
+            --head-dim "${d%:*}" --v-head-dim "${d#*:}" --mode chunk --q-len 77 \
+            --kv-len 129 >> "$log" 2>&1 || status=1
+        done
+      done
+    else
+      echo "sm_80: the full matrix" >> "$log"
+      ATTNC_EMU_CC=80 "$build/bin/attnc-run" "$tmp/$n.json" --matrix >> "$log" 2>&1 || status=1
+    fi
+  else
+    "$build/bin/attnc-run" "$tmp/$n.json" --matrix > "$log" 2>&1 || status=1
+  fi
+  ((status == 0)) || touch "$tmp/$n.failed"
+}
+start=$SECONDS
+for n in "${examples[@]}"; do
+  run_example "$n" &
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+done
+wait
+for n in "${examples[@]}"; do
+  [[ -f "$tmp/$n.log" ]] || continue
+  passed=$(grep -hoE '^[0-9]+ passed' "$tmp/$n.log" | awk '{s += $1} END {print s + 0}')
+  failed=$(grep -hoE ', [0-9]+ failed' "$tmp/$n.log" | tr -dc '0-9\n' | awk '{s += $1} END {print s + 0}')
+  echo "$n: $passed passed, $failed failed"
+  if [[ -f "$tmp/$n.failed" ]] || ((failed)); then
+    bad=1
+    grep -A2 -E '\| FAIL|emucuda:|error' "$tmp/$n.log" | head -60
+  fi
+done
+echo "matrix: $((SECONDS - start)) s"
 exit $bad

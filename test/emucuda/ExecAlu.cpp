@@ -247,19 +247,31 @@ struct FCopysign { template <class T> static T f(T a, T b) { return std::copysig
 
 template <class T> inline T fin(T x, bool ftz) { return ftz ? flushF(x) : x; }
 
-template <class T, class F> void fltBin(Cta &, Warp &w, const Instr &in, uint32_t m) {
+template <class T, class F, bool Ftz, bool Sat>
+void fltBinT(Cta &, Warp &w, const Instr &in, uint32_t m) {
   int32_t d = in.op[0].r[0], a = in.op[1].r[0], b = in.op[2].r[0];
-  bool ftz = in.aux & kFtz, sat = in.aux & kSat;
   forLanes(m, [&](int l) {
-    T r = F::template f<T>(fin(get<T>(w, a, l), ftz), fin(get<T>(w, b, l), ftz));
-    r = fin(r, ftz);
-    if (sat)
+    T r = F::template f<T>(fin(get<T>(w, a, l), Ftz), fin(get<T>(w, b, l), Ftz));
+    r = fin(r, Ftz);
+    if (Sat)
       r = saturate(r);
     put<T>(w, d, l, canon(r));
   });
 }
-template <class F> Handler fltBinFor(Ty t) {
-  return t == Ty::F32 ? fltBin<float, F> : t == Ty::F64 ? fltBin<double, F> : nullptr;
+/// The handler for the flags in aux (chosen once, at load).
+template <class T, class F> void fltBin(Cta &c, Warp &w, const Instr &in, uint32_t m) {
+  switch (in.aux & (kFtz | kSat)) {
+  case 0: return fltBinT<T, F, false, false>(c, w, in, m);
+  case kFtz: return fltBinT<T, F, true, false>(c, w, in, m);
+  case kSat: return fltBinT<T, F, false, true>(c, w, in, m);
+  default: return fltBinT<T, F, true, true>(c, w, in, m);
+  }
+}
+template <class F> Handler fltBinFor(Ty t, uint32_t flags = 0) {
+  flags &= kFtz | kSat;
+  if (t == Ty::F32)
+    return flags == 0 ? fltBinT<float, F, false, false> : fltBin<float, F>;
+  return t == Ty::F64 ? fltBin<double, F> : nullptr;
 }
 
 template <class T> void fltFma(Cta &, Warp &w, const Instr &in, uint32_t m) {
@@ -531,13 +543,13 @@ bool bindAlu(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
                   op == "cos" || op == "tanh" || op == "copysign")) {
     if (!floatModifiers(p, in, err))
       return true;
-    if (op == "add") return bin(fltBinFor<FAdd>(t));
-    if (op == "sub") return bin(fltBinFor<FSub>(t));
-    if (op == "mul") return bin(fltBinFor<FMul>(t));
-    if (op == "div") return bin(fltBinFor<FDiv>(t));
-    if (op == "copysign") return bin(fltBinFor<FCopysign>(t));
-    if (op == "min") return bin(in.aux & kNaN ? fltBinFor<FMinNaN>(t) : fltBinFor<FMin>(t));
-    if (op == "max") return bin(in.aux & kNaN ? fltBinFor<FMaxNaN>(t) : fltBinFor<FMax>(t));
+    if (op == "add") return bin(fltBinFor<FAdd>(t, in.aux));
+    if (op == "sub") return bin(fltBinFor<FSub>(t, in.aux));
+    if (op == "mul") return bin(fltBinFor<FMul>(t, in.aux));
+    if (op == "div") return bin(fltBinFor<FDiv>(t, in.aux));
+    if (op == "copysign") return bin(fltBinFor<FCopysign>(t, in.aux));
+    if (op == "min") return bin(in.aux & kNaN ? fltBinFor<FMinNaN>(t, in.aux) : fltBinFor<FMin>(t, in.aux));
+    if (op == "max") return bin(in.aux & kNaN ? fltBinFor<FMaxNaN>(t, in.aux) : fltBinFor<FMax>(t, in.aux));
     if (op == "fma" || op == "mad")
       return operands(d, s, in, err, {t, t, t}) &&
              need(t == Ty::F32 ? fltFma<float> : fltFma<double>);

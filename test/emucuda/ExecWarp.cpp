@@ -8,7 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Decode.h"
+#include "MemoryAccess.h"
 #include "Values.h"
+
+#include <vector>
 
 namespace attnc::emu {
 
@@ -88,7 +91,7 @@ void ldmatrix(Cta &c, Warp &w, const Instr &in, uint32_t) {
     for (int r = 0; r < 8; ++r) {
       int provider = int(i) * 8 + r;
       uint64_t addr = address(w, in.op[1], provider);
-      c.sharedRead(w, in, provider, addr, 16, mat[i][r], 16);
+      std::memcpy(mat[i][r], sharedLoad<16>(c, w, in, provider, addr, mat[i][r]), 16);
     }
   const Operand &d = in.op[0];
   for (int l = 0; l < 32; ++l) {
@@ -107,15 +110,30 @@ void ldmatrix(Cta &c, Warp &w, const Instr &in, uint32_t) {
   }
 }
 
-inline double half(uint16_t h, bool bf) { return bf ? bf16ToFloat(h) : f16ToFloat(h); }
+/// Every f16 bit pattern as a float (exact), built once.
+const float *f16Table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h)
+      t[h] = f16ToFloat(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
 
 /// mma.sync.aligned.m16n8kK.row.col.D.A.B.C d, a, b, c: aux = K (8 or 16),
-/// aux2 bit 0: A/B are bf16; bit 1: C/D are f16 (else f32).
-void mma(Cta &, Warp &w, const Instr &in, uint32_t) {
-  const bool bf = in.aux2 & 1, halfAcc = in.aux2 & 2;
-  const int K = static_cast<int>(in.aux);
-  double A[16][16], B[16][8];
-  float C[16][8];
+/// aux2 bit 0: A/B are bf16; bit 1: C/D are f16 (else f32). The products
+/// of two halves are exact in double; they and C are summed in double and
+/// rounded once to f32.
+template <int K, bool Bf, bool HalfAcc>
+void mmaT(Cta &, Warp &w, const Instr &in, uint32_t) {
+  constexpr bool halfAcc = HalfAcc;
+  const float *f16 = f16Table();
+  auto half = [&](uint32_t h) {
+    return Bf ? double(bf16ToFloat(uint16_t(h))) : double(f16[h & 0xffff]);
+  };
+  double A[16][16], Bt[8][16]; // Bt[n][k]
+  double C[16][8];
   const Operand &od = in.op[0], &oa = in.op[1], &ob = in.op[2], &oc = in.op[3];
   for (int l = 0; l < 32; ++l) {
     int g = l >> 2, t = l & 3;
@@ -123,21 +141,21 @@ void mma(Cta &, Warp &w, const Instr &in, uint32_t) {
     for (int reg = 0; reg < oa.n; ++reg) {
       uint32_t v = get<uint32_t>(w, oa.r[reg], l);
       int row = g + 8 * (reg & 1), col = 2 * t + 8 * (reg >> 1);
-      A[row][col] = half(uint16_t(v), bf);
-      A[row][col + 1] = half(uint16_t(v >> 16), bf);
+      A[row][col] = half(v);
+      A[row][col + 1] = half(v >> 16);
     }
-    // B: K x 8 column-major; pairs of adjacent k.
+    // B: K x 8, column-major; pairs of adjacent k.
     for (int reg = 0; reg < ob.n; ++reg) {
       uint32_t v = get<uint32_t>(w, ob.r[reg], l);
       int k = 2 * t + 8 * reg;
-      B[k][g] = half(uint16_t(v), bf);
-      B[k + 1][g] = half(uint16_t(v >> 16), bf);
+      Bt[g][k] = half(v);
+      Bt[g][k + 1] = half(v >> 16);
     }
     if (halfAcc) {
       for (int reg = 0; reg < 2; ++reg) {
         uint32_t v = get<uint32_t>(w, oc.r[reg], l);
-        C[g + 8 * reg][2 * t] = f16ToFloat(uint16_t(v));
-        C[g + 8 * reg][2 * t + 1] = f16ToFloat(uint16_t(v >> 16));
+        C[g + 8 * reg][2 * t] = f16[v & 0xffff];
+        C[g + 8 * reg][2 * t + 1] = f16[v >> 16];
       }
     } else {
       for (int reg = 0; reg < 4; ++reg)
@@ -147,10 +165,10 @@ void mma(Cta &, Warp &w, const Instr &in, uint32_t) {
   float D[16][8];
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 8; ++j) {
-      double s = C[i][j];
+      double s = 0;
       for (int k = 0; k < K; ++k)
-        s += A[i][k] * B[k][j];
-      D[i][j] = canon(static_cast<float>(s));
+        s += A[i][k] * Bt[j][k];
+      D[i][j] = canon(static_cast<float>(C[i][j] + s));
     }
   for (int l = 0; l < 32; ++l) {
     int g = l >> 2, t = l & 3;
@@ -164,6 +182,12 @@ void mma(Cta &, Warp &w, const Instr &in, uint32_t) {
         put<float>(w, od.r[reg], l, D[g + 8 * (reg >> 1)][2 * t + (reg & 1)]);
     }
   }
+}
+
+Handler mmaFor(int k, bool bf, bool halfAcc) {
+  if (k == 16)
+    return bf ? mmaT<16, true, false> : halfAcc ? mmaT<16, false, true> : mmaT<16, false, false>;
+  return bf ? mmaT<8, true, false> : halfAcc ? mmaT<8, false, true> : mmaT<8, false, false>;
 }
 
 bool vectorOf(Decoder &d, const SynOperand &s, size_t n, bool isDest, Operand &out,
@@ -317,7 +341,7 @@ bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
         err = "mma takes d, a, b, c";
       return true;
     }
-    in.fn = mma;
+    in.fn = mmaFor(int(in.aux), in.aux2 & 1, in.aux2 & 2);
     return true;
   }
   return false;

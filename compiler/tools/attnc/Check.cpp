@@ -33,6 +33,8 @@ Exit status 0 only if every case passes.
                           CUDA driver or device
   --batch N --heads N --kv-heads N --q-len N --kv-len N
   --head-dim N --v-head-dim N
+  --kv-lens L1,L2,...     per-sequence KV lengths (a ragged batch; one per
+                          --batch entry, each <= --kv-len)
   --dtype f32|f16|bf16    input/output dtype (default f32)
   --layout bhsd|bshd      memory layout of q, k, v, out (default bhsd)
   --mode prefill|decode|chunk
@@ -46,6 +48,10 @@ Exit status 0 only if every case passes.
                           decode, chunk} x {f32, bf16} ({f32, f16, bf16}
                           on cuda), plus GQA 6:1, D=80,
                           Dv != Dqk and BSHD cases
+  --matrix                the GPU parity matrix (dtypes as --suite) x head
+                          dims {64, 80, 128, 64:32} x {prefill, decode,
+                          chunk} x {MHA, GQA, MQA}, with lengths, layouts
+                          and ragged batches in rotation (docs/check.md)
 Tolerances (max_abs vs fp64): f32 1e-5, f16 2e-3, bf16 1.6e-2.
 )";
 
@@ -179,12 +185,12 @@ int runCheck(const std::vector<std::string> &argv) {
     dtypes = {rt::DType::F32, rt::DType::F16, rt::DType::BF16};
   std::vector<Row> rows;
   for (const std::string &v : variants) {
-    std::vector<Shape> shapes = o.suite ? suiteShapes(o.shape, dtypes)
-                                        : std::vector<Shape>{o.shape};
+    std::vector<Shape> shapes = shapesFor(o.matrix, o.suite, o.shape, dtypes);
     for (Shape s : shapes) {
       s.resolve();
       rows.push_back(checker.runCase(v, s, o.sets, o.inputs,
-                                     o.suite ? "" : o.output, o.checked));
+                                     o.suite || o.matrix ? "" : o.output,
+                                     o.checked));
     }
   }
   return printRows(rows) ? 1 : 0;

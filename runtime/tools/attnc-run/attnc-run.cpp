@@ -37,11 +37,18 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
   --device-info           the device found (or why none), then exit; needs
                           no package
   --variant NAME          one variant (default: every variant)
+  --matrix                the GPU parity matrix: {f32, f16, bf16} x head
+                          dims {64, 80, 128, 64:32} x {prefill, decode,
+                          chunk} x {MHA 8/8, GQA 8/2, MQA 8/1}, with lengths
+                          (1, 77, 129, 1000, ...), layouts and ragged
+                          batches in rotation (docs/check.md)
   --suite                 the matrix {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill,
                           decode, chunk} x {f32, f16, bf16}, plus GQA 6:1,
                           D=80, Dv != Dqk and BSHD cases
   --batch N --heads N --kv-heads N --q-len N --kv-len N
   --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout bhsd|bshd
+  --kv-lens L1,L2,...     per-sequence KV lengths (a ragged batch; one per
+                          --batch entry, each <= --kv-len)
   --mode prefill|decode|chunk --seed N --set NAME=VALUE --checked
   --input NAME=FILE.npy   q, k, v or a capture from a file
   --bench                 time instead of check: CUDA events, --warmup N
@@ -159,9 +166,8 @@ int main(int argc, char **argv) {
   std::vector<Row> rows;
   for (const rt::PackageVariant *v : variants) {
     std::vector<Shape> shapes =
-        o.suite ? suiteShapes(o.shape, {rt::DType::F32, rt::DType::F16,
-                                        rt::DType::BF16})
-                : std::vector<Shape>{o.shape};
+        shapesFor(o.matrix, o.suite, o.shape,
+                  {rt::DType::F32, rt::DType::F16, rt::DType::BF16});
     for (Shape s : shapes) {
       s.resolve();
       std::string name = v->info.name + " " + s.describe();

@@ -59,6 +59,7 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     int64_t tmp;
     if (a == "--help" || a == "-h") help = true;
     else if (a == "--suite") suite = true;
+    else if (a == "--matrix") matrix = true;
     else if (a == "--checked") checked = true;
     else if (a == "--json") json = true;
     else if (a == "--no-baseline") baseline = false;
@@ -72,7 +73,24 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     else if (a == "--kv-len") { if (!intOpt(shape.kvLen, 0, 1 << 24)) return false; }
     else if (a == "--head-dim") { if (!intOpt(shape.headDim, 8, 256)) return false; }
     else if (a == "--v-head-dim") { if (!intOpt(shape.vHeadDim, 8, 256)) return false; }
-    else if (a == "--seed") { if (!intOpt(tmp, 0, INT64_MAX)) return false; shape.seed = tmp; }
+    else if (a == "--kv-lens") {
+      if (!next())
+        return false;
+      shape.kvLens.clear();
+      size_t start = 0;
+      while (start <= val.size()) {
+        size_t end = val.find(',', start);
+        std::string item = val.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        if (!toInt(item, 0, 1 << 24, tmp)) {
+          err = "--kv-lens expects lengths separated by commas, got '" + val + "'";
+          return false;
+        }
+        shape.kvLens.push_back(tmp);
+        if (end == std::string::npos)
+          break;
+        start = end + 1;
+      }
+    } else if (a == "--seed") { if (!intOpt(tmp, 0, INT64_MAX)) return false; shape.seed = tmp; }
     else if (a == "--threads") { if (!intOpt(tmp, 0, 1024)) return false; threads = int(tmp); }
     else if (a == "--block-m") { if (!intOpt(blockM, 1, 256)) return false; }
     else if (a == "--block-n") { if (!intOpt(blockN, 8, 1024)) return false; }

@@ -17,7 +17,7 @@ struct Options {
   Shape shape;
   std::map<std::string, double> sets;
   std::map<std::string, std::string> inputs;
-  bool suite = false, checked = false, help = false, json = false;
+  bool suite = false, matrix = false, checked = false, help = false, json = false;
   int threads = 0;
   int warmup = 3, iters = 10;
   int64_t blockM = 0, blockN = 0; // 0: the kernel's defaults

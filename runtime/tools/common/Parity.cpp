@@ -127,6 +127,62 @@ std::vector<Shape> suiteShapes(const Shape &base,
   return out;
 }
 
+std::vector<Shape> matrixShapes(const Shape &base,
+                                const std::vector<rt::DType> &dtypes) {
+  struct Dims { int64_t d, dv; };
+  const Dims dims[] = {{64, 64}, {80, 80}, {128, 128}, {64, 32}};
+  const std::pair<int64_t, int64_t> heads[] = {{8, 8}, {8, 2}, {8, 1}};
+  // (Lq, Lkv) per mode, in rotation.
+  const std::pair<int64_t, int64_t> prefill[] = {{77, 77}, {129, 129}, {1, 1}, {100, 100}};
+  const std::pair<int64_t, int64_t> decode[] = {{1, 1000}, {1, 77}, {1, 129}, {1, 1}};
+  const std::pair<int64_t, int64_t> chunk[] = {{23, 1000}, {77, 129}, {5, 77}, {64, 200}};
+  std::vector<Shape> out;
+  int i = 0;
+  for (rt::DType dt : dtypes)
+    for (const Dims &d : dims)
+      for (Mode m : {Mode::Prefill, Mode::Decode, Mode::Chunk})
+        for (auto [h, hk] : heads) {
+          Shape s = base;
+          s.dtype = dt;
+          s.headDim = d.d;
+          s.vHeadDim = d.dv;
+          s.mode = m;
+          s.heads = h;
+          s.kvHeads = hk;
+          s.batch = 2;
+          s.kvLens.clear();
+          auto len = m == Mode::Prefill ? prefill[i % 4]
+                     : m == Mode::Decode ? decode[i % 4]
+                                         : chunk[i % 4];
+          s.qLen = len.first;
+          s.kvLen = len.second;
+          s.bshd = i % 2 == 1;
+          // One sequence for the long chunks keeps the matrix quick to
+          // emulate; ragged: three sequences with their own KV lengths,
+          // each at least Lq (the queries are the last Lq of each).
+          if (m == Mode::Chunk && s.kvLen >= 1000)
+            s.batch = 1;
+          else if (m != Mode::Prefill && i % 3 == 1) {
+            s.batch = 3;
+            s.kvLens = {s.kvLen, std::max(s.qLen, s.kvLen * 2 / 3),
+                        std::max(s.qLen, s.kvLen / 3)};
+          }
+          s.resolve();
+          out.push_back(s);
+          ++i;
+        }
+  return out;
+}
+
+std::vector<Shape> shapesFor(bool matrix, bool suite, const Shape &base,
+                             const std::vector<rt::DType> &dtypes) {
+  if (matrix)
+    return matrixShapes(base, dtypes);
+  if (suite)
+    return suiteShapes(base, dtypes);
+  return {base};
+}
+
 int printRows(const std::vector<Row> &rows) {
   size_t width = 4;
   for (const Row &r : rows)

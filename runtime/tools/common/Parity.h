@@ -40,6 +40,20 @@ Row compareWithReference(const rt::VariantInfo &v, std::string name,
 std::vector<Shape> suiteShapes(const Shape &base,
                                const std::vector<rt::DType> &dtypes);
 
+/// The GPU parity matrix: `dtypes` x head dims {64, 80, 128, 64:32} x
+/// {prefill, decode, chunk} x {MHA 8/8, GQA 8/2, MQA 8/1}. Each case also
+/// takes the next of a rotation of lengths (1, odd lengths such as 77 and
+/// 129, and 1000 for decode and chunks), of layouts (BHSD, BSHD) and of
+/// ragged batches (three sequences of different KV lengths), so that every
+/// value of those meets every dtype, head dim and mode somewhere.
+std::vector<Shape> matrixShapes(const Shape &base,
+                                const std::vector<rt::DType> &dtypes);
+
+/// What --matrix, --suite or neither (the one shape of the options) asks
+/// for.
+std::vector<Shape> shapesFor(bool matrix, bool suite, const Shape &base,
+                             const std::vector<rt::DType> &dtypes);
+
 /// The table (case | max_abs | mean_abs | tolerance | result) and a
 /// summary line; returns the number of failures.
 int printRows(const std::vector<Row> &rows);

@@ -51,10 +51,13 @@ void Shape::resolve() {
 }
 
 std::string Shape::describe() const {
-  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}", heads, kvHeads,
+  std::string lens;
+  for (size_t i = 0; i < kvLens.size(); ++i)
+    lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
+  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
-                     bshd ? " bshd" : "");
+                     bshd ? " bshd" : "", lens);
 }
 
 namespace {
@@ -139,6 +142,13 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   a.v = view(in.v, HK, Lk, DV);
   a.out = view(in.out, H, Lq, DV);
   a.lse = rt::TensorView::contiguous(in.lse.data(), rt::DType::F32, {B, H, Lq});
+  if (!s.kvLens.empty()) {
+    if (static_cast<int64_t>(s.kvLens.size()) != B)
+      return rt::Status::invalidArgument(fmt::format(
+          "--kv-lens gives {} lengths for a batch of {}", s.kvLens.size(), B));
+    for (int64_t l : s.kvLens)
+      a.kvLens.push_back(static_cast<int32_t>(l));
+  }
 
   std::map<std::string, int64_t> bound = {
       {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};

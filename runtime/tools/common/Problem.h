@@ -20,6 +20,9 @@ struct Shape {
   bool bshd = false;
   Mode mode = Mode::Prefill;
   uint64_t seed = 42;
+  /// Per-sequence KV lengths (a ragged batch), each <= kvLen; empty: all
+  /// kvLen. Queries sit at the end of each sequence's keys.
+  std::vector<int64_t> kvLens;
   /// Fills in the defaults that depend on the mode: lengths that are not
   /// multiples of any tile size.
   void resolve();
