@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prepares .device/ (git-ignored) for a machine with a GPU but no LLVM/MLIR:
-# portable runtime-only binaries (attnc-run, the embedding example, the
-# runtime's unit tests and the fake libcuda they use), one kernel package
-# per example for TARGET, and run-gpu-validation.sh, which runs the parity
-# matrix and compute-sanitizer there and writes its logs under $OUT.
+# portable runtime-only binaries (attnc-run, the embedding example), one
+# kernel package per example for TARGET, and run-gpu-validation.sh, which
+# runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
+# the emulator) and compute-sanitizer there and writes its logs under $OUT.
 # Pass `.device` in the device tool's `carry`.
 #   usage: scripts/device-bundle.sh [TARGET]       (default sm_90)
 set -euo pipefail
@@ -16,8 +16,7 @@ cmake --build "$src/build-device"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/packages"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
-   "$src/build-device/bin/attnc-runtime-tests" "$out/bin/"
-cp "$src/build-device/lib/libattnc-fake-cuda.so" "$out/lib/"
+   "$out/bin/"
 for f in "$src"/examples/*.attn; do
   n="$(basename "$f" .attn)"
   [[ "$n" == tour ]] && continue

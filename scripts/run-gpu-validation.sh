@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, with .device/ carried
-# (scripts/device-bundle.sh): the parity matrix of every packaged example,
+# (scripts/device-bundle.sh): the parity matrix (--matrix) of every packaged
+# example,
 # compute-sanitizer memcheck over a subset and racecheck over one kernel per
 # head dim. Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
@@ -18,9 +19,8 @@ cat "$out/device.txt"
 status=0
 for p in "$dev"/packages/*.json; do
   n="$(basename "$p" .json)"
-  "$run" "$p" --suite > "$out/parity-$n.txt" 2>&1 || status=1
-  "$run" "$p" --suite --head-dim 128 --v-head-dim 128 > "$out/parity-$n-d128.txt" 2>&1 || status=1
-  tail -1 "$out/parity-$n.txt" "$out/parity-$n-d128.txt"
+  "$run" "$p" --matrix > "$out/parity-$n.txt" 2>&1 || status=1
+  tail -1 "$out/parity-$n.txt"
 done
 "$dev/bin/attnc-embed-example" "$dev/packages/causal.json" > "$out/embed.txt" 2>&1 || status=1
 cat "$out/embed.txt"
