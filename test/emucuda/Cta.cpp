@@ -78,8 +78,11 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   ctaid[2] = z;
   ++epoch; // the previous CTA's shared-memory tags are stale
   std::fill(sharedInit.begin(), sharedInit.end(), 0);
-  std::fill(regStore.begin(), regStore.end(), 0);
-  std::fill(localStore.begin(), localStore.end(), 0);
+  // Registers and local memory start as garbage, as on a device: all-ones
+  // bits (NaN in every float type), so that reading one before writing it
+  // shows in the results.
+  std::fill(regStore.begin(), regStore.end(), ~uint64_t(0));
+  std::fill(localStore.begin(), localStore.end(), 0xff);
   const int32_t *sp = k->specials;
   uint32_t bx = shape->block[0], by = shape->block[1];
   for (Warp &w : warps) {
