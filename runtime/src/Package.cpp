@@ -1,5 +1,6 @@
 //===- Package.cpp - Reading and writing kernel packages (JSON) ----------===//
 #include "attnc/runtime/Package.h"
+#include "attnc/runtime/FileIO.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -165,18 +166,7 @@ Status Package::read(const std::string &path, Package &out) {
 }
 
 Status Package::write(const std::string &path) const {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
-    o << serialize();
-    if (!o.flush())
-      return Status::invalidArgument("cannot write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Status::invalidArgument("cannot write '" + path + "'");
-  }
-  return Status::ok();
+  return writeFileAtomic(path, serialize());
 }
 
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,

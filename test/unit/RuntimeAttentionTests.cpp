@@ -341,6 +341,80 @@ TEST_CASE("npy: write then read round-trips", "[npy]") {
   CHECK(readNpy(path, b).code() == StatusCode::NotFound);
 }
 
+namespace {
+/// A .npy file from a header dictionary and raw data bytes (format 1.0,
+/// padded as NumPy pads).
+std::string npyFile(const std::string &dict, size_t dataBytes, int major = 1) {
+  std::string h = dict;
+  size_t pre = major == 1 ? 10 : 12;
+  h.append((64 - (pre + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  std::string f = std::string("\x93NUMPY", 6) + char(major) + char(0);
+  for (int i = 0; i < (major == 1 ? 2 : 4); ++i)
+    f += char((h.size() >> (8 * i)) & 0xff);
+  return f + h + std::string(dataBytes, '\0');
+}
+
+Status readNpyText(const std::string &bytes, NpyArray &out) {
+  char tmpl[] = "/tmp/attnc-npy-XXXXXX";
+  int fd = mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, bytes.data(), bytes.size()) == ssize_t(bytes.size()));
+  close(fd);
+  Status s = readNpy(tmpl, out);
+  std::remove(tmpl);
+  return s;
+}
+} // namespace
+
+TEST_CASE("npy: headers are parsed strictly, data sizes must match", "[npy]") {
+  NpyArray a;
+  const std::string ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  REQUIRE(readNpyText(npyFile(ok, 24), a).isOk());
+  CHECK(a.shape == std::vector<int64_t>{2, 3});
+  REQUIRE(readNpyText(npyFile("{'shape': (4,), 'fortran_order': False, 'descr': '<i4'}", 16, 2), a).isOk());
+  CHECK(a.dtype == DType::I32);
+  REQUIRE(readNpyText(npyFile("{'descr': '|b1', 'fortran_order': False, 'shape': ()}", 1), a).isOk());
+  CHECK(a.shape.empty());
+  auto why = [&](const std::string &file) {
+    Status s = readNpyText(file, a);
+    CHECK(!s.isOk());
+    return s.message();
+  };
+  // A 'shape' inside another string is not the shape.
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'x': 'shape': (2,)}", 8)),
+             Catch::Contains("unexpected or repeated key 'x'"));
+  CHECK_THAT(why(npyFile("{'descr': \"'shape': (1,)\", 'fortran_order': False, 'shape': (2,)}", 8)),
+             Catch::Contains("unsupported dtype"));
+  // A non-numeric dimension.
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x)}", 8)),
+             Catch::Contains("'shape' must be a tuple of non-negative integers"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}", 8)),
+             Catch::Contains("'shape' must be a tuple"));
+  // Trailing bytes, missing bytes, and a shape claiming 2^40 elements.
+  CHECK_THAT(why(npyFile(ok, 25)), Catch::Contains("needs 24 bytes of data, the file has 25"));
+  CHECK_THAT(why(npyFile(ok, 23)), Catch::Contains("needs 24 bytes of data, the file has 23"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576)}", 16)),
+             Catch::Contains("needs 4398046511104 bytes of data, the file has 16"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 4294967296)}", 16)),
+             Catch::Contains("overflows"));
+  // Missing or repeated keys, other text, and other formats.
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'shape': (2,)}", 8)), Catch::Contains("needs 'descr'"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8)),
+             Catch::Contains("repeated key 'descr'"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} junk", 8)),
+             Catch::Contains("text after the dictionary"));
+  CHECK_THAT(why(npyFile("{'descr': '<f4', 'fortran_order': True, 'shape': (2,)}", 8)),
+             Catch::Contains("Fortran-ordered"));
+  CHECK_THAT(why(std::string("\x93NUMPY\x09\x00xxxxxxxxxx", 18)),
+             Catch::Contains("format version 9"));
+  CHECK_THAT(why("not a npy file at all"), Catch::Contains("no \\x93NUMPY magic"));
+  std::string cut = npyFile(ok, 24);
+  cut[8] = char(0xff); // the header length runs past the end
+  CHECK_THAT(why(cut), Catch::Contains("runs past the end"));
+  CHECK_THAT(readNpy("/dev/zero", a).message(), Catch::Contains("not a regular file"));
+}
+
 TEST_CASE("KV cache: append fills lengths and checks capacity", "[kvcache]") {
   KVCache c;
   REQUIRE(KVCache::create(DType::F32, 2, 1, 4, 8, 8, c).isOk());

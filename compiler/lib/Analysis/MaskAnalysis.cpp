@@ -5,6 +5,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <sstream>
 
@@ -48,7 +49,10 @@ public:
   }
 
 private:
-  std::optional<AffineForm> affine(Value v) {
+  /// The affine form of `v`, or nullopt; every i32 value computed from q
+  /// or kv on the way (sums, products, dividends) is appended to `checks`.
+  /// Coefficients that would overflow i64 make the form unknown.
+  std::optional<AffineForm> affine(Value v, std::vector<AffineForm> &checks) {
     AffineForm f;
     APInt c;
     if (matchPattern(v, m_ConstantInt(&c))) {
@@ -70,22 +74,41 @@ private:
     Operation *op = v.getDefiningOp();
     if (!op)
       return std::nullopt;
-    auto combine = [](AffineForm a, const AffineForm &b, int64_t sign) {
-      a.cq += sign * b.cq;
-      a.ckv += sign * b.ckv;
-      a.c0 += sign * b.c0;
-      for (auto [val, coef] : b.inv)
-        a.inv.push_back({val, sign * coef});
-      for (DivTerm d : b.divs) {
-        d.coef *= sign;
-        a.divs.push_back(d);
-      }
+    bool overflow = false;
+    auto addTo = [&](int64_t &a, int64_t b) {
+      overflow |= __builtin_add_overflow(a, b, &a);
+    };
+    auto mulBy = [&](int64_t &a, int64_t k) {
+      overflow |= __builtin_mul_overflow(a, k, &a);
+    };
+    auto scale = [&](AffineForm a, int64_t k) {
+      mulBy(a.cq, k);
+      mulBy(a.ckv, k);
+      mulBy(a.c0, k);
+      for (auto &[val, coef] : a.inv)
+        mulBy(coef, k);
+      for (DivTerm &d : a.divs)
+        mulBy(d.coef, k);
       return a;
     };
+    auto combine = [&](AffineForm a, const AffineForm &b, int64_t sign) {
+      AffineForm s = sign > 0 ? b : scale(b, -1);
+      addTo(a.cq, s.cq);
+      addTo(a.ckv, s.ckv);
+      addTo(a.c0, s.c0);
+      for (auto iv : s.inv)
+        a.inv.push_back(iv);
+      for (const DivTerm &d : s.divs)
+        a.divs.push_back(d);
+      return a;
+    };
+    std::optional<AffineForm> r;
     if (isa<arith::DivSIOp>(op) &&
         matchPattern(op->getOperand(1), m_ConstantInt(&c)) &&
         c.getSExtValue() > 0) {
-      auto inner = affine(op->getOperand(0));
+      // The quotient of an in-range dividend by a positive constant is in
+      // range: only the dividend is checked.
+      auto inner = affine(op->getOperand(0), checks);
       if (!inner)
         return std::nullopt;
       DivTerm d;
@@ -95,33 +118,25 @@ private:
       return f;
     }
     if (isa<arith::AddIOp, arith::SubIOp>(op)) {
-      auto a = affine(op->getOperand(0)), b = affine(op->getOperand(1));
+      auto a = affine(op->getOperand(0), checks);
+      auto b = a ? affine(op->getOperand(1), checks) : std::nullopt;
       if (!a || !b)
         return std::nullopt;
-      return combine(*a, *b, isa<arith::AddIOp>(op) ? 1 : -1);
-    }
-    if (isa<arith::MulIOp>(op)) {
-      for (int i = 0; i < 2; ++i) {
+      r = combine(*a, *b, isa<arith::AddIOp>(op) ? 1 : -1);
+    } else if (isa<arith::MulIOp>(op)) {
+      for (int i = 0; i < 2 && !r; ++i) {
         if (!matchPattern(op->getOperand(i), m_ConstantInt(&c)))
           continue;
-        auto a = affine(op->getOperand(1 - i));
+        auto a = affine(op->getOperand(1 - i), checks);
         if (!a)
           return std::nullopt;
-        int64_t k = c.getSExtValue();
-        AffineForm r;
-        r.cq = a->cq * k;
-        r.ckv = a->ckv * k;
-        r.c0 = a->c0 * k;
-        for (auto [val, coef] : a->inv)
-          r.inv.push_back({val, coef * k});
-        for (DivTerm d : a->divs) {
-          d.coef *= k;
-          r.divs.push_back(d);
-        }
-        return r;
+        r = scale(*a, c.getSExtValue());
       }
     }
-    return std::nullopt;
+    if (!r || overflow || magnitudeBound(*r) >= (__int128(1) << 62))
+      return std::nullopt;
+    checks.push_back(*r);
+    return r;
   }
 
   static bool affinePredicate(arith::CmpIPredicate p) {
@@ -191,21 +206,25 @@ private:
       if (!affinePredicate(cmp.getPredicate()) ||
           !cmp.getLhs().getType().isInteger(32))
         return -1;
-      auto a = affine(cmp.getLhs()), b = affine(cmp.getRhs());
+      MaskNode n{MaskNode::Atom};
+      auto a = affine(cmp.getLhs(), n.checks);
+      auto b = a ? affine(cmp.getRhs(), n.checks) : std::nullopt;
       if (!a || !b)
         return -1;
-      MaskNode n{MaskNode::Atom};
       n.pred = cmp.getPredicate();
       n.form = *a;
-      n.form.cq -= b->cq;
-      n.form.ckv -= b->ckv;
-      n.form.c0 -= b->c0;
+      bool overflow = false;
+      overflow |= __builtin_sub_overflow(n.form.cq, b->cq, &n.form.cq);
+      overflow |= __builtin_sub_overflow(n.form.ckv, b->ckv, &n.form.ckv);
+      overflow |= __builtin_sub_overflow(n.form.c0, b->c0, &n.form.c0);
       for (auto [val, coef] : b->inv)
         n.form.inv.push_back({val, -coef});
       for (DivTerm d : b->divs) {
         d.coef = -d.coef;
         n.form.divs.push_back(d);
       }
+      if (overflow || magnitudeBound(n.form) >= (__int128(1) << 62))
+        return -1;
       return push(n);
     }
     return -1;
@@ -253,29 +272,30 @@ std::optional<int64_t> evalInvariant(Value v,
   return std::nullopt;
 }
 
-/// The range of `f` over q in [qlo, qhi], kv in [klo, khi]; nullopt when an
-/// invariant cannot be evaluated.
-std::optional<std::pair<int64_t, int64_t>>
+/// The range of `f` over q in [qlo, qhi], kv in [klo, khi] (exact: 128-bit
+/// arithmetic); nullopt when an invariant cannot be evaluated.
+std::optional<std::pair<__int128, __int128>>
 rangeOf(const AffineForm &f, const std::map<std::string, int64_t> &sc,
         int64_t b, int64_t h, int64_t qlo, int64_t qhi, int64_t klo,
         int64_t khi) {
-  int64_t base = f.c0;
+  using W = __int128;
+  W base = f.c0;
   for (auto [val, coef] : f.inv) {
     auto x = evalInvariant(val, sc, b, h);
     if (!x)
       return std::nullopt;
-    base += coef * *x;
+    base += W(coef) * *x;
   }
-  int64_t lo = base + std::min(f.cq * qlo, f.cq * qhi) +
-               std::min(f.ckv * klo, f.ckv * khi);
-  int64_t hi = base + std::max(f.cq * qlo, f.cq * qhi) +
-               std::max(f.ckv * klo, f.ckv * khi);
+  W lo = base + std::min(W(f.cq) * qlo, W(f.cq) * qhi) +
+         std::min(W(f.ckv) * klo, W(f.ckv) * khi);
+  W hi = base + std::max(W(f.cq) * qlo, W(f.cq) * qhi) +
+         std::max(W(f.ckv) * klo, W(f.ckv) * khi);
   for (const DivTerm &d : f.divs) {
     auto r = rangeOf(*d.inner, sc, b, h, qlo, qhi, klo, khi);
     if (!r)
       return std::nullopt;
-    int64_t a = d.coef * (r->first / d.divisor);
-    int64_t z = d.coef * (r->second / d.divisor);
+    W a = W(d.coef) * (r->first / d.divisor);
+    W z = W(d.coef) * (r->second / d.divisor);
     lo += std::min(a, z);
     hi += std::max(a, z);
   }
@@ -285,6 +305,17 @@ rangeOf(const AffineForm &f, const std::map<std::string, int64_t> &sc,
 } // namespace
 
 MaskAnalysis analyzeMask(attn::VariantOp v) { return Analyzer(v).run(); }
+
+__int128 magnitudeBound(const AffineForm &f) {
+  auto abs128 = [](int64_t x) { return x < 0 ? -__int128(x) : __int128(x); };
+  __int128 coefs = abs128(f.cq) + abs128(f.ckv);
+  for (auto [val, coef] : f.inv)
+    coefs += abs128(coef);
+  __int128 m = coefs * (__int128(1) << 31) + abs128(f.c0);
+  for (const DivTerm &d : f.divs)
+    m += magnitudeBound(*d.inner) + abs128(d.coef) * (__int128(1) << 31);
+  return m;
+}
 
 std::string MaskAnalysis::describe() const {
   if (kind == rt::MaskKind::None)
@@ -386,7 +417,13 @@ rt::abi::TileClass classifyTile(const MaskAnalysis &m,
     }
     case MaskNode::Atom: {
       auto range = rangeOf(n.form, scalars, b, h, qlo, qhi, klo, khi);
-      if (!range) {
+      // Undecided when an i32 value on the way may wrap over the tile.
+      bool wraps = false;
+      for (const AffineForm &c : n.checks) {
+        auto r = rangeOf(c, scalars, b, h, qlo, qhi, klo, khi);
+        wraps |= !r || r->first < INT32_MIN || r->second > INT32_MAX;
+      }
+      if (!range || wraps) {
         tv[i] = {true, true};
         break;
       }

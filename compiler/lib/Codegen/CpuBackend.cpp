@@ -43,13 +43,14 @@ int64_t hostVectorWidth() {
 OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
                                        const FlashConfig &config,
                                        std::string &error) {
-  MaskAnalysis mask = analyzeMask(variant);
   OpBuilder b(variant.getContext());
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   // Keep the variant next to its program so both read together in lit tests
-  // and the tiled program can be re-verified.
+  // and the tiled program can be re-verified. The analysis is of the copy:
+  // its values are the ones the program is built from.
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  MaskAnalysis mask = analyzeMask(copy);
   if (failed(buildFlashProgram(*m, copy, mask, config, "kernel"))) {
     error = "cannot build the tiled program for variant '" +
             variant.getSymName().str() + "'";
@@ -202,7 +203,11 @@ rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (!tm)
     return rt::Status::internal("no host target machine: " + error);
   ExecutionEngineOptions opts;
-  opts.transformer = makeOptimizingTransformer(3, 0, tm.get());
+  // opts.transformer is a function_ref: the function it refers to must
+  // outlive ExecutionEngine::create.
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(3, 0, tm.get());
+  opts.transformer = optimize;
   opts.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   // ATTNC_PERF_JIT=1: tell `perf` about JIT'd code (perf record -k 1, then
   // perf inject --jit), as docs/performance.md describes.

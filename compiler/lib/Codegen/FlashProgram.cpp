@@ -25,6 +25,7 @@
 #include "llvm/ADT/DenseSet.h"
 
 #include <cmath>
+#include <climits>
 #include <functional>
 #include <limits>
 
@@ -273,6 +274,10 @@ private:
                                   VectorType vt, ValueRange init);
   Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
                  Value klo, Value khi, IRMapping &inv);
+  /// Computes, here, every q/kv-independent value the tile classifier of a
+  /// closed-form mask reads (b and h already mapped in `inv`), so that
+  /// classify() finds them all computed at a point that dominates its uses.
+  void materializeMaskInvariants(IRMapping &inv);
 
   MLIRContext *ctx_;
   ImplicitLocOpBuilder b_;
@@ -566,6 +571,7 @@ void ProgramBuilder::forEachVisitedTile(const Item &it,
   IRMapping inv;
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  materializeMaskInvariants(inv);
   Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
   loop0(cIdx(0), nKT, 1, [&](Value j) {
     Tile t = tileAt(it, j, inv);
@@ -665,6 +671,26 @@ void ProgramBuilder::forTileRow(Value mem, Value row, Value stride, int64_t n,
   });
 }
 
+void ProgramBuilder::materializeMaskInvariants(IRMapping &inv) {
+  if (mask_.kind != rt::MaskKind::Closed)
+    return;
+  std::function<void(const AffineForm &)> form = [&](const AffineForm &f) {
+    for (auto [val, coef] : f.inv)
+      materialize(val, inv);
+    for (const DivTerm &d : f.divs)
+      form(*d.inner);
+  };
+  for (const MaskNode &n : mask_.nodes) {
+    if (n.kind == MaskNode::Invariant)
+      materialize(n.value, inv);
+    if (n.kind != MaskNode::Atom)
+      continue;
+    form(n.form);
+    for (const AffineForm &c : n.checks)
+      form(c);
+  }
+}
+
 /// The tile's class as an i8 (abi::TileClass).
 Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
                          Value qhi, Value klo, Value khi, IRMapping &inv) {
@@ -758,23 +784,34 @@ Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
       auto cmp = [&](P p, Value a, Value c) {
         return arith::CmpIOp::create(b_, p, a, c);
       };
+      std::pair<Value, Value> r;
       switch (n.pred) {
-      case P::slt: tv.push_back({cmp(P::slt, lo, zero), cmp(P::sge, hi, zero)}); break;
-      case P::sle: tv.push_back({cmp(P::sle, lo, zero), cmp(P::sgt, hi, zero)}); break;
-      case P::sgt: tv.push_back({cmp(P::sgt, hi, zero), cmp(P::sle, lo, zero)}); break;
-      case P::sge: tv.push_back({cmp(P::sge, hi, zero), cmp(P::slt, lo, zero)}); break;
+      case P::slt: r = {cmp(P::slt, lo, zero), cmp(P::sge, hi, zero)}; break;
+      case P::sle: r = {cmp(P::sle, lo, zero), cmp(P::sgt, hi, zero)}; break;
+      case P::sgt: r = {cmp(P::sgt, hi, zero), cmp(P::sle, lo, zero)}; break;
+      case P::sge: r = {cmp(P::sge, hi, zero), cmp(P::slt, lo, zero)}; break;
       default: {
         Value straddles = arith::AndIOp::create(b_, cmp(P::sle, lo, zero),
                                                 cmp(P::sge, hi, zero));
         Value exact = arith::AndIOp::create(b_, cmp(P::eq, lo, zero),
                                             cmp(P::eq, hi, zero));
         Value notExact = arith::XOrIOp::create(b_, exact, t);
-        if (n.pred == P::eq)
-          tv.push_back({straddles, notExact});
-        else
-          tv.push_back({notExact, straddles});
+        r = n.pred == P::eq ? std::pair{straddles, notExact}
+                            : std::pair{notExact, straddles};
       }
       }
+      // Undecided (both may hold) where an i32 value computed on the way
+      // from q and kv may wrap over this tile.
+      Value wraps = f;
+      for (const AffineForm &c : n.checks) {
+        auto [clo, chi] = rangeOf(c);
+        wraps = arith::OrIOp::create(
+            b_, wraps,
+            arith::OrIOp::create(b_, cmp(P::slt, clo, c64(INT32_MIN)),
+                                 cmp(P::sgt, chi, c64(INT32_MAX))));
+      }
+      tv.push_back({arith::OrIOp::create(b_, r.first, wraps),
+                    arith::OrIOp::create(b_, r.second, wraps)});
       break;
     }
     }
@@ -1370,6 +1407,8 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
   IRMapping inv;
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  materializeMaskInvariants(inv);
+  materializeMaskInvariants(inv);
   Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
   ifThen(cmp(arith::CmpIPredicate::ugt, nKT, c0), [&] {
     Tile t = tileAt(it, c0, inv);

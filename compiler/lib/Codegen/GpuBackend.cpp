@@ -103,12 +103,14 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
                                      std::string &error) {
   MLIRContext *ctx = variant.getContext();
   ctx->loadDialect<gpu::GPUDialect, NVVM::NVVMDialect>();
-  MaskAnalysis mask = analyzeMask(variant);
   OpBuilder b(ctx);
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   (*m)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
   b.setInsertionPointToEnd(m->getBody());
+  // The analysis is of the copy: its values are the ones the program is
+  // built from.
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  MaskAnalysis mask = analyzeMask(copy);
   auto gm = gpu::GPUModuleOp::create(b, variant.getLoc(), "attnc_kernels");
   // K^T and V tiles live in static shared memory, at most 48 KB per block
   // without the dynamic opt-in: shrink the KV tile for large head dims.

@@ -104,8 +104,10 @@ public:
       return failedRow(name, shape.dtype, s.message());
     Row row = compareWithReference(info, name, in, checked);
     if (!output.empty())
-      if (rt::Status s = writeOutputNpy(in.args.out, output); !s)
-        row.note = s.message();
+      if (rt::Status s = writeOutputNpy(in.args.out, output); !s) {
+        row.note = s.message(); // the case fails: its output is lost
+        row.pass = false;
+      }
     return row;
   }
 

@@ -15,6 +15,7 @@
 #include "attnc/Frontend/Parser.h"
 #include "attnc/Frontend/Sema.h"
 #include "attnc/MLIRGen/MLIRGen.h"
+#include "attnc/runtime/FileIO.h"
 
 #include "attn/AttnDialect.h"
 
@@ -298,6 +299,9 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
   return 0;
 }
 
+int emitStage(attnc::Module &module, const CompileOptions &o,
+              const std::string &name, std::ostream &os);
+
 int runCompile(const std::vector<std::string> &args) {
   CompileOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -437,17 +441,38 @@ int runCompile(const std::vector<std::string> &args) {
     return 1;
   }
 
-  std::ofstream fileOut;
-  std::ostream *os = &std::cout;
-  if (!o.output.empty() && o.output != "-") {
-    fileOut.open(o.output, std::ios::binary);
-    if (!fileOut) {
-      std::cerr << "attnc: error: cannot write '" << o.output
-                << "': " << std::strerror(errno) << "\n";
+  // PTX and LLVM IR are one module per file: several variants would make
+  // an invalid concatenation.
+  if ((o.emit == "ptx" || o.emit == "llvm") && o.variant.empty() &&
+      module.variants.size() > 1) {
+    std::string names;
+    for (const attnc::Variant &v : module.variants)
+      names += (names.empty() ? "" : ", ") + v.name;
+    std::cerr << "attnc: error: --emit=" << o.emit << " writes one module, "
+              << "but '" << name << "' defines " << module.variants.size()
+              << " variants (" << names << "); choose one with --variant, or "
+              << "use --emit=package for all of them\n";
+    return 1;
+  }
+
+  // -o FILE: everything is written to memory first and FILE replaced only
+  // when the compile succeeded (an existing FILE survives a failure).
+  std::ostringstream buffered;
+  bool toFile = !o.output.empty() && o.output != "-";
+  std::ostream *os = toFile ? static_cast<std::ostream *>(&buffered) : &std::cout;
+  int status = emitStage(module, o, name, *os);
+  if (status == 0 && toFile)
+    if (attnc::rt::Status s = attnc::rt::writeFileAtomic(o.output, buffered.str()); !s) {
+      std::cerr << "attnc: error: " << s.message() << "\n";
       return 1;
     }
-    os = &fileOut;
-  }
+  return status;
+}
+
+/// Emits the requested stage of a checked module to `os`; 0 on success.
+int emitStage(attnc::Module &module, const CompileOptions &o,
+              const std::string &name, std::ostream &os_) {
+  std::ostream *os = &os_;
 
   if (o.emit == "ast") {
     if (!o.variant.empty()) {
@@ -511,11 +536,20 @@ int main(int argc, char **argv) {
     return 0;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  int status;
   if (cmd == "compile")
-    return runCompile(rest);
-  if (cmd == "check")
-    return attnc::tools::runCheck(rest);
-  if (cmd == "bench")
-    return attnc::tools::runBench(rest);
-  return usageError("unknown command '" + cmd + "'");
+    status = runCompile(rest);
+  else if (cmd == "check")
+    status = attnc::tools::runCheck(rest);
+  else if (cmd == "bench")
+    status = attnc::tools::runBench(rest);
+  else
+    return usageError("unknown command '" + cmd + "'");
+  // What went to standard output must have arrived (a full disk, a closed
+  // pipe): otherwise the run failed.
+  if (!std::cout.flush()) {
+    std::cerr << "attnc: error: writing to standard output failed\n";
+    return 1;
+  }
+  return status;
 }

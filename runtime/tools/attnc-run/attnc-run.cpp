@@ -69,7 +69,7 @@ constexpr int kNoDevice = 3;
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int runTool(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool list = false, deviceInfo = false, bench = false, warmupSet = false,
        itersSet = false;
@@ -195,4 +195,15 @@ int main(int argc, char **argv) {
     }
   }
   return printRows(rows) ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  int status = runTool(argc, argv);
+  // What went to standard output must have arrived (a full disk, a closed
+  // pipe): otherwise the run failed.
+  if (!std::cout.flush()) {
+    std::cerr << "attnc-run: error: writing to standard output failed\n";
+    return 1;
+  }
+  return status;
 }

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
+#include <unistd.h>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -93,6 +95,12 @@ rt::Status loadNpy(const std::string &name, const std::string &path,
 
 } // namespace
 
+rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
+                             const std::map<std::string, double> &sets,
+                             const std::map<std::string, std::string> &npy,
+                             const std::vector<std::vector<int64_t>> &capShapes,
+                             std::mt19937_64 &rng, Inputs &in);
+
 rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
                       const std::map<std::string, double> &sets,
                       const std::map<std::string, std::string> &npy,
@@ -104,6 +112,58 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
     if (name != "q" && name != "k" && name != "v" && !v.findParam(name))
       return rt::Status::invalidArgument(fmt::format(
           "--input {}: not q, k, v or a capture of '{}'", name, v.name));
+  // Captures' shapes: dims named after the problem take its sizes; free
+  // dims default to 64.
+  std::map<std::string, int64_t> bound = {
+      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
+  std::vector<std::vector<int64_t>> capShapes;
+  for (const rt::ParamSpec &p : v.params) {
+    capShapes.emplace_back();
+    if (!p.isTensor)
+      continue;
+    for (const rt::DimSpec &d : p.dims) {
+      if (d.symbol.empty())
+        capShapes.back().push_back(d.size);
+      else if (bound.count(d.symbol))
+        capShapes.back().push_back(bound[d.symbol]);
+      else
+        capShapes.back().push_back(bound[d.symbol] = 64);
+    }
+  }
+  // What this case allocates, before anything is: refused, not a crash,
+  // when it cannot fit this machine's memory.
+  double elems = double(B) * H * Lq * D + double(B) * HK * Lk * D +
+                 double(B) * HK * Lk * DV + double(B) * H * Lq * DV;
+  // The inputs, the LSE, and the fp64 reference's copies of q, k, v, out.
+  double bytes = (double(rt::dtypeSize(s.dtype)) + 8.0) * elems + 12.0 * B * H * Lq;
+  for (size_t i = 0; i < v.params.size(); ++i)
+    if (v.params[i].isTensor) {
+      double n = rt::dtypeSize(v.params[i].dtype);
+      for (int64_t d : capShapes[i])
+        n *= double(d);
+      bytes += n;
+    }
+  double host = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (host > 0 && bytes > 0.8 * host)
+    return rt::Status::invalidArgument(fmt::format(
+        "inputs too large ({:.1f} GB for q, k, v, out, the captures and the "
+        "fp64 reference; this machine has {:.1f} GB)",
+        bytes / 1e9, host / 1e9));
+  try {
+    return makeInputsChecked(v, s, sets, npy, capShapes, rng, in);
+  } catch (const std::bad_alloc &) {
+    return rt::Status::invalidArgument(fmt::format(
+        "cannot allocate the inputs ({:.1f} GB)", bytes / 1e9));
+  }
+}
+
+rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
+                             const std::map<std::string, double> &sets,
+                             const std::map<std::string, std::string> &npy,
+                             const std::vector<std::vector<int64_t>> &capShapes,
+                             std::mt19937_64 &rng, Inputs &in) {
+  int64_t B = s.batch, H = s.heads, HK = s.kvHeads, Lq = s.qLen, Lk = s.kvLen,
+          D = s.headDim, DV = s.vHeadDim;
   auto tensor = [&](std::vector<unsigned char> &buf, const char *name,
                     int64_t h, int64_t len, int64_t d) -> rt::Status {
     std::vector<int64_t> logical = {B, h, len, d};
@@ -150,10 +210,9 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
       a.kvLens.push_back(static_cast<int32_t>(l));
   }
 
-  std::map<std::string, int64_t> bound = {
-      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
   in.captures.reserve(v.params.size());
-  for (const rt::ParamSpec &p : v.params) {
+  for (size_t pi = 0; pi < v.params.size(); ++pi) {
+    const rt::ParamSpec &p = v.params[pi];
     if (!p.isTensor) {
       auto it = sets.find(p.name);
       double val = it != sets.end() ? it->second
@@ -163,15 +222,7 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
       a.scalars.push_back({p.name, val});
       continue;
     }
-    std::vector<int64_t> shape;
-    for (const rt::DimSpec &d : p.dims) {
-      if (d.symbol.empty())
-        shape.push_back(d.size);
-      else if (bound.count(d.symbol))
-        shape.push_back(bound[d.symbol]);
-      else
-        shape.push_back(bound[d.symbol] = 64); // free dims default to 64
-    }
+    const std::vector<int64_t> &shape = capShapes[pi];
     int64_t n = 1;
     for (int64_t d : shape)
       n *= d;
@@ -192,6 +243,11 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
       // Segment ids, non-decreasing along the last axis: ~4 segments.
       buf.assign(n * rt::dtypeSize(p.dtype), 0);
       int64_t last = shape.back();
+      if (n == 0 || last == 0) { // an empty tensor (e.g. --kv-len 0)
+        a.tensors.push_back(
+            {p.name, rt::TensorView::contiguous(buf.data(), p.dtype, shape)});
+        continue;
+      }
       std::uniform_int_distribution<int64_t> step(0, std::max<int64_t>(1, last / 4));
       for (int64_t row = 0; row < n / last; ++row) {
         int64_t id = 0, next = step(rng) + 1;

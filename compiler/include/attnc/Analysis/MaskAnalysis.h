@@ -8,6 +8,12 @@
 // comparison is always-true, always-false or mixed, and three-valued logic
 // combines them. Anything else is data-dependent and needs a block mask.
 //
+// The language's i32 arithmetic wraps. A comparison is decided over a tile
+// only when none of the i32 values it computes from q and kv (every sum,
+// product and quotient on the way to its two sides) can leave the i32 range
+// there; otherwise the tile is partial and the mask is evaluated per
+// element, which wraps exactly as the reference does.
+//
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_ANALYSIS_MASKANALYSIS_H
 #define ATTNC_ANALYSIS_MASKANALYSIS_H
@@ -43,10 +49,18 @@ struct AffineForm {
   std::vector<DivTerm> divs;
 };
 
+/// |coefficients| * 2^31 + |constants| over a form and its division terms:
+/// a bound on any value the form's range computation meets when positions
+/// and invariants are i32 (exact in i64 below 2^62).
+__int128 magnitudeBound(const AffineForm &f);
+
 struct MaskNode {
   enum Kind { True, False, Atom, And, Or, Not, Invariant } kind;
   mlir::arith::CmpIPredicate pred = mlir::arith::CmpIPredicate::eq;
   AffineForm form;          // Atom: (lhs - rhs) `pred` 0
+  /// Atom: the i32 values computed from q or kv on the way to lhs and rhs;
+  /// the atom is decided only where all of them stay in the i32 range.
+  std::vector<AffineForm> checks;
   mlir::Value value;        // Invariant: an i1 that does not depend on q, kv
   int lhs = -1, rhs = -1;   // And, Or: children; Not: lhs
   MaskNode(Kind k) : kind(k) {}
