@@ -271,7 +271,12 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
         const double *qr = &q[static_cast<size_t>(((b * p.Hq + h) * p.Lq + i) * p.Dqk)];
         const double *kb = &k[static_cast<size_t>((b * p.Hkv + h / G) * Lkv * p.Dqk)];
         const double *vb = &vv[static_cast<size_t>((b * p.Hkv + h / G) * Lkv * p.Dv)];
+        // Masked keys count as -inf scores. A row whose every score is -inf
+        // has no key: output 0, LSE -inf. Otherwise non-finite scores
+        // propagate as in a softmax: a NaN, or +inf (inf - inf), makes the
+        // row's output and LSE NaN.
         double mx = ninf;
+        bool nan = false;
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           double dot = 0;
           const double *kr = kb + j * p.Dqk;
@@ -282,24 +287,33 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
                                   int32_t(j), violation);
           s[j] = keep ? sc : ninf;
+          nan |= std::isnan(s[j]);
           mx = std::max(mx, s[j]);
         }
+        if (nan)
+          mx = std::numeric_limits<double>::quiet_NaN();
         double sum = 0;
-        if (mx != ninf)
-          for (int64_t j = 0; j < p.kvLen[b]; ++j) {
-            w[j] = s[j] == ninf ? 0.0 : std::exp(s[j] - mx);
-            sum += w[j];
-          }
         double *o = &out[((b * p.Hq + h) * p.Lq + i) * p.Dv];
-        lse[(b * p.Hq + h) * p.Lq + i] = sum > 0 ? mx + std::log(sum) : ninf;
-        if (sum > 0)
-          for (int64_t j = 0; j < p.kvLen[b]; ++j) {
-            if (w[j] == 0)
-              continue;
-            const double *vr = vb + j * p.Dv;
-            for (int64_t d = 0; d < p.Dv; ++d)
-              o[d] += w[j] / sum * vr[d];
-          }
+        double &rowLse = lse[(b * p.Hq + h) * p.Lq + i];
+        if (mx == ninf) {
+          rowLse = ninf; // no key: o stays 0
+          continue;
+        }
+        for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+          w[j] = s[j] == ninf ? 0.0 : std::exp(s[j] - mx);
+          sum += w[j];
+        }
+        rowLse = mx + std::log(sum);
+        for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+          if (w[j] == 0)
+            continue;
+          const double *vr = vb + j * p.Dv;
+          for (int64_t d = 0; d < p.Dv; ++d)
+            o[d] += w[j] / sum * vr[d];
+        }
+        if (std::isnan(sum))
+          for (int64_t d = 0; d < p.Dv; ++d)
+            o[d] = sum;
       }
   return Status::ok();
 }

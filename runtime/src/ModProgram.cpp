@@ -1,17 +1,22 @@
 //===- ModProgram.cpp - Parse and interpret the modifier program --------===//
 //
 // This is the reference semantics of a variant, independent of every code
-// generator: a direct interpreter of the `attn` IR's ops, in fp64 for
-// floats and wrapping 32-bit arithmetic for integers. Opcodes are the MLIR
-// op names (arith.addf, math.tanh, ...); `gather` and `scalar` read the
-// variant's parameters.
+// generator: a direct interpreter of the `attn` IR's ops, with f32 values
+// (every float result is rounded to f32, as the kernels compute; the
+// operations themselves are exact or correctly rounded in double) and
+// wrapping 32-bit arithmetic for integers. Opcodes are the MLIR op names
+// (arith.addf, math.tanh, ...); `gather` and `scalar` read the variant's
+// parameters. A program is input (packages are files): every line, operand
+// count, operand type and constant is checked before it is run.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Variant.h"
+#include "attnc/runtime/Parse.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -29,8 +34,12 @@ enum class Op {
   Gather, Scalar, Yield,
 };
 
+/// A value's type in the program: i32, f32 or i1.
+enum class VType : uint8_t { None, I32, F32, I1 };
+
 struct Instr {
   Op op;
+  VType type = VType::None; // of the result
   int dst = -1;
   std::vector<int> args;
   int64_t imm = 0;   // ConstI/ConstB value, predicate code, param index
@@ -106,6 +115,98 @@ int valueIndex(const std::string &tok, int limit) {
 
 } // namespace
 
+namespace {
+
+/// The operand types an op takes and the type it gives; every program is
+/// checked against these before it runs, so the interpreter never reads a
+/// missing operand or a value of the wrong kind.
+Status typeCheck(ModProgram &prog, const VariantInfo &v) {
+  using T = VType;
+  for (bool isMask : {false, true}) {
+    std::vector<Instr> &code = isMask ? prog.mask : prog.score;
+    const char *where = isMask ? "mask" : "score";
+    std::vector<T> type(prog.numValues, T::None);
+    if (!isMask)
+      type[0] = T::F32; // %score
+    for (int a = 1; a < 5; ++a)
+      type[a] = T::I32; // %b %h %q %kv
+    for (size_t k = 0; k < code.size(); ++k) {
+      Instr &in = code[k];
+      auto fail = [&](const std::string &what) {
+        return Status::invalidArgument(fmt::format(
+            "modifier program ({} op {}): {}", where, k + 1, what));
+      };
+      std::vector<T> at;
+      for (int a : in.args) {
+        if (a >= prog.numValues || type[a] == T::None)
+          return fail("a value is used before it is defined");
+        at.push_back(type[a]);
+      }
+      auto arity = [&](size_t n) { return at.size() == n; };
+      auto all = [&](T t) {
+        return std::all_of(at.begin(), at.end(), [&](T x) { return x == t; });
+      };
+      bool ok = true;
+      T r = T::None;
+      switch (in.op) {
+      case Op::ConstI: ok = arity(0); r = T::I32; break;
+      case Op::ConstB: ok = arity(0); r = T::I1; break;
+      case Op::ConstF: ok = arity(0); r = T::F32; break;
+      case Op::AddI: case Op::SubI: case Op::MulI: case Op::DivSI:
+      case Op::RemSI: case Op::MinSI: case Op::MaxSI:
+        ok = arity(2) && all(T::I32); r = T::I32; break;
+      case Op::AndI: case Op::OrI: case Op::XorI:
+        ok = arity(2) && at[0] == at[1] && at[0] != T::F32; r = ok ? at[0] : T::None; break;
+      case Op::CmpI:
+        ok = arity(2) && at[0] == at[1] && at[0] != T::F32; r = T::I1; break;
+      case Op::AddF: case Op::SubF: case Op::MulF: case Op::DivF:
+      case Op::RemF: case Op::MinimumF: case Op::MaximumF:
+        ok = arity(2) && all(T::F32); r = T::F32; break;
+      case Op::CmpF: ok = arity(2) && all(T::F32); r = T::I1; break;
+      case Op::Select:
+        ok = arity(3) && at[0] == T::I1 && at[1] == at[2]; r = ok ? at[1] : T::None; break;
+      case Op::SIToFP: ok = arity(1) && at[0] == T::I32; r = T::F32; break;
+      case Op::UIToFP: ok = arity(1) && at[0] != T::F32; r = T::F32; break;
+      case Op::FPToSI: ok = arity(1) && at[0] == T::F32; r = T::I32; break;
+      case Op::ExtUI: ok = arity(1) && at[0] == T::I1; r = T::I32; break;
+      case Op::TruncI: ok = arity(1) && at[0] == T::I32; r = T::I1; break;
+      case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Sqrt:
+      case Op::Rsqrt: case Op::Tanh: case Op::Floor: case Op::Ceil:
+      case Op::AbsF: case Op::NegF:
+        ok = arity(1) && all(T::F32); r = T::F32; break;
+      case Op::AbsI: ok = arity(1) && all(T::I32); r = T::I32; break;
+      case Op::Fma: ok = arity(3) && all(T::F32); r = T::F32; break;
+      case Op::Scalar:
+        ok = arity(0);
+        r = v.params[in.imm].dtype == DType::F32 ? T::F32 : T::I32;
+        break;
+      case Op::Gather: {
+        ok = all(T::I32); // the rank was checked when parsed
+        DType dt = v.params[in.imm].dtype;
+        r = dt == DType::Bool ? T::I1
+            : (dt == DType::I32 || dt == DType::I64) ? T::I32 : T::F32;
+        break;
+      }
+      case Op::Yield:
+        ok = arity(1) && at[0] == (isMask ? T::I1 : T::F32);
+        if (!ok)
+          return fail(std::string("the ") + where + " modifier must yield " +
+                      (isMask ? "an i1" : "an f32"));
+        if (k + 1 != code.size())
+          return fail("yield is not the last op");
+        continue;
+      }
+      if (!ok)
+        return fail("wrong number or types of operands");
+      in.type = r;
+      type[in.dst] = r;
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace
+
 const ParamSpec *VariantInfo::findParam(const std::string &n) const {
   for (const ParamSpec &p : params)
     if (p.name == n)
@@ -144,14 +245,28 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
       p.isTensor = w[2] == "tensor";
       if (!p.isTensor && w[2] != "scalar")
         return err("expected 'tensor' or 'scalar'");
+      if (out.findParam(p.name))
+        return err("parameter '" + p.name + "' is declared twice");
+      if (p.isTensor ? (p.dtype == DType::F32 || p.dtype == DType::F16 ||
+                        p.dtype == DType::BF16 || p.dtype == DType::I32 ||
+                        p.dtype == DType::I64 || p.dtype == DType::Bool) == false
+                     : (p.dtype != DType::F32 && p.dtype != DType::I32))
+        return err("parameter '" + p.name + "' has a dtype it cannot have");
+      if (w.size() - 4 > 8)
+        return err("parameter '" + p.name + "' has more than 8 dimensions");
       for (size_t i = 4; i < w.size(); ++i) {
         DimSpec d;
-        if (std::isdigit(static_cast<unsigned char>(w[i][0])))
-          d.size = std::atoll(w[i].c_str());
-        else
+        if (std::isdigit(static_cast<unsigned char>(w[i][0]))) {
+          if (!parseInt(w[i], 1, INT32_MAX, d.size))
+            return err("bad dimension '" + w[i] + "'");
+        } else {
           d.symbol = w[i];
+        }
         p.dims.push_back(d);
       }
+      if (p.isTensor == p.dims.empty())
+        return err(p.isTensor ? "a tensor parameter needs dimensions"
+                              : "a scalar parameter has no dimensions");
       out.params.push_back(std::move(p));
     } else if (w[0] == "mask-kind" && w.size() == 2) {
       if (w[1] == "none")
@@ -194,15 +309,25 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
       switch (in.op) {
       case Op::ConstI:
       case Op::ConstB:
+        if (!need(1) ||
+            !parseInt(w[i], in.op == Op::ConstB ? 0 : INT32_MIN,
+                      in.op == Op::ConstB ? 1 : INT32_MAX, in.imm))
+          return err("bad or missing constant");
+        ++i;
+        break;
+      case Op::ConstF: {
         if (!need(1))
           return err("missing constant");
-        in.imm = std::atoll(w[i++].c_str());
+        const std::string &t = w[i++];
+        if (t == "nan")
+          in.fimm = std::numeric_limits<double>::quiet_NaN();
+        else if (t == "inf" || t == "-inf")
+          in.fimm = t == "inf" ? INFINITY : -INFINITY;
+        else if (!parseFinite(t, in.fimm))
+          return err("bad constant '" + t + "'");
+        in.fimm = static_cast<float>(in.fimm); // an f32 constant
         break;
-      case Op::ConstF:
-        if (!need(1))
-          return err("missing constant");
-        in.fimm = std::strtod(w[i++].c_str(), nullptr);
-        break;
+      }
       case Op::CmpI:
       case Op::CmpF: {
         const auto &names = in.op == Op::CmpI ? kCmpI : kCmpF;
@@ -251,20 +376,8 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
     if (s->empty() || s->back().op != Op::Yield)
       return Status::invalidArgument(
           "modifier program: a modifier does not end with 'yield'");
-  // Operands must be defined before use (and by this point, in range).
-  for (auto *s : {&prog->score, &prog->mask}) {
-    std::vector<char> defined(prog->numValues, 0);
-    for (int a = 0; a < 5; ++a)
-      defined[a] = 1;
-    for (const Instr &in : *s) {
-      for (int a : in.args)
-        if (a >= prog->numValues || !defined[a])
-          return Status::invalidArgument(
-              "modifier program: a value is used before it is defined");
-      if (in.dst >= 0)
-        defined[in.dst] = 1;
-    }
-  }
+  if (Status st = typeCheck(*prog, out); !st)
+    return st;
   out.program = prog;
   return Status::ok();
 }
@@ -379,7 +492,7 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
       break;
     }
     case Op::ExtUI: r.i = A(0).i & 1; break;
-    case Op::TruncI: r.i = wrap(A(0).i); break;
+    case Op::TruncI: r.i = A(0).i & 1; break;
     case Op::Exp: r.f = std::exp(A(0).f); break;
     case Op::Exp2: r.f = std::exp2(A(0).f); break;
     case Op::Log: r.f = std::log(A(0).f); break;
@@ -432,6 +545,8 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
     }
     case Op::Yield: return A(0);
     }
+    if (in.type == VType::F32)
+      r.f = static_cast<float>(r.f); // f32 arithmetic: one rounding per op
     vals[in.dst] = r;
   }
   return Val();
@@ -443,7 +558,7 @@ double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
                     double score, int32_t b, int32_t h, int32_t q, int32_t kv,
                     GatherViolation *violation) {
   Val args[5];
-  args[0].f = score;
+  args[0].f = static_cast<float>(score); // score_mod sees an f32
   args[1].i = b;
   args[2].i = h;
   args[3].i = q;

@@ -1,4 +1,5 @@
 //===- CpuBackend.cpp - Lowering and JIT for the host CPU ----------------===//
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/VariantInfo.h"
 
@@ -57,7 +58,7 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
     return nullptr;
   }
   PassManager pm(variant.getContext());
-  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCanonicalizer());
   pm.addPass(createCSEPass());
   if (failed(pm.run(*m))) {
     error = "internal error: the tiled program does not verify";
@@ -97,7 +98,7 @@ LogicalResult lowerToLLVMDialect(ModuleOp module) {
   if (failed(applyPatternsGreedily(module, std::move(bf16))))
     return failure();
   PassManager pm(ctx);
-  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCanonicalizer());
   pm.addPass(createCSEPass());
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createConvertVectorToLLVMPass());

@@ -603,7 +603,8 @@ ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
 void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
                                Value m, Value l,
                                function_ref<Value(Value)> acc) {
-  Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
+  // l == 0: no key (0, LSE -inf); a NaN l (non-finite scores) propagates.
+  Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
   Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
   auto [h, i] = rowCoords(e, it, r);
   Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])), mul(i, e.os[2]));
@@ -1568,7 +1569,8 @@ LogicalResult ProgramBuilder::buildTensorCoreKernel(gpu::GPUModuleOp module,
     l = arith::AddFOp::create(b_, l, shfl(l, 2));
     Value m = fin[DT * 4 + r];
     ifThen(R.live, [&] {
-      Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT, l, e.zeroF);
+      // l == 0: no key (0, LSE -inf); a NaN l (non-finite scores) propagates.
+  Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
       Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
       Value oRow = add(add(mul(it.b, e.os[0]), mul(R.h, e.os[1])),
                        mul(R.i, e.os[2]));

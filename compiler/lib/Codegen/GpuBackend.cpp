@@ -6,6 +6,7 @@
 // libdevice call is emitted.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/CpuBackend.h"
 
@@ -123,7 +124,7 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
     return nullptr;
   }
   PassManager pm(ctx);
-  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCanonicalizer());
   pm.addPass(createCSEPass());
   if (failed(pm.run(*m))) {
     error = "internal error: the GPU program does not verify";
@@ -243,7 +244,7 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   gpuPm.addPass(createConvertNVGPUToNVVMPass());
   gpuPm.addPass(createSCFToControlFlowPass());
   gpuPm.addPass(createConvertGpuOpsToNVVMOps());
-  gpuPm.addPass(createCanonicalizerPass());
+  gpuPm.addPass(createCanonicalizer());
   gpuPm.addPass(createReconcileUnrealizedCastsPass());
   return pm.run(module);
 }

@@ -1,4 +1,5 @@
 //===- Session.cpp - Parse, check, lower and compile a .attn file --------===//
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Driver/Session.h"
 
 #include "attnc/Codegen/CpuBackend.h"
@@ -76,7 +77,7 @@ rt::Status Session::loadSource(const std::string &name, std::string text,
   if (!s->impl_->module || mlir::failed(mlir::verify(*s->impl_->module)))
     return rt::Status::internal("the generated attn IR does not verify");
   mlir::PassManager pm(&s->impl_->ctx);
-  pm.addPass(mlir::createCanonicalizerPass());
+  pm.addPass(attnc::createCanonicalizer());
   pm.addPass(mlir::createCSEPass());
   if (mlir::failed(pm.run(*s->impl_->module)))
     return rt::Status::internal("canonicalization failed");

@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <charconv>
 #include <cstdlib>
 #include <unordered_map>
@@ -243,8 +244,18 @@ private:
       t.kind = Tok::FloatLit;
       errno = 0;
       t.floatValue = std::strtod(t.text.c_str(), nullptr);
-      if (errno == ERANGE && (t.floatValue > 1.0 || t.floatValue < -1.0)) {
-        diag_.error(at, "float literal '" + t.text + "' is out of range");
+      // Float literals are f32: one that overflows to infinity or rounds to
+      // zero from a nonzero value is an error, not a silent change.
+      float f = static_cast<float>(t.floatValue);
+      if (std::isinf(f) || (errno == ERANGE && t.floatValue > 1.0)) {
+        diag_.error(at, "float literal '" + t.text +
+                            "' is out of the f32 range (at most 3.4028235e38; "
+                            "write 'inf' for infinity)");
+        t.kind = Tok::Error;
+      } else if (f == 0.0f && t.floatValue != 0.0) {
+        diag_.error(at, "float literal '" + t.text +
+                            "' is too small for f32 (it would be 0; the "
+                            "smallest is 1.4e-45)");
         t.kind = Tok::Error;
       }
       return t;

@@ -476,6 +476,13 @@ private:
       ExprPtr operand = parseUnary();
       if (!operand)
         return nullptr;
+      // -2147483648 is one literal: its digits alone do not fit in i32.
+      if (op == Tok::Minus && operand->kind == Expr::Kind::IntLit &&
+          operand->intValue == 2147483648LL) {
+        operand->intValue = -2147483648LL;
+        operand->loc = loc;
+        return operand;
+      }
       std::vector<ExprPtr> ops;
       ops.push_back(std::move(operand));
       ExprPtr e = make(Expr::Kind::Unary, loc, std::move(ops));

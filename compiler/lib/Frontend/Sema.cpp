@@ -203,7 +203,7 @@ private:
     case Expr::Kind::IntLit:
       if (e.intValue > 2147483647LL) {
         diag_.error(e.loc, "integer literal 2147483648 does not fit in i32 "
-                           "(only '-2147483648' may be written)");
+                           "(it may only be negated: -2147483648)");
         return Type::Error;
       }
       return Type::I32;

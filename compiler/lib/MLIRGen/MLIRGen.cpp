@@ -374,7 +374,9 @@ private:
         return arith::ExtUIOp::create(b_, l, b_.getI32Type(), x);
       if (x.getType().isSignlessInteger(32))
         return x;
-      // Saturating, NaN -> 0 (fptosi alone is poison out of range).
+      // Saturating to [-2^31, 2^31 - 1], NaN -> 0 (fptosi alone is poison
+      // out of range): clamp into what fptosi takes, then x >= 2^31 gives
+      // 2^31 - 1, which no f32 below 2^31 converts to.
       Value lo = constF32(-2147483648.0, l);
       Value hi = constF32(2147483520.0, l); // largest f32 below 2^31
       Value c = arith::MaximumFOp::create(b_, l, x, lo);
@@ -382,7 +384,11 @@ private:
       Value isNan =
           arith::CmpFOp::create(b_, l, arith::CmpFPredicate::UNO, x, x);
       c = arith::SelectOp::create(b_, l, isNan, constF32(0.0, l), c);
-      return arith::FPToSIOp::create(b_, l, b_.getI32Type(), c);
+      Value r = arith::FPToSIOp::create(b_, l, b_.getI32Type(), c);
+      Value big = arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OGE, x,
+                                        constF32(2147483648.0, l));
+      Value max = arith::ConstantOp::create(b_, l, b_.getI32IntegerAttr(2147483647));
+      return arith::SelectOp::create(b_, l, big, max, r);
     }
     case Builtin::None: break;
     }

@@ -298,9 +298,17 @@ int runBench(const std::vector<std::string> &argvIn) {
           for (int64_t &c : row.tiles)
             c *= s.heads;
       } else {
+        // The scalars as the runtime validates them (an i32 in range),
+        // before any is converted.
+        rt::Problem checked;
+        if (rt::Status st = rt::resolveProblem(info, &spec, in.args, checked); !st) {
+          std::cerr << "attnc: error: " << st.message() << "\n";
+          return 1;
+        }
         std::map<std::string, int64_t> scalars;
-        for (auto &[name, val] : in.args.scalars)
-          scalars[name] = static_cast<int64_t>(val);
+        for (size_t i = 0; i < info.params.size(); ++i)
+          if (!info.params[i].isTensor && info.params[i].dtype == rt::DType::I32)
+            scalars[info.params[i].name] = static_cast<int64_t>(checked.params[i].scalar);
         std::vector<int32_t> kvLen(s.batch, int32_t(s.kvLen)),
             qPos0(s.batch, int32_t(s.kvLen - s.qLen));
         if (rt::Status st = session->countTiles(v, spec, s.heads, s.qLen, kvLen,

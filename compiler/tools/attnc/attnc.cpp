@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Check.h"
 
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Analysis/MaskAnalysis.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
@@ -16,6 +17,7 @@
 #include "attnc/Frontend/Sema.h"
 #include "attnc/MLIRGen/MLIRGen.h"
 #include "attnc/runtime/FileIO.h"
+#include "attnc/runtime/Parse.h"
 
 #include "attn/AttnDialect.h"
 
@@ -24,6 +26,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <algorithm>
 #include <array>
@@ -148,13 +151,12 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
   std::vector<std::pair<int64_t, int64_t>> dims;
   for (const std::string &d : splitList(o.headDims)) {
     size_t colon = d.find(':');
-    char *e1 = nullptr, *e2 = nullptr;
-    long long a = std::strtoll(d.c_str(), &e1, 10);
-    long long b = colon == std::string::npos
-                      ? a
-                      : std::strtoll(d.c_str() + colon + 1, &e2, 10);
-    bool ok = colon == std::string::npos ? *e1 == 0 : (*e1 == ':' && *e2 == 0);
-    if (!ok || a < 8 || a > 256 || a % 8 || b < 8 || b > 256 || b % 8)
+    int64_t a = 0, b = 0;
+    bool ok = attnc::rt::parseInt(d.substr(0, colon), 8, 256, a);
+    b = a;
+    if (ok && colon != std::string::npos)
+      ok = attnc::rt::parseInt(d.substr(colon + 1), 8, 256, b);
+    if (!ok || a % 8 || b % 8)
       return usageError("--head-dims: '" + d +
                         "' is not D or Dqk:Dv with multiples of 8 up to 256");
     dims.push_back({a, b});
@@ -326,9 +328,8 @@ int runCompile(const std::vector<std::string> &args) {
                         int64_t hi) -> int {
       if (!value(flag, num))
         return 0;
-      char *end = nullptr;
-      long long v = std::strtoll(num.c_str(), &end, 10);
-      if (num.empty() || *end || v < lo || v > hi)
+      int64_t v = 0;
+      if (!attnc::rt::parseInt(num, lo, hi, v))
         return -1;
       dst = v;
       return 1;
@@ -360,13 +361,11 @@ int runCompile(const std::vector<std::string> &args) {
     }
     if (value("--set", num)) {
       size_t eq = num.find('=');
-      char *end = nullptr;
-      long long v = eq == std::string::npos
-                        ? 0
-                        : std::strtoll(num.c_str() + eq + 1, &end, 10);
-      if (eq == std::string::npos || eq == 0 || !end || *end)
-        return usageError("--set expects NAME=INTEGER for the mask grid, got '" +
-                          num + "'");
+      int64_t v = 0;
+      if (eq == std::string::npos || eq == 0 ||
+          !attnc::rt::parseInt(num.substr(eq + 1), INT32_MIN, INT32_MAX, v))
+        return usageError("--set expects NAME=INTEGER (an i32) for the mask "
+                          "grid, got '" + num + "'");
       o.sets[num.substr(0, eq)] = v;
       continue;
     }
@@ -496,7 +495,7 @@ int emitStage(attnc::Module &module, const CompileOptions &o,
   }
   if (o.canonicalize) {
     mlir::PassManager pm(&ctx);
-    pm.addPass(mlir::createCanonicalizerPass());
+    pm.addPass(attnc::createCanonicalizer());
     pm.addPass(mlir::createCSEPass());
     if (mlir::failed(pm.run(*ir))) {
       std::cerr << "attnc: error: internal error: canonicalization failed\n";

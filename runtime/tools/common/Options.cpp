@@ -1,6 +1,8 @@
 //===- Options.cpp - Parsing check/bench options --------------------------===//
 #include "Options.h"
 
+#include "attnc/runtime/Parse.h"
+
 #include <algorithm>
 
 #include <cstdlib>
@@ -17,12 +19,7 @@ int usage(const char *command, const std::string &msg) {
 
 namespace {
 bool toInt(const std::string &s, int64_t lo, int64_t hi, int64_t &out) {
-  char *end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < lo || v > hi)
-    return false;
-  out = v;
-  return true;
+  return rt::parseInt(s, lo, hi, out); // never clamped or wrapped
 }
 } // namespace
 
@@ -137,10 +134,9 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       }
       std::string name = val.substr(0, e), rhs = val.substr(e + 1);
       if (isSet) {
-        char *end = nullptr;
-        double d = std::strtod(rhs.c_str(), &end);
-        if (rhs.empty() || *end != '\0') {
-          err = "--set " + name + ": '" + rhs + "' is not a number";
+        double d = 0;
+        if (!rt::parseFinite(rhs, d)) {
+          err = "--set " + name + ": '" + rhs + "' is not a finite number";
           return false;
         }
         sets[name] = d;

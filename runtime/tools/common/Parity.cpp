@@ -58,11 +58,22 @@ Row compareWithReference(const rt::VariantInfo &v, std::string name,
         for (int64_t d = 0; d < o.shape[3]; ++d) {
           double got = rt::loadAsDouble(o.data, o.dtype, o.offsetOf({b, h, i, d}));
           double want = ref[((b * o.shape[1] + h) * o.shape[2] + i) * o.shape[3] + d];
+          if (std::isnan(want)) {
+            // Non-finite scores: the reference's row is NaN; so must be ours.
+            if (!std::isnan(got) && !bad) {
+              bad = true;
+              row.note = fmt::format("out[{}, {}, {}, {}] is {} but the "
+                                     "reference has nan (non-finite scores)",
+                                     b, h, i, d, got);
+            }
+            continue;
+          }
           double e = std::fabs(got - want);
           if (std::isnan(got) && !nanSeen) {
             nanSeen = bad = true;
-            row.note = fmt::format("out[{}, {}, {}, {}] is nan (never written?)",
-                                   b, h, i, d);
+            row.note = fmt::format("out[{}, {}, {}, {}] is nan but the "
+                                   "reference has {} (never written?)",
+                                   b, h, i, d, want);
           }
           row.maxAbs = std::max(row.maxAbs, e);
           sum += e;
@@ -70,7 +81,13 @@ Row compareWithReference(const rt::VariantInfo &v, std::string name,
         }
         int64_t li = (b * o.shape[1] + h) * o.shape[2] + i;
         double got = in.lse[li], want = refLse[li];
-        if (std::isinf(want) || std::isinf(got)) {
+        if (std::isnan(want) || std::isnan(got)) {
+          if (std::isnan(want) != std::isnan(got) && !bad) {
+            bad = true;
+            row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "
+                                   "has {}", b, h, i, got, want);
+          }
+        } else if (std::isinf(want) || std::isinf(got)) {
           if (got != want && !nanSeen) {
             bad = true;
             row.note = fmt::format("lse[{}, {}, {}] is {} but the reference "

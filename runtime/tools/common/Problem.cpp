@@ -2,6 +2,7 @@
 #include "Problem.h"
 
 #include "attnc/runtime/Npy.h"
+#include "attnc/runtime/Parse.h"
 
 #include <fmt/format.h>
 
@@ -292,9 +293,8 @@ std::vector<int64_t> parseSweep(const std::string &text, std::string &err) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    char *end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v <= 0 || v > (1 << 22)) {
+    int64_t v = 0;
+    if (!rt::parseInt(item, 1, 1 << 22, v)) {
       err = "--sweep expects positive lengths separated by commas, got '" +
             text + "'";
       return {};
