@@ -1,10 +1,13 @@
 //===- Package.cpp - Reading and writing kernel packages (JSON) ----------===//
 #include "attnc/runtime/Package.h"
 #include "attnc/runtime/FileIO.h"
+#include "attnc/runtime/Parse.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -69,6 +72,177 @@ Status bad(const std::string &origin, const std::string &what) {
       fmt::format("'{}' is not a valid attnc package: {}", origin, what));
 }
 
+// Limits on what a package may hold: generous for what the compiler emits,
+// and far below what could overflow the launcher's arithmetic.
+constexpr size_t kMaxPtxBytes = 64 << 20;
+constexpr size_t kMaxParams = 4096;
+constexpr int64_t kMaxSharedBytes = 232448; // the largest opt-in (sm_90)
+
+/// A string field of `j` (required) with at most `max` bytes.
+bool stringField(const json &j, const char *key, std::string &out,
+                 std::string &why, size_t max = 4096) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) {
+    why = fmt::format("\"{}\" must be a string", key);
+    return false;
+  }
+  out = it->get<std::string>();
+  if (out.size() > max) {
+    why = fmt::format("\"{}\" is longer than {} bytes", key, max);
+    return false;
+  }
+  return true;
+}
+
+/// An integer field in [lo, hi] (never truncated).
+bool intField(const json &j, const char *key, int64_t lo, int64_t hi,
+              int64_t &out, std::string &why) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
+    why = fmt::format("\"{}\" must be an integer in [{}, {}]{}", key, lo, hi,
+                      it == j.end() ? "" : ", found " + it->dump());
+    return false;
+  }
+  out = it->get<int64_t>();
+  return true;
+}
+
+bool paramSizes(const json &j, const char *key, std::vector<int> &out,
+                std::string &why) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() > kMaxParams) {
+    why = fmt::format("\"{}\" must be an array of at most {} sizes", key,
+                      kMaxParams);
+    return false;
+  }
+  out.clear();
+  for (const json &x : *it) {
+    if (!x.is_number_integer() || (x.get<int64_t>() != 4 && x.get<int64_t>() != 8)) {
+      why = fmt::format("\"{}\" holds {}, not a parameter size (4 or 8)", key,
+                        x.dump());
+      return false;
+    }
+    out.push_back(static_cast<int>(x.get<int64_t>()));
+  }
+  return true;
+}
+
+/// "sm_90" -> 90, for targets sm_50 ... sm_999; 0 otherwise.
+int targetNumber(const std::string &t) {
+  int64_t n = 0;
+  if (t.rfind("sm_", 0) != 0 || !parseInt(t.substr(3), 50, 999, n))
+    return 0;
+  return static_cast<int>(n);
+}
+
+/// A kernel entry's name: attnc_<variant>_<dtype>_d<D>v<Dv>_m<M>n<N>w<W>s<S>,
+/// checked against the manifest's own fields.
+bool checkKernelName(const GpuKernelImage &k, const std::string &variant,
+                     std::string &why) {
+  std::string want = fmt::format("attnc_{}_{}_d{}v{}_m{}n{}w{}s", variant,
+                                 dtypeName(k.spec.dtype), k.spec.headDim,
+                                 k.spec.vHeadDim, k.spec.blockM, k.spec.blockN,
+                                 k.threads / 32);
+  int64_t stages = 0;
+  if (k.kernel.rfind(want, 0) != 0 ||
+      !parseInt(k.kernel.substr(want.size()), 1, 8, stages)) {
+    why = fmt::format("kernel '{}' does not match its manifest (expected a "
+                      "name '{}<stages>')", k.kernel, want);
+    return false;
+  }
+  return true;
+}
+
+bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
+                 std::string &why) {
+  if (!jk.is_object()) {
+    why = "a kernel must be an object";
+    return false;
+  }
+  std::string dtype;
+  int64_t threads = 0, shared = 0;
+  if (!stringField(jk, "target", k.target, why) ||
+      !stringField(jk, "dtype", dtype, why) ||
+      !intField(jk, "head_dim", 8, 256, k.spec.headDim, why) ||
+      !intField(jk, "v_head_dim", 8, 256, k.spec.vHeadDim, why) ||
+      !intField(jk, "block_m", 1, 1024, k.spec.blockM, why) ||
+      !intField(jk, "block_n", 8, 1024, k.spec.blockN, why) ||
+      !intField(jk, "threads", 32, 1024, threads, why) ||
+      !intField(jk, "shared_bytes", 0, kMaxSharedBytes, shared, why) ||
+      !stringField(jk, "kernel", k.kernel, why, 256) ||
+      !paramSizes(jk, "kernel_params", k.kernelParams, why) ||
+      !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
+    return false;
+  k.threads = threads;
+  k.sharedBytes = shared;
+  int target = targetNumber(k.target);
+  if (!target) {
+    why = fmt::format("kernel '{}' has target '{}' (expected sm_NN)", k.kernel,
+                      k.target);
+    return false;
+  }
+  auto dt = parseDType(dtype);
+  if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16)) {
+    why = fmt::format("kernel '{}' has dtype '{}' (expected f32, f16 or bf16)",
+                      k.kernel, dtype);
+    return false;
+  }
+  k.spec.dtype = *dt;
+  if (k.spec.headDim % 8 || k.spec.vHeadDim % 8 || k.spec.blockN % 8 ||
+      k.threads % 32) {
+    why = fmt::format("kernel '{}' has an invalid configuration", k.kernel);
+    return false;
+  }
+  if (jk.contains("mask_builder")) {
+    if (!stringField(jk, "mask_builder", k.maskBuilder, why, 256) ||
+        !paramSizes(jk, "mask_builder_params", k.maskBuilderParams, why))
+      return false;
+    if (k.maskBuilder != k.kernel + "_block_mask") {
+      why = fmt::format("kernel '{}' names the block-mask builder '{}'",
+                        k.kernel, k.maskBuilder);
+      return false;
+    }
+  }
+  if (!checkKernelName(k, info.name, why))
+    return false;
+  if ((info.maskKind == MaskKind::Data) == k.maskBuilder.empty()) {
+    why = "kernel '" + k.kernel + "' of variant '" + info.name + "' " +
+          (k.maskBuilder.empty()
+               ? "lacks the block-mask builder its data-dependent mask needs"
+               : "has a block-mask builder but no data-dependent mask");
+    return false;
+  }
+  // The PTX is for the manifest's target, and declares the entries with
+  // the parameter sizes the launcher will pass.
+  std::string targetLine = "\n.target " + k.target;
+  size_t at = k.ptx.find(targetLine);
+  if (at == std::string::npos ||
+      (at + targetLine.size() < k.ptx.size() &&
+       std::isalnum(static_cast<unsigned char>(k.ptx[at + targetLine.size()])))) {
+    why = fmt::format("the PTX of '{}' is not for its target {}", k.kernel,
+                      k.target);
+    return false;
+  }
+  for (auto [entry, sizes] : {std::pair{&k.kernel, &k.kernelParams},
+                              std::pair{&k.maskBuilder, &k.maskBuilderParams}}) {
+    if (entry == &k.maskBuilder && entry->empty())
+      continue;
+    std::vector<int> actual;
+    if (Status st = ptxEntryParams(k.ptx, *entry, actual); !st) {
+      why = st.message();
+      return false;
+    }
+    if (actual != *sizes) {
+      why = fmt::format("the manifest gives '{}' {} parameters, its PTX "
+                        "declares {}", *entry, sizes->size(), actual.size());
+      return false;
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 Status Package::parse(const std::string &text, const std::string &origin,
@@ -77,81 +251,59 @@ Status Package::parse(const std::string &text, const std::string &origin,
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
     return bad(origin, "it is not JSON");
-  if (!j.is_object() || j.value("format", "") != "attnc-package")
-    return bad(origin, "no \"format\": \"attnc-package\"");
-  if (!j.contains("version") || !j["version"].is_number_integer() ||
-      j["version"].get<int>() != kVersion)
-    return bad(origin, fmt::format("version {} expected, found {}", kVersion,
-                                   j.contains("version") ? j["version"].dump()
-                                                         : "none"));
+  // Every access below checks the field's type first: a package is input,
+  // and nothing in it may throw, overflow or be truncated.
   try {
-    out.compiler = j.value("compiler", "");
-    out.source = j.value("source", "");
-    for (const json &jv : j.at("variants")) {
+    if (!j.is_object() || !j.contains("format") || j["format"] != "attnc-package")
+      return bad(origin, "no \"format\": \"attnc-package\"");
+    if (!j.contains("version") || !j["version"].is_number_integer() ||
+        j["version"] != kVersion)
+      return bad(origin, fmt::format("version {} expected, found {}", kVersion,
+                                     j.contains("version") ? j["version"].dump()
+                                                           : "none"));
+    std::string why;
+    for (const char *key : {"compiler", "source"})
+      if (j.contains(key) &&
+          !stringField(j, key, key[0] == 'c' ? out.compiler : out.source, why))
+        return bad(origin, why);
+    if (!j.contains("variants") || !j["variants"].is_array())
+      return bad(origin, "\"variants\" must be an array");
+    for (const json &jv : j["variants"]) {
+      if (!jv.is_object())
+        return bad(origin, "a variant must be an object");
       PackageVariant v;
-      std::string name = jv.at("name").get<std::string>();
-      if (Status s = VariantInfo::parse(jv.at("program").get<std::string>(),
-                                        v.info);
-          !s)
+      std::string name, program;
+      if (!stringField(jv, "name", name, why, 256) ||
+          !stringField(jv, "program", program, why, 16 << 20))
+        return bad(origin, why);
+      if (out.find(name))
+        return bad(origin, "variant '" + name + "' appears twice");
+      if (Status s = VariantInfo::parse(program, v.info); !s)
         return bad(origin, "variant '" + name + "': " + s.message());
       if (v.info.name != name)
         return bad(origin, "variant '" + name + "' holds the program of '" +
                                v.info.name + "'");
-      for (const json &jk : jv.at("kernels")) {
+      if (!jv.contains("kernels") || !jv["kernels"].is_array())
+        return bad(origin, "variant '" + name + "': \"kernels\" must be an array");
+      for (const json &jk : jv["kernels"]) {
         GpuKernelImage k;
-        k.target = jk.at("target").get<std::string>();
-        auto dt = parseDType(jk.at("dtype").get<std::string>());
-        if (!dt)
-          return bad(origin, "unknown dtype " + jk.at("dtype").dump());
-        k.spec.dtype = *dt;
-        k.spec.headDim = jk.at("head_dim").get<int64_t>();
-        k.spec.vHeadDim = jk.at("v_head_dim").get<int64_t>();
-        k.spec.blockM = jk.at("block_m").get<int64_t>();
-        k.spec.blockN = jk.at("block_n").get<int64_t>();
-        k.threads = jk.at("threads").get<int64_t>();
-        k.sharedBytes = jk.at("shared_bytes").get<int64_t>();
-        k.kernel = jk.at("kernel").get<std::string>();
-        k.kernelParams = jk.at("kernel_params").get<std::vector<int>>();
-        if (jk.contains("mask_builder")) {
-          k.maskBuilder = jk.at("mask_builder").get<std::string>();
-          k.maskBuilderParams =
-              jk.at("mask_builder_params").get<std::vector<int>>();
-        }
-        k.ptx = jk.at("ptx").get<std::string>();
-        if (k.threads <= 0 || k.threads > 1024 || k.spec.blockM <= 0 ||
-            k.spec.blockN <= 0 || k.sharedBytes < 0)
-          return bad(origin, "kernel '" + k.kernel +
-                                 "' has an invalid configuration");
-        if ((v.info.maskKind == MaskKind::Data) == k.maskBuilder.empty())
-          return bad(origin, "kernel '" + k.kernel + "' of variant '" + name +
-                                 "' " +
-                                 (k.maskBuilder.empty()
-                                      ? "lacks the block-mask builder its "
-                                        "data-dependent mask needs"
-                                      : "has a block-mask builder but no "
-                                        "data-dependent mask"));
-        // The launcher trusts these sizes: they must be the PTX's own.
-        for (auto [entry, sizes] :
-             {std::pair{&k.kernel, &k.kernelParams},
-              std::pair{&k.maskBuilder, &k.maskBuilderParams}}) {
-          if (entry->empty())
-            continue;
-          std::vector<int> actual;
-          if (Status s = ptxEntryParams(k.ptx, *entry, actual); !s)
-            return bad(origin, s.message());
-          if (actual != *sizes)
-            return bad(origin,
-                       fmt::format("the manifest gives '{}' {} parameters, "
-                                   "its PTX declares {}",
-                                   *entry, sizes->size(), actual.size()));
-        }
+        if (!parseKernel(jk, v.info, k, why))
+          return bad(origin, why);
+        for (const GpuKernelImage &o : v.kernels)
+          if (o.target == k.target && o.spec.dtype == k.spec.dtype &&
+              o.spec.headDim == k.spec.headDim &&
+              o.spec.vHeadDim == k.spec.vHeadDim)
+            return bad(origin, fmt::format("variant '{}' has two kernels for "
+                                           "{} {} D={}/{}", name, k.target,
+                                           dtypeName(k.spec.dtype),
+                                           k.spec.headDim, k.spec.vHeadDim));
         v.kernels.push_back(std::move(k));
       }
       out.variants.push_back(std::move(v));
     }
   } catch (const json::exception &e) {
-    return bad(origin, std::string("missing or mistyped field (") + e.what() +
-                           ")");
+    // Not expected (every field's type is checked), but never an abort.
+    return bad(origin, std::string("unreadable field (") + e.what() + ")");
   }
   return Status::ok();
 }
@@ -179,7 +331,7 @@ Status selectKernel(const PackageVariant &v, int cc, DType dtype,
     have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
                         dtypeName(k.spec.dtype), k.spec.headDim,
                         k.spec.vHeadDim);
-    int t = std::atoi(k.target.c_str() + 3);
+    int t = targetNumber(k.target);
     if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
         k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
       continue;
@@ -215,18 +367,27 @@ Status ptxEntryParams(const std::string &ptx, const std::string &entry,
     // ".param .u64 [.ptr .align 1] name" or ".param .align 8 .b8 name[16]"
     size_t bracket = decl.find('[');
     if (bracket != std::string::npos) {
-      sizes.push_back(std::atoi(decl.c_str() + bracket + 1));
+      size_t close = decl.find(']', bracket);
+      int64_t n = 0;
+      if (close == std::string::npos ||
+          !parseInt(decl.substr(bracket + 1, close - bracket - 1), 1, 1 << 16, n))
+        return Status::invalidArgument("cannot read the PTX parameter '" +
+                                       decl + "' of '" + entry + "'");
+      sizes.push_back(static_cast<int>(n));
       continue;
     }
-    int bits = 0;
+    int64_t bits = 0;
     for (const char *t : {".u", ".s", ".b", ".f"}) {
       size_t q = decl.find(t, p + 6);
-      if (q != std::string::npos && std::isdigit(static_cast<unsigned char>(decl[q + 2]))) {
-        bits = std::atoi(decl.c_str() + q + 2);
+      if (q == std::string::npos)
+        continue;
+      size_t e = q + 2;
+      while (e < decl.size() && std::isdigit(static_cast<unsigned char>(decl[e])))
+        ++e;
+      if (parseInt(decl.substr(q + 2, e - q - 2), 8, 64, bits))
         break;
-      }
     }
-    if (bits <= 0)
+    if (bits <= 0 || bits % 8)
       return Status::invalidArgument("cannot read the PTX parameter '" +
                                      decl + "' of '" + entry + "'");
     sizes.push_back(bits / 8);

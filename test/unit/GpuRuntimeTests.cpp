@@ -45,8 +45,9 @@ end
 )";
 
 /// PTX with entries of n eight-byte parameters each that do nothing.
-std::string stubPtx(const std::vector<std::pair<std::string, int>> &entries) {
-  std::string s = ".version 8.0\n.target sm_80\n.address_size 64\n";
+std::string stubPtx(const std::vector<std::pair<std::string, int>> &entries,
+                    const std::string &target = "sm_80") {
+  std::string s = ".version 8.0\n.target " + target + "\n.address_size 64\n";
   for (auto &[name, n] : entries) {
     s += ".visible .entry " + name + "(\n";
     for (int i = 0; i < n; ++i)
@@ -75,7 +76,7 @@ PackageVariant makeVariant(const char *text, const std::string &target = "sm_80"
     k.maskBuilderParams.assign(5 * (3 + captures) + 1, 8);
     entries.push_back({k.maskBuilder, int(k.maskBuilderParams.size())});
   }
-  k.ptx = stubPtx(entries);
+  k.ptx = stubPtx(entries, target);
   v.kernels.push_back(k);
   return v;
 }
@@ -207,7 +208,15 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
   Package noEntry = p;
   noEntry.variants[0].kernels[0].kernel = "other";
   CHECK(error(noEntry.serialize()) ==
-        "'p.json' is not a valid attnc package: the PTX has no entry 'other'");
+        "'p.json' is not a valid attnc package: kernel 'other' does not match "
+        "its manifest (expected a name 'attnc_causal_f16_d64v64_m64n64w2s<stages>')");
+  // The entry the name promises must be in the PTX.
+  Package renamed = p;
+  GpuKernelImage &rk = renamed.variants[0].kernels[0];
+  rk.ptx.replace(rk.ptx.find(rk.kernel + "("), rk.kernel.size(), "elsewhere_entry_x");
+  CHECK(error(renamed.serialize()) ==
+        "'p.json' is not a valid attnc package: the PTX has no entry "
+        "'attnc_causal_f16_d64v64_m64n64w2s1'");
   // A data-dependent mask needs its builder.
   Package docs;
   docs.variants.push_back(makeVariant(kDocMask, "sm_80", 1));
@@ -216,7 +225,77 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
         std::string::npos);
   std::string missing = text;
   missing.replace(missing.find("\"threads\""), 9, "\"thread\"");
-  CHECK(error(missing).find("missing or mistyped field") != std::string::npos);
+  CHECK(error(missing) == "'p.json' is not a valid attnc package: "
+                          "\"threads\" must be an integer in [32, 1024]");
+}
+
+TEST_CASE("hostile packages are refused, never trusted", "[package]") {
+  Package p, q;
+  p.variants.push_back(makeVariant(kCausal));
+  const std::string text = p.serialize();
+  auto edit = [&](const std::string &from, const std::string &to) {
+    std::string t = text;
+    size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  auto error = [&](const std::string &t) {
+    Status s = Package::parse(t, "p.json", q);
+    CHECK(!s.isOk());
+    return s.message();
+  };
+  // Fields of the wrong JSON type: an error, never an exception.
+  CHECK_THAT(error("{\"format\": 7}"), Catch::Contains("no \"format\""));
+  CHECK_THAT(error("[1, 2]"), Catch::Contains("no \"format\""));
+  CHECK_THAT(error(edit("\"compiler\": \"\"", "\"compiler\": 12")),
+             Catch::Contains("\"compiler\" must be a string"));
+  CHECK_THAT(error(edit("\"head_dim\": 64", "\"head_dim\": \"64\"")),
+             Catch::Contains("\"head_dim\" must be an integer in [8, 256]"));
+  CHECK_THAT(error(edit("\"variants\": [", "\"variants\": 3, \"x\": [")),
+             Catch::Contains("\"variants\" must be an array"));
+  CHECK_THAT(error(edit("\"kernel_params\": [", "\"kernel_params\": [\"8\", ")),
+             Catch::Contains("not a parameter size"));
+  // Out of range, never truncated.
+  CHECK_THAT(error(edit("\"version\": 1", "\"version\": 4294967297")),
+             Catch::Contains("version 1 expected, found 4294967297"));
+  CHECK_THAT(error(edit("\"head_dim\": 64", "\"head_dim\": 9223372036854775807")),
+             Catch::Contains("\"head_dim\" must be an integer in [8, 256]"));
+  CHECK_THAT(error(edit("\"threads\": 64", "\"threads\": 18446744073709551615")),
+             Catch::Contains("\"threads\" must be an integer"));
+  CHECK_THAT(error(edit("\"shared_bytes\": 32768", "\"shared_bytes\": 1000000000")),
+             Catch::Contains("\"shared_bytes\" must be an integer in [0, 232448]"));
+  CHECK_THAT(error(edit("\"target\": \"sm_80\"", "\"target\": \"sm_4294967376\"")),
+             Catch::Contains("has target 'sm_4294967376' (expected sm_NN)"));
+  // The manifest must agree with the entry's name and the PTX.
+  CHECK_THAT(error(edit("\"block_n\": 64", "\"block_n\": 128")),
+             Catch::Contains("does not match its manifest"));
+  CHECK_THAT(error(edit("\"threads\": 64", "\"threads\": 128")),
+             Catch::Contains("does not match its manifest"));
+  CHECK_THAT(error(edit("\"kernel\": \"attnc_causal_f16_d64v64_m64n64w2s1\"", "\"kernel\": \"\"")),
+             Catch::Contains("does not match its manifest"));
+  CHECK_THAT(error(edit("\"target\": \"sm_80\"", "\"target\": \"sm_90\"")),
+             Catch::Contains("is not for its target sm_90"));
+  // Modifier programs whose ops lack operands, or mix types.
+  auto program = [&](const std::string &body) {
+    Package b;
+    b.variants.push_back(makeVariant(kCausal));
+    std::string t = b.serialize();
+    std::string from = "arith.cmpi sge %q %kv";
+    size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return error(t.replace(at, from.size(), body));
+  };
+  CHECK_THAT(program("arith.cmpi sge %q"), Catch::Contains("wrong number or types of operands"));
+  CHECK_THAT(program("arith.cmpi sge"), Catch::Contains("wrong number or types of operands"));
+  CHECK_THAT(program("arith.addf %q %kv"), Catch::Contains("wrong number or types of operands"));
+  CHECK_THAT(program("arith.cmpi sge %q %score"), Catch::Contains("used before it is defined"));
+  CHECK_THAT(program("arith.cmpi sge %q %99"), Catch::Contains("used before it is defined"));
+  CHECK_THAT(program("arith.cmpi sge %q %-3"), Catch::Contains("bad operand"));
+  CHECK_THAT(program("arith.addi %q %kv"), Catch::Contains("must yield an i1"));
+  // Two kernels for the same configuration.
+  Package twice = p;
+  twice.variants[0].kernels.push_back(twice.variants[0].kernels[0]);
+  CHECK_THAT(error(twice.serialize()), Catch::Contains("has two kernels for sm_80 f16 D=64/64"));
 }
 
 TEST_CASE("PTX entry parameters are read with their sizes", "[package]") {

@@ -167,7 +167,9 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
   rt::Package pkg;
   pkg.compiler = std::string("attnc ") + ATTNC_VERSION + " (LLVM/MLIR " +
                  ATTNC_LLVM_VERSION + ")";
-  pkg.source = source;
+  // The source's file name only: a package does not carry the builder's
+  // folders.
+  pkg.source = source.substr(source.find_last_of('/') + 1);
   for (auto v : module.getOps<mlir::attn::VariantOp>()) {
     rt::PackageVariant pv;
     if (rt::Status s = rt::VariantInfo::parse(

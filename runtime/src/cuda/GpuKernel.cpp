@@ -1,6 +1,7 @@
 //===- GpuKernel.cpp - Loading and launching packaged kernels ------------===//
 #include "attnc/runtime/cuda/GpuKernel.h"
 #include "attnc/runtime/KernelABI.h"
+#include "attnc/runtime/Parse.h"
 #include "../KernelOperands.h"
 
 #include <fmt/format.h>
@@ -102,9 +103,10 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
                        const GpuKernelImage &image,
                        std::unique_ptr<GpuKernel> &out) {
   const Driver &drv = ctx.driver();
-  int target = image.target.rfind("sm_", 0) == 0
-                   ? std::atoi(image.target.c_str() + 3)
-                   : 0;
+  int64_t target = 0;
+  if (image.target.rfind("sm_", 0) != 0 ||
+      !parseInt(image.target.substr(3), 50, 999, target))
+    target = 0;
   if (target <= 0)
     return Status::invalidArgument("kernel '" + image.kernel +
                                    "' has an unknown target '" +
