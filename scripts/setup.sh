@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 runtime_only=0
 [[ "${1:-}" == "--runtime-only" ]] && runtime_only=1
 
-packages=(cmake ninja-build g++ catch2 libfmt-dev nlohmann-json3-dev python3)
+packages=(cmake ninja-build g++ catch2 libfmt-dev nlohmann-json3-dev libssl-dev python3)
 if [[ $runtime_only == 0 ]]; then
   packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib)
 fi

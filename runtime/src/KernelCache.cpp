@@ -2,6 +2,7 @@
 #include "attnc/runtime/KernelCache.h"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,15 +19,23 @@ namespace attnc::rt {
 
 namespace {
 
-constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'K', 'C', '0', '1'};
+constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'K', 'C', '0', '2'};
+/// No entry is larger (a kernel package's PTX is at most 64 MB).
+constexpr size_t kMaxEntryBytes = size_t(80) << 20;
 
-uint64_t fnv1a(const std::string &s, uint64_t seed) {
-  uint64_t h = seed;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
+/// SHA-256 (OpenSSL), as 32 raw bytes.
+std::string sha256(const std::string &a, const std::string &b = "") {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1 &&
+            EVP_DigestUpdate(ctx, a.data(), a.size()) == 1 &&
+            EVP_DigestUpdate(ctx, b.data(), b.size()) == 1 &&
+            EVP_DigestFinal_ex(ctx, md, &n) == 1;
+  EVP_MD_CTX_free(ctx);
+  if (!ok)
+    return std::string(32, '\0'); // never matches a stored digest by chance
+  return std::string(reinterpret_cast<char *>(md), n);
 }
 
 std::string defaultDir() {
@@ -36,7 +45,35 @@ std::string defaultDir() {
     return std::string(x) + "/attnc";
   if (const char *h = std::getenv("HOME"); h && *h)
     return std::string(h) + "/.cache/attnc";
-  return "/tmp/attnc-cache";
+  // No home: a folder of this user's own in the temporary directory
+  // (checked for ownership before every use).
+  return fmt::format("/tmp/attnc-cache-{}", ::geteuid());
+}
+
+/// The cache folder is ours alone: a directory owned by this user that no
+/// one else can write. Anything else is refused (another local user could
+/// plant kernels in it).
+Status checkOwnFolder(const std::string &dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0)
+    return Status::unavailable(fmt::format(
+        "the kernel cache folder '{}' cannot be read: {}", dir,
+        std::strerror(errno)));
+  if (S_ISLNK(st.st_mode) && ::stat(dir.c_str(), &st) != 0)
+    return Status::unavailable(
+        fmt::format("the kernel cache folder '{}' is a broken link", dir));
+  if (!S_ISDIR(st.st_mode))
+    return Status::unavailable(
+        fmt::format("the kernel cache folder '{}' is not a directory", dir));
+  if (st.st_uid != ::geteuid())
+    return Status::unavailable(fmt::format(
+        "the kernel cache folder '{}' belongs to another user (uid {}); not "
+        "using it", dir, st.st_uid));
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return Status::unavailable(fmt::format(
+        "the kernel cache folder '{}' is writable by other users (mode {:o}); "
+        "not using it", dir, st.st_mode & 07777));
+  return Status::ok();
 }
 
 Status makeDirs(const std::string &dir) {
@@ -49,12 +86,12 @@ Status makeDirs(const std::string &dir) {
     if (part.empty())
       continue;
     cur += part + "/";
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+    if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST)
       return Status::unavailable(fmt::format(
           "cannot create the kernel cache folder '{}': {}", cur,
           std::strerror(errno)));
   }
-  return Status::ok();
+  return checkOwnFolder(dir);
 }
 
 void put64(std::string &out, uint64_t v) {
@@ -71,14 +108,52 @@ bool get64(const std::string &in, size_t &pos, uint64_t &v) {
   return true;
 }
 
+/// Reads an entry: a regular file (links are not followed; FIFOs and
+/// devices are refused without blocking) of at most kMaxEntryBytes.
+/// nullopt when there is none; `bad` when there is one that is not a file.
+std::optional<std::string> readEntry(const std::string &path, bool &bad) {
+  bad = false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    bad = errno == ELOOP; // a symbolic link
+    return std::nullopt;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
+    ::close(fd);
+    bad = true;
+    return std::nullopt;
+  }
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  data.resize(got);
+  return data;
+}
+
+std::string hex(const std::string &bytes) {
+  std::string s;
+  for (unsigned char c : bytes)
+    s += fmt::format("{:02x}", c);
+  return s;
+}
+
 } // namespace
 
 KernelCache::KernelCache(std::string dir)
     : dir_(dir.empty() ? defaultDir() : std::move(dir)) {}
 
 std::string KernelCache::hashKey(const std::string &key) {
-  return fmt::format("{:016x}{:016x}", fnv1a(key, 14695981039346656037ull),
-                     fnv1a(key, 0x9e3779b97f4a7c15ull));
+  return hex(sha256(key));
 }
 
 std::string KernelCache::pathFor(const std::string &key) const {
@@ -95,18 +170,24 @@ std::optional<std::string> KernelCache::lookup(const std::string &key) {
     }
   }
   std::string path = pathFor(key);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  bool bad = false;
+  std::optional<std::string> file;
+  if (checkOwnFolder(dir_))
+    file = readEntry(path, bad);
+  if (!file) {
     std::lock_guard<std::mutex> lock(mu_);
     ++misses;
+    if (bad) {
+      ++corrupt; // a link, a FIFO, a device, or too large: never read
+      ::unlink(path.c_str());
+    }
     return std::nullopt;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string data = ss.str();
-  // Layout: magic, key length, key, payload length, payload, checksum.
+  const std::string &data = *file;
+  // Layout: magic, key length, key, payload length, payload, SHA-256 of
+  // key and payload.
   size_t pos = sizeof kMagic;
-  uint64_t klen = 0, plen = 0, sum = 0;
+  uint64_t klen = 0, plen = 0;
   bool ok = data.size() >= sizeof kMagic &&
             std::memcmp(data.data(), kMagic, sizeof kMagic) == 0 &&
             get64(data, pos, klen) && klen <= data.size() - pos;
@@ -119,15 +200,15 @@ std::optional<std::string> KernelCache::lookup(const std::string &key) {
   if (ok) {
     payload = data.substr(pos, plen);
     pos += plen;
-    ok = get64(data, pos, sum) && pos == data.size() &&
-         sum == fnv1a(storedKey + payload, 14695981039346656037ull);
+    ok = data.size() - pos == 32 &&
+         data.compare(pos, 32, sha256(storedKey, payload)) == 0;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok) {
     // Never load it: remove it so the next store replaces it.
     ++corrupt;
     ++misses;
-    unlink(path.c_str());
+    ::unlink(path.c_str());
     return std::nullopt;
   }
   if (storedKey != key) { // a hash collision: not ours
@@ -151,7 +232,7 @@ Status KernelCache::store(const std::string &key, const std::string &payload) {
   data += key;
   put64(data, payload.size());
   data += payload;
-  put64(data, fnv1a(key + payload, 14695981039346656037ull));
+  data += sha256(key, payload);
   std::string tmpl = dir_ + "/.tmp-XXXXXX";
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
@@ -162,16 +243,23 @@ Status KernelCache::store(const std::string &key, const std::string &payload) {
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0) {
+      int err = errno;
       close(fd);
       unlink(name.data());
       return Status::unavailable(fmt::format(
-          "writing the kernel cache entry failed: {}", std::strerror(errno)));
+          "writing the kernel cache entry failed: {}", std::strerror(err)));
     }
     done += static_cast<size_t>(n);
   }
-  fsync(fd);
-  close(fd);
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int err = errno;
+    unlink(name.data());
+    return Status::unavailable(fmt::format(
+        "writing the kernel cache entry failed: {}", std::strerror(err)));
+  }
   if (rename(name.data(), pathFor(key).c_str()) != 0) {
     unlink(name.data());
     return Status::unavailable(fmt::format(

@@ -3,8 +3,9 @@
 // libattnc-emucuda.so exports the cu* entry points attnc's runtime resolves
 // (and a few more), so that it loads exactly as libcuda.so.1 does, through
 // $ATTNC_LIBCUDA. Modules are PTX text, parsed and decoded at load; launches
-// run to completion inside cuLaunchKernel (streams and events are trivially
-// ordered); a fault returns its CUDA error and prints a report on stderr.
+// and asynchronous copies are queued on their streams and run when waited
+// for (Streams.h); a kernel's fault is returned by the call that waits for
+// it, with a report on stderr.
 //
 //   ATTNC_EMU_CC=<nn>         compute capability (default 90)
 //   ATTNC_EMU_DEVICES=<n>     device count (default 1)
@@ -12,6 +13,7 @@
 //   ATTNC_EMU_ALLOC_FAIL=1    cuMemAlloc reports out of memory
 //   ATTNC_EMU_EVENT_MS=<ms>   cuEventElapsedTime reports this (default: host time)
 //   ATTNC_EMU_QUIET=1         no reports on stderr
+//   ATTNC_EMU_SYNC=1          run launches and copies as they are issued
 //   ATTNC_EMU_THREADS, ATTNC_EMU_RACECHECK, ATTNC_EMU_MAX_STEPS: Launch.h
 //
 // For tests: attnc_emu_* below (launch log, live allocations, last report).
@@ -20,6 +22,7 @@
 #include "DeviceMemory.h"
 #include "Launch.h"
 #include "Program.h"
+#include "Streams.h"
 
 #include <chrono>
 #include <cstdio>
@@ -63,9 +66,6 @@ State &state() {
 struct EmuModule {
   std::unique_ptr<Module> module;
 };
-struct Event {
-  std::chrono::steady_clock::time_point t;
-};
 
 void report(const std::string &what) {
   {
@@ -104,6 +104,10 @@ void writeLog(unsigned n, int *opts, void **vals, int bufOpt, int sizeOpt,
 }
 
 } // namespace
+
+namespace attnc::emu {
+void reportFault(const std::string &what) { report(what); }
+} // namespace attnc::emu
 
 extern "C" {
 using R = int;
@@ -177,7 +181,7 @@ R cuCtxGetCurrent(void **c) {
   *c = &ctx;
   return kSuccess;
 }
-R cuCtxSynchronize() { return kSuccess; }
+R cuCtxSynchronize() { return Streams::get().syncAll(); }
 
 R cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *opts, void **vals) {
   if (!m || !image)
@@ -202,8 +206,9 @@ R cuModuleLoadData(void **m, const void *image) {
 R cuModuleUnload(void *m) {
   if (!m)
     return kInvalidHandle;
+  int r = Streams::get().syncAll(); // queued launches of its kernels run first
   delete static_cast<EmuModule *>(m);
-  return kSuccess;
+  return r;
 }
 R cuModuleGetFunction(void **f, void *m, const char *name) {
   if (!m || !f || !name)
@@ -246,8 +251,8 @@ R cuFuncGetAttribute(int *v, int attr, void *f) {
 }
 
 R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                 unsigned by, unsigned bz, unsigned smem, void *, void **params,
-                 void **extra) {
+                 unsigned by, unsigned bz, unsigned smem, void *stream,
+                 void **params, void **extra) {
   auto *k = static_cast<Kernel *>(f);
   if (!k)
     return kInvalidHandle;
@@ -269,12 +274,17 @@ R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   s.grid[0] = gx; s.grid[1] = gy; s.grid[2] = gz;
   s.block[0] = bx; s.block[1] = by; s.block[2] = bz;
   s.dynamicShared = smem;
-  MemoryMap mem = DeviceMemory::get().snapshot();
   std::string what;
-  int r = launch(*k, s, params, mem, launchOptionsFromEnv(), what);
-  if (r)
+  if (int r = checkLaunch(*k, s, what)) {
     report(what);
-  return r;
+    return r;
+  }
+  if (!params && !k->params.empty()) {
+    report("cuLaunchKernel of " + k->name + " without its parameters");
+    return kInvalidValue;
+  }
+  Streams::get().launch(stream, *k, s, params);
+  return kSuccess;
 }
 
 R cuMemAlloc_v2(unsigned long long *p, size_t n) {
@@ -291,6 +301,9 @@ R cuMemAlloc_v2(unsigned long long *p, size_t n) {
 R cuMemFree_v2(unsigned long long p) {
   if (!p)
     return kSuccess;
+  // As on a device, freeing waits for the work that may still use it.
+  if (int r = Streams::get().syncAll())
+    return r;
   if (!DeviceMemory::get().release(p)) {
     report("cuMemFree of " + std::to_string(p) + ", which is not a live allocation");
     return kInvalidValue;
@@ -298,6 +311,9 @@ R cuMemFree_v2(unsigned long long p) {
   return kSuccess;
 }
 R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
+  // Synchronous: waits for the work of the legacy stream(s) first.
+  if (int r = Streams::get().sync(nullptr))
+    return r;
   if (!inAllocation(d, n, "cuMemcpyHtoD"))
     return kInvalidValue;
   if (n)
@@ -305,6 +321,9 @@ R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
   return kSuccess;
 }
 R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
+  // Synchronous: waits for the work of the legacy stream(s) first.
+  if (int r = Streams::get().sync(nullptr))
+    return r;
   if (!inAllocation(s, n, "cuMemcpyDtoH"))
     return kInvalidValue;
   if (n)
@@ -312,19 +331,31 @@ R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
   return kSuccess;
 }
 R cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
+  // Synchronous: waits for the work of the legacy stream(s) first.
+  if (int r = Streams::get().sync(nullptr))
+    return r;
   if (!inAllocation(d, n, "cuMemcpyDtoD") || !inAllocation(s, n, "cuMemcpyDtoD"))
     return kInvalidValue;
   if (n)
     std::memmove(reinterpret_cast<void *>(d), reinterpret_cast<void *>(s), n);
   return kSuccess;
 }
-R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *) {
-  return cuMemcpyHtoD_v2(d, s, n);
+R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *stream) {
+  if (!inAllocation(d, n, "cuMemcpyHtoDAsync"))
+    return kInvalidValue;
+  Streams::get().copyToDevice(stream, d, s, n);
+  return kSuccess;
 }
-R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *) {
-  return cuMemcpyDtoH_v2(d, s, n);
+R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *stream) {
+  if (!inAllocation(s, n, "cuMemcpyDtoHAsync"))
+    return kInvalidValue;
+  Streams::get().copyToHost(stream, d, s, n);
+  return kSuccess;
 }
 R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
+  // Synchronous: waits for the work of the legacy stream(s) first.
+  if (int r = Streams::get().sync(nullptr))
+    return r;
   if (!inAllocation(d, n, "cuMemsetD8"))
     return kInvalidValue;
   if (n)
@@ -332,6 +363,9 @@ R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
   return kSuccess;
 }
 R cuMemsetD32_v2(unsigned long long d, unsigned v, size_t n) {
+  // Synchronous: waits for the work of the legacy stream(s) first.
+  if (int r = Streams::get().sync(nullptr))
+    return r;
   if (d % 4 || !inAllocation(d, n * 4, "cuMemsetD32"))
     return kInvalidValue;
   auto *p = reinterpret_cast<unsigned *>(d);
@@ -344,36 +378,49 @@ R cuMemGetInfo_v2(size_t *free, size_t *total) {
   *free = *total - std::min(*total, DeviceMemory::get().bytesInUse());
   return kSuccess;
 }
-R cuStreamCreate(void **s, unsigned) {
-  static int stream;
-  *s = &stream;
+R cuStreamCreate(void **s, unsigned flags) {
+  if (!s)
+    return kInvalidValue;
+  auto *st = new Stream();
+  st->nonBlocking = flags & 1; // CU_STREAM_NON_BLOCKING
+  *s = st;
   return kSuccess;
 }
-R cuStreamDestroy_v2(void *) { return kSuccess; }
-R cuStreamSynchronize(void *) { return kSuccess; }
+R cuStreamDestroy_v2(void *s) {
+  int r = Streams::get().sync(s); // its work still runs
+  if (reinterpret_cast<uintptr_t>(s) > 2)
+    delete static_cast<Stream *>(s);
+  return r;
+}
+R cuStreamSynchronize(void *s) { return Streams::get().sync(s); }
 R cuEventCreate(void **e, unsigned) {
   *e = new Event();
   return kSuccess;
 }
-R cuEventRecord(void *e, void *) {
+R cuEventRecord(void *e, void *stream) {
   if (!e)
     return kInvalidHandle;
-  static_cast<Event *>(e)->t = std::chrono::steady_clock::now();
+  Streams::get().record(stream, static_cast<Event *>(e));
   return kSuccess;
 }
-R cuEventSynchronize(void *) { return kSuccess; }
+R cuEventSynchronize(void *) { return Streams::get().syncAll(); }
 R cuEventElapsedTime(float *ms, void *a, void *b) {
   if (!ms || !a || !b)
     return kInvalidHandle;
+  if (int r = Streams::get().syncAll())
+    return r;
+  auto *ea = static_cast<Event *>(a), *eb = static_cast<Event *>(b);
+  if (!ea->recorded || !eb->recorded)
+    return kInvalidHandle; // CUDA_ERROR_INVALID_HANDLE for unrecorded events
   if (const char *v = std::getenv("ATTNC_EMU_EVENT_MS"); v && *v) {
     *ms = static_cast<float>(std::atof(v));
     return kSuccess;
   }
-  auto d = static_cast<Event *>(b)->t - static_cast<Event *>(a)->t;
-  *ms = std::chrono::duration<float, std::milli>(d).count();
+  *ms = std::chrono::duration<float, std::milli>(eb->t - ea->t).count();
   return kSuccess;
 }
 R cuEventDestroy_v2(void *e) {
+  Streams::get().syncAll(); // a queued record may still point at it
   delete static_cast<Event *>(e);
   return kSuccess;
 }

@@ -31,6 +31,10 @@ int cuMemAlloc_v2(unsigned long long *, size_t);
 int cuMemFree_v2(unsigned long long);
 int cuMemcpyHtoD_v2(unsigned long long, const void *, size_t);
 int cuMemcpyDtoH_v2(void *, unsigned long long, size_t);
+int cuCtxSynchronize();
+int cuStreamCreate(void **, unsigned);
+int cuStreamSynchronize(void *);
+int cuStreamDestroy_v2(void *);
 const char *attnc_emu_last_report();
 void attnc_emu_clear_report();
 }
@@ -66,7 +70,9 @@ struct Ptx {
     for (auto &a : args)
       ptrs.push_back(&a);
     attnc_emu_clear_report();
-    return cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem, nullptr, ptrs.data(), nullptr);
+    // Launches are queued: a kernel's fault comes back when it is waited for.
+    int r = cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem, nullptr, ptrs.data(), nullptr);
+    return r ? r : cuCtxSynchronize();
   }
 };
 
@@ -487,4 +493,43 @@ TEST_CASE("f16 and bf16 conversions round to nearest even", "[emucuda]") {
   CHECK(bf16ToFloat(0x4049) == bitsFloat(0x40490000u));
   for (uint32_t h = 0; h < 0x7c00; h += 7)               // round trips
     CHECK(floatToF16(f16ToFloat(uint16_t(h))) == h);
+}
+
+TEST_CASE("streams: work runs when waited for, in CUDA's order", "[emucuda]") {
+  // k copies p0[0] to p1[0].
+  Ptx m(kernel("  ld.global.b32 %r2, [%rd1];\n  st.global.b32 [%rd2], %r2;\n"));
+  REQUIRE(m.status == 0);
+  void *f = nullptr;
+  REQUIRE(cuModuleGetFunction(&f, m.mod, "k") == 0);
+  Buf src(std::vector<uint32_t>{1}), dst(std::vector<uint32_t>{0});
+  unsigned long long a = src.p, b = dst.p;
+  void *args[] = {&a, &b};
+  uint32_t two = 2;
+  // The null stream: a synchronous copy waits for the queued kernel first.
+  REQUIRE(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr) == 0);
+  REQUIRE(cuMemcpyHtoD_v2(src.p, &two, 4) == 0);
+  CHECK(dst.get<uint32_t>()[0] == 1);
+  // A non-blocking stream is not waited for by the synchronous copy: the
+  // kernel sees the new value, as on a device it may.
+  uint32_t one = 1;
+  REQUIRE(cuMemcpyHtoD_v2(src.p, &one, 4) == 0);
+  void *stream = nullptr;
+  REQUIRE(cuStreamCreate(&stream, 1) == 0);
+  REQUIRE(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr) == 0);
+  REQUIRE(cuMemcpyHtoD_v2(src.p, &two, 4) == 0);
+  REQUIRE(cuStreamSynchronize(stream) == 0);
+  CHECK(dst.get<uint32_t>()[0] == 2);
+  REQUIRE(cuStreamDestroy_v2(stream) == 0);
+}
+
+TEST_CASE("streams: a queued kernel's fault is returned by the wait", "[emucuda]") {
+  Quiet q;
+  Ptx m(kernel("  st.global.b32 [%rd2], %r1;\n"));
+  void *f = nullptr;
+  REQUIRE(cuModuleGetFunction(&f, m.mod, "k") == 0);
+  unsigned long long a = 0, b = 0;
+  void *args[] = {&a, &b};
+  CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr) == 0);
+  CHECK(cuCtxSynchronize() == 700);
+  CHECK(cuCtxSynchronize() == 0); // reported once
 }

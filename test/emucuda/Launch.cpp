@@ -27,8 +27,7 @@ LaunchOptions launchOptionsFromEnv() {
   return o;
 }
 
-int launch(const Kernel &k, const LaunchShape &s, void **params,
-           const MemoryMap &mem, const LaunchOptions &opts, std::string &report) {
+int checkLaunch(const Kernel &k, const LaunchShape &s, std::string &report) {
   uint64_t threads = uint64_t(s.block[0]) * s.block[1] * s.block[2];
   uint64_t ctas = uint64_t(s.grid[0]) * s.grid[1] * s.grid[2];
   if (threads == 0 || ctas == 0) {
@@ -55,6 +54,14 @@ int launch(const Kernel &k, const LaunchShape &s, void **params,
              (k.maxDynamicShared ? "" : " (set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to go beyond 48 KB)");
     return kErrInvalidValue;
   }
+  return 0;
+}
+
+int launch(const Kernel &k, const LaunchShape &s, void **params,
+           const MemoryMap &mem, const LaunchOptions &opts, std::string &report) {
+  if (int r = checkLaunch(k, s, report))
+    return r;
+  uint64_t ctas = uint64_t(s.grid[0]) * s.grid[1] * s.grid[2];
   std::vector<uint8_t> paramBuf(k.paramBytes + 16, 0);
   if (!k.params.empty() && !params) {
     report = "launch of " + k.name + " without its parameters";

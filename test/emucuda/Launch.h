@@ -18,6 +18,10 @@ struct LaunchOptions {
 /// $ATTNC_EMU_MAX_STEPS.
 LaunchOptions launchOptionsFromEnv();
 
+/// Checks a launch shape against the kernel (threads, block, shared
+/// memory): 0, or CUDA_ERROR_INVALID_VALUE with `report` saying why.
+int checkLaunch(const Kernel &k, const LaunchShape &s, std::string &report);
+
 /// Checks the launch shape against the kernel (threads, shared memory),
 /// lays out the parameters from `params` (one pointer per parameter, as
 /// cuLaunchKernel takes them) and runs every CTA. Returns 0, or the CUDA

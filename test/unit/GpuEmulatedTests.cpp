@@ -13,6 +13,7 @@
 
 using namespace attnc;
 using namespace attnc::rt;
+using namespace attnc::rt::cuda;
 
 namespace {
 
@@ -185,4 +186,27 @@ TEST_CASE("emulated GPU: decode over a growing KV cache", "[gpu-emulated]") {
     REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
     CHECK(p.maxError(k->variant()) < 2e-3);
   }
+}
+
+TEST_CASE("emulated GPU: back-to-back launches of different shapes on a "
+          "non-blocking stream", "[gpu-emulated]") {
+  Gpu g;
+  auto k = g.kernel("causal", DType::F16);
+  const DriverApi &api = g.ctx->driver().api();
+  CUstream stream = nullptr;
+  REQUIRE(api.cuStreamCreate(&stream, 1 /* CU_STREAM_NON_BLOCKING */) == 0);
+  HostProblem a(DType::F16, 2, 4, 2, 70, 70, 64, 11), b(DType::F16, 1, 8, 8, 1, 200, 64, 12);
+  cuda::DeviceMirror da, db;
+  REQUIRE(cuda::DeviceMirror::create(*g.ctx, a.a, da).isOk());
+  REQUIRE(cuda::DeviceMirror::create(*g.ctx, b.a, db).isOk());
+  // Nothing waits between the two: each launch must keep its own
+  // parameters however long it stays queued.
+  REQUIRE(k->run(da.args(), stream).isOk());
+  REQUIRE(k->run(db.args(), stream).isOk());
+  REQUIRE(api.cuStreamSynchronize(stream) == 0);
+  REQUIRE(da.downloadOutputs(a.a).isOk());
+  REQUIRE(db.downloadOutputs(b.a).isOk());
+  CHECK(a.maxError(k->variant()) < 2e-3);
+  CHECK(b.maxError(k->variant()) < 2e-3);
+  REQUIRE(api.cuStreamDestroy(stream) == 0);
 }

@@ -381,6 +381,7 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
     DeviceArgs d(*ctx, 2, 8, 2, 130, 130);
     log.clear();
     REQUIRE(k->run(d.a).isOk());
+    REQUIRE(ctx->synchronize().isOk()); // run() queues; the arrays land on sync
     REQUIRE(log.count() == 1);
     auto l = log.at(0);
     CHECK(l.name == "attnc_causal_f16_d64v64_m64n64w2s1");
@@ -410,6 +411,7 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
     DeviceArgs d(*ctx, 3, 8, 2, 1, 100);
     log.clear();
     REQUIRE(k->run(d.a).isOk());
+    REQUIRE(ctx->synchronize().isOk()); // run() queues; the arrays land on sync
     auto l = log.at(0);
     CHECK(l.grid == 3 * 2); // 4 heads per item, one Q tile
     CHECK(Launches::ip(l)[abi::kPackHeads] == 4);
@@ -442,6 +444,7 @@ TEST_CASE("a data-dependent mask is built on the device before the kernel",
   d.a.tensors = {{"doc", TensorView::contiguous(doc.data(), DType::I32, {2, 100})}};
   log.clear();
   REQUIRE(k->run(d.a).isOk());
+  REQUIRE(ctx->synchronize().isOk()); // run() queues; the arrays land on sync
   REQUIRE(log.count() == 2);
   auto builder = log.at(0), kernel = log.at(1);
   CHECK(builder.name == "attnc_docs_f16_d64v64_m64n64w2s1_block_mask");
@@ -464,6 +467,7 @@ TEST_CASE("a data-dependent mask is built on the device before the kernel",
   log.clear();
   d.a.blockMask = &bm;
   REQUIRE(k->run(d.a).isOk());
+  REQUIRE(ctx->synchronize().isOk()); // run() queues; the arrays land on sync
   CHECK(log.count() == 1);
   d.a.qOffsets = {0, 5};
   CHECK(k->run(d.a).message().find("'blockMask' was built for different") == 0);

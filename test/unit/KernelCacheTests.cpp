@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,5 +178,64 @@ TEST_CASE("cache: the folder comes from ATTNC_CACHE_DIR, then XDG", "[cache]") {
   CHECK(KernelCache().directory() == "/tmp/xdg/attnc");
   unsetenv("XDG_CACHE_HOME");
   CHECK(KernelCache::hashKey("a") != KernelCache::hashKey("b"));
-  CHECK(KernelCache::hashKey("a").size() == 32);
+  // SHA-256, in hex.
+  CHECK(KernelCache::hashKey("abc") ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // Without a home: a folder of this user's own.
+  const char *home = std::getenv("HOME");
+  std::string saved = home ? home : "";
+  unsetenv("HOME");
+  CHECK(KernelCache().directory() == "/tmp/attnc-cache-" + std::to_string(geteuid()));
+  if (home)
+    setenv("HOME", saved.c_str(), 1);
+}
+
+TEST_CASE("cache: links, FIFOs and oversized files are never read", "[cache]") {
+  std::string dir = freshDir();
+  KernelCache c(dir);
+  // A symbolic link to /dev/zero where the entry would be: no hang, no
+  // memory exhaustion, a miss, and the link is removed.
+  REQUIRE(symlink("/dev/zero", c.pathFor(kKey).c_str()) == 0);
+  CHECK(!c.lookup(kKey));
+  CHECK(c.corrupt == 1);
+  CHECK(access(c.pathFor(kKey).c_str(), F_OK) != 0);
+  // A FIFO: opening it must not block.
+  REQUIRE(mkfifo(c.pathFor(kKey).c_str(), 0600) == 0);
+  CHECK(!c.lookup(kKey));
+  CHECK(c.corrupt == 2);
+  // A sparse file far larger than any entry.
+  { std::ofstream big(c.pathFor(kKey)); }
+  REQUIRE(truncate(c.pathFor(kKey).c_str(), off_t(1) << 31) == 0);
+  CHECK(!c.lookup(kKey));
+  CHECK(c.corrupt == 3);
+  // And a real entry still round-trips.
+  REQUIRE(c.store(kKey, kPayload).isOk());
+  KernelCache fresh(dir);
+  CHECK(fresh.lookup(kKey) == kPayload);
+}
+
+TEST_CASE("cache: a folder other users can write or own is refused", "[cache]") {
+  std::string dir = freshDir();
+  struct stat st;
+  REQUIRE(stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 077) == 0); // created for us alone
+  KernelCache ok(dir + "/sub");
+  REQUIRE(ok.store(kKey, kPayload).isOk());
+  REQUIRE(stat((dir + "/sub").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  // World-writable: another user could plant entries.
+  REQUIRE(chmod(dir.c_str(), 0777) == 0);
+  KernelCache open(dir);
+  Status s = open.store(kKey, kPayload);
+  CHECK_THAT(s.message(), Catch::Contains("is writable by other users"));
+  KernelCache reader(dir);
+  CHECK(!reader.lookup(kKey)); // never read from it either
+  REQUIRE(chmod(dir.c_str(), 0700) == 0);
+  if (geteuid() == 0) { // root can give the folder to another user
+    REQUIRE(chown(dir.c_str(), 1, 1) == 0);
+    KernelCache theirs(dir);
+    CHECK_THAT(theirs.store(kKey, kPayload).message(),
+               Catch::Contains("belongs to another user (uid 1)"));
+    REQUIRE(chown(dir.c_str(), 0, 0) == 0);
+  }
 }

@@ -95,8 +95,51 @@ Status DeviceBuffer::fill(unsigned char byte) {
 // ---- GpuKernel ----------------------------------------------------------
 
 GpuKernel::~GpuKernel() {
-  if (module_ && ctx_)
-    ctx_->driver().api().cuModuleUnload(module_);
+  if (!ctx_)
+    return;
+  const DriverApi &api = ctx_->driver().api();
+  for (ParamSlot &s : ring_) {
+    if (s.inFlight)
+      api.cuEventSynchronize(s.done);
+    if (s.done)
+      api.cuEventDestroy(s.done);
+  }
+  if (module_)
+    api.cuModuleUnload(module_);
+}
+
+Status GpuKernel::acquire(size_t bytes, ParamSlot *&slot) const {
+  const Driver &drv = ctx_->driver();
+  ParamSlot &s = ring_[next_];
+  next_ = (next_ + 1) % kRing;
+  if (s.inFlight) {
+    // The launches that read this buffer must be done before it is
+    // rewritten (after kRing calls still in flight: rare).
+    if (Status st = drv.check(drv.api().cuEventSynchronize(s.done),
+                              "cuEventSynchronize");
+        !st)
+      return st;
+    s.inFlight = false;
+  }
+  if (!s.done)
+    if (Status st = drv.check(drv.api().cuEventCreate(&s.done, 0), "cuEventCreate");
+        !st)
+      return st;
+  if (s.buf.size() < bytes)
+    if (Status st = DeviceBuffer::allocate(*ctx_, 2 * bytes, s.buf); !st)
+      return st;
+  slot = &s;
+  return Status::ok();
+}
+
+Status GpuKernel::release(ParamSlot &slot, CUstream stream) const {
+  const Driver &drv = ctx_->driver();
+  if (Status st = drv.check(drv.api().cuEventRecord(slot.done, stream),
+                            "cuEventRecord");
+      !st)
+    return st;
+  slot.inFlight = true;
+  return Status::ok();
 }
 
 Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
@@ -216,6 +259,7 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
 
 Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
                          const BlockMask *bm, bool forMaskBuilder,
+                         ParamSlot &slot, CUstream stream,
                          Operands &out) const {
   int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
   detail::Operands ops =
@@ -224,27 +268,26 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
                              : detail::numItems(p, ops);
   size_t ipBytes = ops.ip.size() * 8, fpBytes = align8(ops.fp.size() * 4);
   size_t bmBytes = bm ? bm->classes.size() : 0;
-  size_t need = ipBytes + fpBytes + bmBytes;
-  if (scratch_.size() < need) {
-    // Launches still in flight may read the old parameters: let them finish
-    // before the buffer is replaced (rare: it only grows).
-    if (Status s = ctx_->synchronize(); !s)
-      return s;
-    if (Status s = DeviceBuffer::allocate(*ctx_, 2 * need, scratch_); !s)
-      return s;
-  }
-  std::vector<unsigned char> host(ipBytes + fpBytes, 0);
+  if (slot.buf.size() < ipBytes + fpBytes + bmBytes)
+    return Status::internal("the parameter buffer is too small");
+  // Copied on the launch's stream, so ordered before the launch whatever
+  // the stream (the host bytes are staged before the call returns).
+  std::vector<unsigned char> host(ipBytes + fpBytes + bmBytes, 0);
   std::memcpy(host.data(), ops.ip.data(), ipBytes);
   std::memcpy(host.data() + ipBytes, ops.fp.data(), ops.fp.size() * 4);
-  if (Status s = scratch_.upload(host.data(), host.size()); !s)
-    return s;
   // The block mask: the caller's, uploaded; or written by the builder.
-  if (bm && !forMaskBuilder && a.blockMask == bm)
-    if (Status s = scratch_.upload(bm->classes.data(), bmBytes,
-                                   ipBytes + fpBytes);
-        !s)
-      return s;
-  auto base = static_cast<unsigned char *>(scratch_.data());
+  bool callerMask = bm && !forMaskBuilder && a.blockMask == bm;
+  if (callerMask)
+    std::memcpy(host.data() + ipBytes + fpBytes, bm->classes.data(), bmBytes);
+  size_t upBytes = callerMask ? host.size() : ipBytes + fpBytes;
+  const Driver &drv = ctx_->driver();
+  if (Status s = drv.check(drv.api().cuMemcpyHtoDAsync(
+                               reinterpret_cast<CUdeviceptr>(slot.buf.data()),
+                               host.data(), upBytes, stream),
+                           "cuMemcpyHtoDAsync");
+      !s)
+    return s;
+  auto base = static_cast<unsigned char *>(slot.buf.data());
   out.classes = base + ipBytes + fpBytes;
   std::vector<detail::MemrefDesc> &d = out.descs;
   d.clear();
@@ -264,36 +307,52 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   return Status::ok();
 }
 
+namespace {
+/// Bytes of the parameter arrays (ip, fp) and the block mask of a call.
+size_t paramBytes(const VariantInfo &v, const KernelSpec &spec,
+                  const AttentionArgs &a, const Problem &p, const BlockMask *bm) {
+  int64_t pack = detail::packedHeads(v, spec, p, bm);
+  detail::Operands ops = detail::buildOperands(v, spec, a, p, bm, pack);
+  return ops.ip.size() * 8 + align8(ops.fp.size() * 4) +
+         (bm ? bm->classes.size() : 0);
+}
+} // namespace
+
 Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
   Operands ops;
-  if (variant_.maskKind != MaskKind::Data) {
-    if (Status s = upload(a, p, nullptr, false, ops); !s)
-      return s;
-    return launch(kernel_, ops.descs, ops.items, stream);
+  BlockMask built;
+  const BlockMask *bm = nullptr;
+  if (variant_.maskKind == MaskKind::Data) {
+    if (a.blockMask) {
+      if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
+        return s;
+      bm = a.blockMask;
+    } else {
+      detail::initBlockMask(variant_, image_.spec, p, built);
+      bm = &built;
+    }
   }
-  if (a.blockMask) {
-    if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
+  ParamSlot *slot = nullptr;
+  if (Status s = acquire(paramBytes(variant_, image_.spec, a, p, bm), slot); !s)
+    return s;
+  if (bm == &built) {
+    // Build the block mask on the device, into the slot the kernel reads
+    // (the kernel's upload rewrites ip and fp there, keeps the classes).
+    Operands builder;
+    if (Status s = upload(a, p, bm, true, *slot, stream, builder); !s)
       return s;
-    if (Status s = upload(a, p, a.blockMask, false, ops); !s)
+    if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
       return s;
-    return launch(kernel_, ops.descs, ops.items, stream);
   }
-  // Build the block mask on the device, into the scratch the kernel reads
-  // (the kernel's upload rewrites the same ip and fp, keeps the classes).
-  BlockMask bm;
-  detail::initBlockMask(variant_, image_.spec, p, bm);
-  Operands builder;
-  if (Status s = upload(a, p, &bm, true, builder); !s)
+  if (Status s = upload(a, p, bm, false, *slot, stream, ops); !s)
     return s;
-  if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
+  if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
     return s;
-  if (Status s = upload(a, p, &bm, false, ops); !s)
-    return s;
-  return launch(kernel_, ops.descs, ops.items, stream);
+  return release(*slot, stream);
 }
 
 Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
@@ -307,8 +366,11 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
   std::lock_guard<std::mutex> lock(mu_);
   BlockMask bm;
   detail::initBlockMask(variant_, image_.spec, p, bm);
+  ParamSlot *slot = nullptr;
+  if (Status s = acquire(paramBytes(variant_, image_.spec, a, p, &bm), slot); !s)
+    return s;
   Operands builder;
-  if (Status s = upload(a, p, &bm, true, builder); !s)
+  if (Status s = upload(a, p, &bm, true, *slot, nullptr, builder); !s)
     return s;
   if (Status s = launch(maskBuilder_, builder.descs, builder.items, nullptr); !s)
     return s;
@@ -316,8 +378,8 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
     return s;
   size_t offset = static_cast<size_t>(
       static_cast<unsigned char *>(builder.classes) -
-      static_cast<unsigned char *>(scratch_.data()));
-  if (Status s = scratch_.download(bm.classes.data(), bm.classes.size(), offset);
+      static_cast<unsigned char *>(slot->buf.data()));
+  if (Status s = slot->buf.download(bm.classes.data(), bm.classes.size(), offset);
       !s)
     return s;
   out = std::move(bm);

@@ -7,7 +7,11 @@
 // file in the cache folder and renamed into place (atomic on POSIX), so
 // readers never see a partial entry and concurrent writers of the same key
 // are harmless. A truncated or corrupt entry (bad magic, lengths or
-// checksum) is removed and reported as a miss, never returned.
+// SHA-256) is removed and reported as a miss, never returned; so is
+// anything in the folder that is not a regular file (a link, a FIFO, a
+// device) or is larger than any entry can be. The folder is created 0700
+// and used only while it belongs to this user and no one else can write
+// to it: another local user cannot plant kernels.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_KERNELCACHE_H
@@ -25,7 +29,8 @@ namespace attnc::rt {
 class KernelCache {
 public:
   /// `dir` empty: $ATTNC_CACHE_DIR, else $XDG_CACHE_HOME/attnc, else
-  /// ~/.cache/attnc. The folder is created on first store.
+  /// ~/.cache/attnc, else /tmp/attnc-cache-<uid>. The folder is created on
+  /// first store.
   explicit KernelCache(std::string dir = "");
   const std::string &directory() const { return dir_; }
 
@@ -37,7 +42,7 @@ public:
   /// The file an entry for `key` lives in.
   std::string pathFor(const std::string &key) const;
 
-  /// Hex of a 128-bit FNV-1a-based hash: the entry's file name.
+  /// Hex of the key's SHA-256: the entry's file name.
   static std::string hashKey(const std::string &key);
 
   /// Counters since construction (for tests and `attnc bench`).

@@ -55,6 +55,9 @@ struct DriverApi {
   CUresult (*cuMemGetInfo)(size_t *, size_t *);
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamCreate)(CUstream *, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);

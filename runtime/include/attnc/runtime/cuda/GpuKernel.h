@@ -60,10 +60,12 @@ public:
   const GpuKernelImage &image() const { return image_; }
 
   /// Validates everything, then enqueues on `stream` (null: the null
-  /// stream) and returns without waiting. A data-dependent mask without
-  /// args.blockMask builds its block mask on the device first. The small
-  /// parameter arrays are copied with the (stream-ordered, blocking) null
-  /// stream, so streams created CU_STREAM_NON_BLOCKING are not supported.
+  /// stream; any stream, non-blocking ones included) and returns without
+  /// waiting. A data-dependent mask without args.blockMask builds its block
+  /// mask on the device first. Each call's small parameter arrays go to
+  /// their own buffer of a ring, copied on `stream` ahead of the launch; a
+  /// buffer is reused only once the launches that read it have finished,
+  /// so calls may follow each other without waiting.
   Status run(const AttentionArgs &args, CUstream stream = nullptr) const;
 
   /// Builds the block mask of a data-dependent variant on the device and
@@ -74,21 +76,36 @@ private:
   GpuKernel() = default;
   /// A launch's memref operands (see KernelABI.h) and work items.
   struct Operands;
+  /// One buffer of the parameter ring, and the event recorded after the
+  /// last launch that reads it.
+  struct ParamSlot {
+    DeviceBuffer buf;
+    CUevent done = nullptr;
+    bool inFlight = false;
+  };
   Status launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                 int64_t items, CUstream stream) const;
-  /// Copies ip, fp (and a caller's block mask) to the scratch buffer and
+  /// The next ring buffer, once its previous launches have finished, with
+  /// room for `bytes`.
+  Status acquire(size_t bytes, ParamSlot *&slot) const;
+  /// Marks the slot busy until the work queued on `stream` so far is done.
+  Status release(ParamSlot &slot, CUstream stream) const;
+  /// Copies ip, fp (and a caller's block mask) to the slot on `stream` and
   /// lays out the kernel's (or the block-mask builder's) operands.
   Status upload(const AttentionArgs &a, const Problem &p, const BlockMask *bm,
-                bool forMaskBuilder, Operands &out) const;
+                bool forMaskBuilder, ParamSlot &slot, CUstream stream,
+                Operands &out) const;
 
   const Context *ctx_ = nullptr;
   VariantInfo variant_;
   GpuKernelImage image_;
   CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr, maskBuilder_ = nullptr;
-  // Parameter arrays (ip, fp, block mask) live here between calls.
+  // Parameter arrays (ip, fp, block mask): a ring of buffers.
+  static constexpr int kRing = 4;
   mutable std::mutex mu_;
-  mutable DeviceBuffer scratch_;
+  mutable ParamSlot ring_[kRing];
+  mutable int next_ = 0;
 };
 
 /// Device copies of every view of host-resident arguments (q, k, v, out,

@@ -1,0 +1,129 @@
+//===- Streams.cpp - Work queued on streams, run at synchronization ------===//
+#include "Streams.h"
+#include "DeviceMemory.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace attnc::emu {
+
+void reportFault(const std::string &what); // Driver.cpp
+
+Streams &Streams::get() {
+  static Streams *s = new Streams();
+  return *s;
+}
+
+std::deque<Streams::Work> &Streams::queueOf(void *stream) {
+  // The null stream, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2), and
+  // every blocking stream share the legacy queue.
+  auto *s = reinterpret_cast<uintptr_t>(stream) > 2 ? static_cast<Stream *>(stream)
+                                                      : nullptr;
+  if (s && s->nonBlocking)
+    return nonBlocking_[stream];
+  return legacy_;
+}
+
+void Streams::enqueue(void *stream, Work w) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  queueOf(stream).push_back(std::move(w));
+  // ATTNC_EMU_SYNC=1: run everything at once (debugging).
+  if (const char *v = std::getenv("ATTNC_EMU_SYNC"); v && *v == '1')
+    if (int r = run(queueOf(stream)); r && !pending_)
+      pending_ = r;
+}
+
+void Streams::launch(void *stream, const Kernel &k, const LaunchShape &s,
+                     void **params) {
+  Work w;
+  w.kind = Work::Launch;
+  w.kernel = &k;
+  w.shape = s;
+  w.bytes.assign(k.paramBytes + 8, 0);
+  for (size_t i = 0; i < k.params.size(); ++i)
+    std::memcpy(w.bytes.data() + k.params[i].offset, params[i], k.params[i].size);
+  enqueue(stream, std::move(w));
+}
+
+void Streams::copyToDevice(void *stream, uint64_t dst, const void *src, size_t n) {
+  Work w;
+  w.kind = Work::ToDevice;
+  w.dev = dst;
+  w.bytes.assign(static_cast<const uint8_t *>(src), static_cast<const uint8_t *>(src) + n);
+  w.n = n;
+  enqueue(stream, std::move(w));
+}
+
+void Streams::copyToHost(void *stream, void *dst, uint64_t src, size_t n) {
+  Work w;
+  w.kind = Work::ToHost;
+  w.host = dst;
+  w.dev = src;
+  w.n = n;
+  enqueue(stream, std::move(w));
+}
+
+void Streams::record(void *stream, Event *e) {
+  Work w;
+  w.kind = Work::Record;
+  w.event = e;
+  enqueue(stream, std::move(w));
+}
+
+int Streams::run(std::deque<Work> &q) {
+  int first = 0;
+  while (!q.empty()) {
+    Work w = std::move(q.front());
+    q.pop_front();
+    switch (w.kind) {
+    case Work::Launch: {
+      std::vector<void *> ptrs;
+      for (const ParamSlot &p : w.kernel->params)
+        ptrs.push_back(w.bytes.data() + p.offset);
+      MemoryMap mem = DeviceMemory::get().snapshot();
+      std::string what;
+      int r = emu::launch(*w.kernel, w.shape, ptrs.data(), mem,
+                          launchOptionsFromEnv(), what);
+      if (r) {
+        reportFault(what);
+        first = first ? first : r;
+      }
+      break;
+    }
+    case Work::ToDevice:
+      std::memcpy(reinterpret_cast<void *>(w.dev), w.bytes.data(), w.n);
+      break;
+    case Work::ToHost:
+      std::memcpy(w.host, reinterpret_cast<void *>(w.dev), w.n);
+      break;
+    case Work::Record:
+      w.event->t = std::chrono::steady_clock::now();
+      w.event->recorded = true;
+      break;
+    }
+  }
+  return first;
+}
+
+int Streams::sync(void *stream) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  int r = run(queueOf(stream));
+  r = r ? r : pending_;
+  pending_ = 0;
+  return r;
+}
+
+int Streams::syncAll() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  int r = run(legacy_);
+  for (auto &[s, q] : nonBlocking_) {
+    int e = run(q);
+    r = r ? r : e;
+  }
+  r = r ? r : pending_;
+  pending_ = 0;
+  return r;
+}
+
+} // namespace attnc::emu

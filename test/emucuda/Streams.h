@@ -1,0 +1,81 @@
+//===- Streams.h - Work queued on streams, run at synchronization --------===//
+//
+// The emulator orders work as CUDA does, so that code which relies on an
+// ordering it never asked for fails here as it would on a device. Kernel
+// launches and asynchronous copies are queued on their stream and run only
+// when something waits for them: cuStreamSynchronize, cuCtxSynchronize,
+// cuEventSynchronize, or a synchronous call. With the legacy default
+// stream, the null stream and every blocking stream form one queue, which
+// a synchronous copy or memset waits for; a non-blocking stream
+// (CU_STREAM_NON_BLOCKING) has its own queue that nothing but its own
+// synchronization (or cuCtxSynchronize, cuMemFree, cuModuleUnload) runs.
+// A fault of a queued kernel is returned by the call that ran it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_EMU_STREAMS_H
+#define ATTNC_EMU_STREAMS_H
+
+#include "Launch.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace attnc::emu {
+
+/// A created stream (cuStreamCreate); the null stream is no object.
+struct Stream {
+  bool nonBlocking = false;
+};
+
+struct Event {
+  std::chrono::steady_clock::time_point t;
+  bool recorded = false;
+};
+
+class Streams {
+public:
+  static Streams &get();
+
+  /// Queues a launch; the parameters are copied now, as cuLaunchKernel does.
+  void launch(void *stream, const Kernel &k, const LaunchShape &s, void **params);
+  /// Queues a host-to-device copy (the host bytes are copied now).
+  void copyToDevice(void *stream, uint64_t dst, const void *src, size_t n);
+  /// Queues a device-to-host copy (the host buffer must stay valid).
+  void copyToHost(void *stream, void *dst, uint64_t src, size_t n);
+  void record(void *stream, Event *e);
+
+  /// Runs the queue of `stream` (the legacy queue for the null stream and
+  /// blocking streams); returns the first fault (a CUDA error), or 0.
+  int sync(void *stream);
+  /// Runs every queue.
+  int syncAll();
+
+private:
+  struct Work {
+    enum Kind { Launch, ToDevice, ToHost, Record } kind;
+    const Kernel *kernel = nullptr;
+    LaunchShape shape;
+    std::vector<uint8_t> bytes; // launch parameters, or host data
+    uint64_t dev = 0;
+    void *host = nullptr;
+    size_t n = 0;
+    Event *event = nullptr;
+  };
+  std::deque<Work> &queueOf(void *stream);
+  void enqueue(void *stream, Work w);
+  int run(std::deque<Work> &q);
+
+  std::recursive_mutex mu_;
+  int pending_ = 0; // a fault of work run eagerly (ATTNC_EMU_SYNC)
+  std::deque<Work> legacy_;
+  std::map<void *, std::deque<Work>> nonBlocking_;
+};
+
+} // namespace attnc::emu
+
+#endif
