@@ -11,7 +11,8 @@ runtime_only=0
 
 packages=(cmake ninja-build g++ catch2 libfmt-dev nlohmann-json3-dev libssl-dev python3)
 if [[ $runtime_only == 0 ]]; then
-  packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib)
+  packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib
+             clang libclang-rt-dev)
 fi
 
 missing=()

@@ -152,6 +152,11 @@ Status readNpy(const std::string &path, NpyArray &out) {
   // file holds.
   if (Status s = readFileLimited(path, size_t(1) << 40, file); !s)
     return s;
+  return parseNpy(file, path, out);
+}
+
+Status parseNpy(const std::string &file, const std::string &path,
+                NpyArray &out) {
   auto bad = [&](const std::string &why) {
     return Status::invalidArgument(
         fmt::format("'{}' is not a valid .npy file: {}", path, why));

@@ -12,8 +12,13 @@ constexpr size_t kAlign = 256, kGuard = 256;
 }
 
 DeviceMemory &DeviceMemory::get() {
-  static DeviceMemory *m = new DeviceMemory(); // lives as long as the process
-  return *m;
+  static DeviceMemory m; // destroyed when the library is unloaded
+  return m;
+}
+
+DeviceMemory::~DeviceMemory() {
+  for (const Allocation &a : allocs_)
+    std::free(reinterpret_cast<void *>(a.base));
 }
 
 uint64_t DeviceMemory::allocate(size_t bytes) {

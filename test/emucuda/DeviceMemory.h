@@ -17,6 +17,8 @@ namespace attnc::emu {
 class DeviceMemory {
 public:
   static DeviceMemory &get();
+  /// Frees what is still allocated, as a context's destruction does.
+  ~DeviceMemory();
   /// 0 when the host is out of memory.
   uint64_t allocate(size_t bytes);
   /// False for an address that is not the start of a live allocation.

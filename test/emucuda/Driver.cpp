@@ -59,8 +59,8 @@ struct State {
   std::string lastReport;
 };
 State &state() {
-  static State *s = new State();
-  return *s;
+  static State s; // destroyed when the library is unloaded
+  return s;
 }
 
 struct EmuModule {

@@ -11,8 +11,8 @@ namespace attnc::emu {
 void reportFault(const std::string &what); // Driver.cpp
 
 Streams &Streams::get() {
-  static Streams *s = new Streams();
-  return *s;
+  static Streams s; // destroyed when the library is unloaded
+  return s;
 }
 
 std::deque<Streams::Work> &Streams::queueOf(void *stream) {

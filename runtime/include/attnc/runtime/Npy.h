@@ -20,6 +20,9 @@ struct NpyArray {
 };
 
 Status readNpy(const std::string &path, NpyArray &out);
+/// The same, from the bytes of a file (`origin` names it in errors).
+Status parseNpy(const std::string &bytes, const std::string &origin,
+                NpyArray &out);
 Status writeNpy(const std::string &path, const NpyArray &a);
 
 } // namespace attnc::rt
