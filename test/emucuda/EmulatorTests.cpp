@@ -533,3 +533,23 @@ TEST_CASE("streams: a queued kernel's fault is returned by the wait", "[emucuda]
   CHECK(cuCtxSynchronize() == 700);
   CHECK(cuCtxSynchronize() == 0); // reported once
 }
+
+TEST_CASE("half-precision compares and min/max (LLVM narrows them)", "[emucuda]") {
+  // out[0] = (1.5 < 2.0 as f16), out[1] = bits of max.f16(1.5, -3.0),
+  // out[2] = (NaN unordered-or-greater than 0, as bf16), out[3] = abs(-2) bits.
+  Ptx m(kernel("  .reg .b16 %h<8>;\n"
+               "  mov.b16 %h1, 0x3E00;\n  mov.b16 %h2, 0x4000;\n  mov.b16 %h3, 0xC200;\n"
+               "  setp.lt.f16 %p1, %h1, %h2;\n  selp.u32 %r2, 1, 0, %p1;\n"
+               "  st.global.b32 [%rd1], %r2;\n"
+               "  max.f16 %h4, %h1, %h3;\n  cvt.u32.u16 %r3, %h4;\n"
+               "  st.global.b32 [%rd1+4], %r3;\n"
+               "  mov.b16 %h5, 0x7FC0;\n  mov.b16 %h6, 0x0000;\n"
+               "  setp.gtu.bf16 %p2, %h5, %h6;\n  selp.u32 %r4, 1, 0, %p2;\n"
+               "  st.global.b32 [%rd1+8], %r4;\n"
+               "  abs.f16 %h7, %h3;\n  cvt.u32.u16 %r5, %h7;\n  st.global.b32 [%rd1+12], %r5;\n"));
+  INFO(m.log);
+  REQUIRE(m.status == 0);
+  Buf out(16);
+  REQUIRE(m.run("k", 1, 1, {out.p, 0}) == 0);
+  CHECK(out.get<uint32_t>() == std::vector<uint32_t>{1, 0x3E00, 1, 0x4200});
+}

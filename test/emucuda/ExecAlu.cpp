@@ -396,6 +396,47 @@ template <class T> void setp(Cta &, Warp &w, const Instr &in, uint32_t m) {
       slot(w, q, l) = comb(!t);
   });
 }
+/// setp on f16/bf16 values: compared as the floats they are.
+template <bool Bf> void setpHalf(Cta &, Warp &w, const Instr &in, uint32_t m) {
+  int32_t p = in.op[0].r[0], q = in.op[1].kind == Operand::Reg ? in.op[1].r[0] : -1;
+  int32_t a = in.op[2].r[0], b = in.op[3].r[0], c = in.op[4].r[0];
+  uint32_t cmp = in.aux & 0xff;
+  auto f = [](uint16_t h) { return Bf ? bf16ToFloat(h) : f16ToFloat(h); };
+  forLanes(m, [&](int l) {
+    bool t = compare<float>(cmp, f(get<uint16_t>(w, a, l)), f(get<uint16_t>(w, b, l)));
+    bool cv = in.aux2 == BNone || ((slot(w, c, l) != 0) != (in.vec == 2));
+    auto comb = [&](bool v) {
+      switch (in.aux2) {
+      case BAnd: return v && cv;
+      case BOr: return v || cv;
+      case BXor: return v != cv;
+      }
+      return v;
+    };
+    slot(w, p, l) = comb(t);
+    if (q >= 0)
+      slot(w, q, l) = comb(!t);
+  });
+}
+
+/// min/max/neg/abs on f16/bf16: computed as floats, rounded back (exact
+/// for these operations).
+template <bool Bf, class F> void halfBin(Cta &, Warp &w, const Instr &in, uint32_t m) {
+  int32_t d = in.op[0].r[0], a = in.op[1].r[0], b = in.op[2].r[0];
+  auto f = [](uint16_t h) { return Bf ? bf16ToFloat(h) : f16ToFloat(h); };
+  forLanes(m, [&](int l) {
+    float r = F::template f<float>(f(get<uint16_t>(w, a, l)), f(get<uint16_t>(w, b, l)));
+    put<uint16_t>(w, d, l, Bf ? floatToBf16(r) : floatToF16(r));
+  });
+}
+template <bool Bf, bool Neg> void halfSign(Cta &, Warp &w, const Instr &in, uint32_t m) {
+  int32_t d = in.op[0].r[0], a = in.op[1].r[0];
+  forLanes(m, [&](int l) {
+    uint16_t x = get<uint16_t>(w, a, l);
+    put<uint16_t>(w, d, l, Neg ? uint16_t(x ^ 0x8000u) : uint16_t(x & 0x7fffu));
+  });
+}
+
 Handler setpFor(Ty t) {
   switch (t) {
   case Ty::S16: return setp<int16_t>;
@@ -406,6 +447,8 @@ Handler setpFor(Ty t) {
   case Ty::U64: case Ty::B64: return setp<uint64_t>;
   case Ty::F32: return setp<float>;
   case Ty::F64: return setp<double>;
+  case Ty::F16: return setpHalf<false>;
+  case Ty::BF16: return setpHalf<true>;
   default: return nullptr;
   }
 }
@@ -563,6 +606,18 @@ bool bindAlu(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
     if (op == "sin") return un(fltUnFor<FSin>(t));
     if (op == "cos") return un(fltUnFor<FCos>(t));
     if (op == "tanh") return un(fltUnFor<FTanh>(t));
+  }
+  if ((t == Ty::F16 || t == Ty::BF16) &&
+      (op == "min" || op == "max" || op == "neg" || op == "abs")) {
+    bool bf = t == Ty::BF16, nan = hasPart(p, "NaN");
+    if (op == "neg" || op == "abs")
+      return un(op == "neg" ? (bf ? halfSign<true, true> : halfSign<false, true>)
+                            : (bf ? halfSign<true, false> : halfSign<false, false>));
+    if (op == "min")
+      return bin(nan ? (bf ? halfBin<true, FMinNaN> : halfBin<false, FMinNaN>)
+                     : (bf ? halfBin<true, FMin> : halfBin<false, FMin>));
+    return bin(nan ? (bf ? halfBin<true, FMaxNaN> : halfBin<false, FMaxNaN>)
+                   : (bf ? halfBin<true, FMax> : halfBin<false, FMax>));
   }
   if (tyFloat(t) && !isFloat &&
       (op == "add" || op == "sub" || op == "mul" || op == "fma" || op == "min" ||
