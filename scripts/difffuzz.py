@@ -148,8 +148,18 @@ class Gen:
             b = lit_i(r.choice([1, 2, 3, 7, 16, -5])) if op == "*" and r.random() < 0.7 else self.i32(d - 1)
             return N("bin", "i32", [a, b], val=op)
         if c < 0.55:
+            # Divisors that are often 0 (b, h, q - kv, ...) exercise the
+            # language's total division (x / 0 = 0, x % 0 = x).
             op = r.choice(["/", "%"])
-            b = lit_i(r.choice([2, 3, 16, 64, -7])) if r.random() < 0.7 else self.i32(d - 1)
+            k = r.random()
+            if k < 0.4:
+                b = lit_i(r.choice([2, 3, 16, 64, -7, -1]))
+            elif k < 0.75:
+                b = r.choice([N("name", "i32", val="b"), N("name", "i32", val="h"),
+                              N("bin", "i32", [N("name", "i32", val="q"), N("name", "i32", val="kv")], val="-"),
+                              N("bin", "i32", [N("name", "i32", val="kv"), lit_i(3)], val="%")])
+            else:
+                b = self.i32(d - 1)
             return N("bin", "i32", [self.i32(d - 1), b], val=op)
         if c < 0.62:
             return N("neg", "i32", [self.i32(d - 1)])
@@ -184,13 +194,13 @@ class Gen:
             return N("lit", "bool", val=r.choice(["true", "false"]))
         c = r.random()
         if c < 0.5:
-            # An affine comparison of positions most of the time.
+            # Mostly a position against a function of the other position, so
+            # that the mask cuts through the tiles rather than keeping or
+            # dropping everything.
             op = r.choice(["<", "<=", ">", ">=", "==", "!="])
-            if r.random() < 0.6:
-                a = N("bin", "i32", [N("name", "i32", val=r.choice(["q", "kv"])),
-                                     self.i32(min(d - 1, 1))], val=r.choice(["+", "-"]))
-                b = N("name", "i32", val=r.choice(["q", "kv"]))
-                return N("bin", "bool", [a, b], val=op)
+            if r.random() < 0.75:
+                pos, other = r.sample(["q", "kv"], 2)
+                return N("bin", "bool", [N("name", "i32", val=pos), self.pos_expr(other, d - 1)], val=op)
             return N("bin", "bool", [self.i32(d - 1), self.i32(d - 1)], val=op)
         if c < 0.7:
             return N("bin", "bool", [self.bool(d - 1), self.bool(d - 1)],
@@ -205,6 +215,29 @@ class Gen:
         if c < 0.95:
             return N("bin", "bool", [self.bool(d - 1), self.bool(d - 1)], val=r.choice(["==", "!="]))
         return N("tern", "bool", [self.bool(d - 1), self.bool(d - 1), self.bool(d - 1)])
+
+    def pos_expr(self, pos, d):
+        """An i32 function of position `pos` in the range of the lengths
+        used: affine, or through min, max, clamp, abs, / and %."""
+        r = self.r
+        x = N("name", "i32", val=pos)
+        c = lit_i(r.choice([0, 1, 3, 7, 16, 33, 50, 64, 100]))
+        k = r.random()
+        if k < 0.25:
+            return N("bin", "i32", [x, self.i32(min(d, 1)) if r.random() < 0.5 else c], val=r.choice(["+", "-"]))
+        if k < 0.4:
+            return N("call", "i32", [x, c], val=r.choice(["min", "max"]))
+        if k < 0.5:
+            return N("call", "i32", [x, lit_i(r.choice([0, 5, 20])), lit_i(r.choice([30, 60, 90]))], val="clamp")
+        if k < 0.6:
+            return N("call", "i32", [N("bin", "i32", [x, c], val="-")], val="abs")
+        if k < 0.72:
+            return N("bin", "i32", [x, lit_i(r.choice([2, 3, 16, 32]))], val=r.choice(["/", "%"]))
+        if k < 0.8:
+            return N("bin", "i32", [x, lit_i(r.choice([2, -1, 3]))], val="*")
+        if k < 0.9:
+            return N("tern", "i32", [self.bool(d), x, c])
+        return N("bin", "i32", [x, self.i32(d)], val=r.choice(["+", "-"]))
 
     def exact_f32(self, d):
         """A float every backend computes alike: small integers and quarters
@@ -235,9 +268,13 @@ class Gen:
         r = self.r
         if d <= 0 or r.random() < 0.2:
             names = [x for x in self.names if x[1] == "f32"]
-            if names and r.random() < 0.6:
+            if names and r.random() < 0.5:
                 return N("name", "f32", val=r.choice(names)[0], exact=False, bound=16)
-            return self.clamped(self.exact_f32(0))
+            # Often a function of the positions (scaled into range).
+            if r.random() < 0.5:
+                pos = N("call", "f32", [self.pos_expr(r.choice(["q", "kv"]), 0)], val="f32")
+                return self.clamped(N("bin", "f32", [pos, lit_f(r.choice([0.1, 0.03, -0.05]))], val="*"))
+            return self.clamped(self.exact_f32(1))
         c = r.random()
         x = self.approx(d - 1)
         if c < 0.12:
@@ -470,6 +507,33 @@ def minimize(runner, prog, shape, gpu, kind, budget):
                     prog, changed = q, True
         if gpu and fails(prog, shape, False):
             gpu, changed = False, True
+        # Drop lets, helpers and parameters nothing uses any more.
+        import re
+
+        def used(name, p):
+            text = p.render()
+            return len(re.findall(r"\b%s\b" % re.escape(name), text)) > 1
+
+        for lets in ("score_lets", "mask_lets"):
+            for i in reversed(range(len(getattr(prog, lets)))):
+                if not used(getattr(prog, lets)[i][0], prog):
+                    q = copy.deepcopy(prog)
+                    del getattr(q, lets)[i]
+                    prog, changed = q, True
+        for i in reversed(range(len(prog.fns))):
+            name = prog.fns[i].split()[1].split("(")[0]
+            if not used(name, prog):
+                q = copy.deepcopy(prog)
+                del q.fns[i]
+                prog, changed = q, True
+        for i in reversed(range(len(prog.params))):
+            name = prog.params[i][0]
+            if not used(name, prog):
+                q = copy.deepcopy(prog)
+                del q.params[i]
+                q.sets.pop(name, None)
+                if fails(q, shape, gpu):
+                    prog, changed = q, True
         for i in range(len(nodes_of(prog))):
             if time.monotonic() > end:
                 break
