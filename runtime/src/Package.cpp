@@ -49,6 +49,7 @@ std::string Package::serialize() const {
       jk["block_n"] = k.spec.blockN;
       jk["threads"] = k.threads;
       jk["shared_bytes"] = k.sharedBytes;
+      jk["dynamic_shared_bytes"] = k.dynamicSharedBytes;
       jk["kernel"] = k.kernel;
       jk["kernel_params"] = k.kernelParams;
       if (!k.maskBuilder.empty()) {
@@ -162,7 +163,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
     return false;
   }
   std::string dtype;
-  int64_t threads = 0, shared = 0;
+  int64_t threads = 0, shared = 0, dynShared = 0;
   if (!stringField(jk, "target", k.target, why) ||
       !stringField(jk, "dtype", dtype, why) ||
       !intField(jk, "head_dim", 8, 256, k.spec.headDim, why) ||
@@ -171,12 +172,21 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !intField(jk, "block_n", 8, 1024, k.spec.blockN, why) ||
       !intField(jk, "threads", 32, 1024, threads, why) ||
       !intField(jk, "shared_bytes", 0, kMaxSharedBytes, shared, why) ||
+      !intField(jk, "dynamic_shared_bytes", 0, kMaxSharedBytes, dynShared,
+                why) ||
       !stringField(jk, "kernel", k.kernel, why, 256) ||
       !paramSizes(jk, "kernel_params", k.kernelParams, why) ||
       !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
   k.threads = threads;
   k.sharedBytes = shared;
+  k.dynamicSharedBytes = dynShared;
+  if (shared + dynShared > kMaxSharedBytes) {
+    why = fmt::format("kernel '{}' asks for {} bytes of shared memory; no "
+                      "device has more than {}",
+                      k.kernel, shared + dynShared, kMaxSharedBytes);
+    return false;
+  }
   int target = targetNumber(k.target);
   if (!target) {
     why = fmt::format("kernel '{}' has target '{}' (expected sm_NN)", k.kernel,

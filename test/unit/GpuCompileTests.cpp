@@ -43,12 +43,17 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   s->setKernelCache(cache);
   GpuKernelImage cold;
   REQUIRE(s->compileGpu("docs", spec, "sm_90", cold).isOk());
-  // The tensor-core kernel: 4 warps, two stages of padded K and V rows.
-  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m64n32w4s2");
-  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m64n32w4s2_block_mask");
-  CHECK(cold.spec.blockN == 32); // shrunk to fit 48 KB of shared memory
-  CHECK(cold.sharedBytes == 2 * (136 + 136) * 32 * 2);
-  CHECK(cold.threads == 128);
+  // The tensor-core kernel with the configuration table's tiles for D=128:
+  // 8 warps x 16 rows, 64 keys, two stages of swizzled K and V rows in
+  // dynamic shared memory (Q borrows stage 1 until it is in registers).
+  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m128n64w8s2");
+  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m128n64w8s2_block_mask");
+  CHECK(cold.spec.blockM == 128);
+  CHECK(cold.spec.blockN == 64);
+  CHECK(cold.sharedBytes == 0);
+  CHECK(cold.dynamicSharedBytes == 2 * 64 * (128 + 128) * 2);
+  CHECK(cold.threads == 256);
+  CHECK(cold.ptx.find(".extern .shared .align 16 .b8") != std::string::npos);
   CHECK(cold.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") !=
         std::string::npos);
   CHECK(cold.kernelParams == std::vector<int>(5 * 9 + 1, 8));
@@ -74,6 +79,21 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   REQUIRE(s2->compileGpu("docs", spec, "sm_80", other).isOk());
   CHECK(other.ptx.find(".target sm_80") != std::string::npos);
   CHECK(cache2->misses == 1);
+
+  // Tiles asked for are kept, block_n shrunk to what the target's shared
+  // memory holds: on sm_86 (99 KB) 2 stages x 80 keys x 256 elements and
+  // Q's 64 x 128 (2 m-tiles per warp re-read Q from shared memory).
+  KernelSpec asked = spec;
+  asked.blockM = 64;
+  asked.blockN = 256;
+  asked.warps = 2;
+  REQUIRE(s2->compileGpu("docs", asked, "sm_86", other).isOk());
+  CHECK(other.kernel == "attnc_docs_bf16_d128v128_m64n80w2s2");
+  CHECK(other.dynamicSharedBytes == (2 * 80 * 256 + 64 * 128) * 2);
+  CHECK(other.dynamicSharedBytes <= 101376);
+  // sm_90 (227 KB) holds 208 of them.
+  REQUIRE(s2->compileGpu("docs", asked, "sm_90", other).isOk());
+  CHECK(other.kernel == "attnc_docs_bf16_d128v128_m64n208w2s2");
 
   // A corrupt entry is detected and recompiled, not loaded.
   for (auto &e : fs::directory_iterator(dir)) {

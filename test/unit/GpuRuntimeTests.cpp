@@ -195,9 +195,9 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
         "\"attnc-package\"");
   std::string text = p.serialize();
   std::string v2 = text;
-  v2.replace(v2.find("\"version\": 1"), 12, "\"version\": 2");
-  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 1 "
-                     "expected, found 2");
+  v2.replace(v2.find("\"version\": 2"), 12, "\"version\": 1");
+  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 2 "
+                     "expected, found 1");
   // The manifest's parameter count must be the PTX's.
   Package wrong = p;
   wrong.variants[0].kernels[0].kernelParams.pop_back();
@@ -256,8 +256,12 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   CHECK_THAT(error(edit("\"kernel_params\": [", "\"kernel_params\": [\"8\", ")),
              Catch::Contains("not a parameter size"));
   // Out of range, never truncated.
-  CHECK_THAT(error(edit("\"version\": 1", "\"version\": 4294967297")),
-             Catch::Contains("version 1 expected, found 4294967297"));
+  CHECK_THAT(error(edit("\"version\": 2", "\"version\": 4294967297")),
+             Catch::Contains("version 2 expected, found 4294967297"));
+  // Shared memory no device has.
+  CHECK_THAT(error(edit("\"dynamic_shared_bytes\": 0",
+                        "\"dynamic_shared_bytes\": 232000")),
+             Catch::Contains("no device has more than 232448"));
   CHECK_THAT(error(edit("\"head_dim\": 64", "\"head_dim\": 9223372036854775807")),
              Catch::Contains("\"head_dim\" must be an integer in [8, 256]"));
   CHECK_THAT(error(edit("\"threads\": 64", "\"threads\": 18446744073709551615")),
@@ -366,6 +370,14 @@ TEST_CASE("loading a kernel reports the JIT log, the target and the ABI",
   big.sharedBytes = 64 * 1024;
   CHECK(GpuKernel::load(*ctx, v.info, big, k).message().find(
             "65536 bytes of static shared memory") != std::string::npos);
+
+  // Dynamic shared memory beyond what the device lets a block opt in to.
+  GpuKernelImage huge = v.kernels[0];
+  huge.sharedBytes = 0;
+  huge.dynamicSharedBytes = 200000;
+  CHECK_THAT(GpuKernel::load(*ctx, v.info, huge, k).message(),
+             Catch::Contains("needs 200000 bytes of shared memory per block, "
+                             "but attnc-emucuda"));
 }
 
 TEST_CASE("a launch gets one block per work item and the ABI's parameters",

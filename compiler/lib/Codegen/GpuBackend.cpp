@@ -55,23 +55,63 @@ bool isGpuTarget(const std::string &t) {
 
 namespace {
 constexpr int64_t kStaticShared = 48 * 1024;
-/// Shared bytes per key of the tensor-core kernel: a K and a V row (padded
-/// by 8 elements) in each of 2 stages, 2 bytes per element.
-int64_t tcBytesPerKey(const rt::KernelSpec &s) {
-  return 2 * ((s.headDim + 8) + (s.vHeadDim + 8)) * 2;
+
+/// The opt-in dynamic shared memory per block of a target's devices
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80, 99 KB on
+/// sm_86/sm_89, 227 KB on sm_90.
+int64_t sharedOptIn(const std::string &target) {
+  if (target == "sm_80")
+    return 166912;
+  if (target == "sm_90")
+    return 232448;
+  return 101376;
+}
+
+/// The configuration table of the tensor-core form: block_m, block_n and
+/// warps per head-dim class. 128-row tiles of 8 warps x 16 rows: the
+/// largest that ptxas assembles with no spills today (2 m-tiles per warp,
+/// which halve the shared-memory reads per row, spill at block_n >= 32
+/// while indices are 64-bit). Chosen from ptxas's figures, not yet timed
+/// on a device (docs/kernels.md).
+struct TileChoice {
+  int64_t maxDim, blockM, blockN, warps;
+};
+constexpr TileChoice kTensorCoreTable[] = {
+    {64, 128, 64, 8},
+    {128, 128, 64, 8},
+};
+
+bool requestsDefaults(const rt::KernelSpec &s) {
+  rt::KernelSpec d;
+  return s.blockM == d.blockM && s.blockN == d.blockN && s.warps == d.warps;
 }
 } // namespace
 
-rt::KernelSpec gpuSpec(const rt::KernelSpec &requested) {
-  rt::KernelSpec s = requested;
+rt::KernelSpec gpuSpec(const rt::KernelSpec &requested,
+                       const std::string &target) {
   rt::KernelSpec tc = requested;
+  if (requestsDefaults(requested)) {
+    int64_t d = std::max(requested.headDim, requested.vHeadDim);
+    for (const TileChoice &c : kTensorCoreTable)
+      if (d <= c.maxDim) {
+        tc.blockM = c.blockM;
+        tc.blockN = c.blockN;
+        tc.warps = c.warps;
+        break;
+      }
+  }
   // Tensor cores: the largest KV tile (a multiple of 16, at most the
-  // request) whose two stages fit the static shared memory.
-  tc.blockN = std::min<int64_t>(s.blockN,
-                                kStaticShared / tcBytesPerKey(s)) / 16 * 16;
-  if (useTensorCores(tc))
+  // request) whose stages fit the target's shared memory.
+  tc.blockN = tc.blockN / 16 * 16;
+  while (tc.blockN > 16 &&
+         tensorCoreLayout(tc).sharedBytes() > sharedOptIn(target))
+    tc.blockN -= 16;
+  if (useTensorCores(tc) &&
+      tensorCoreLayout(tc).sharedBytes() <= sharedOptIn(target))
     return tc;
-  // SIMT: K^T and V tiles in f32.
+  // SIMT: K^T and V tiles in f32, static shared memory.
+  rt::KernelSpec s = requested;
+  s.warps = 0;
   int64_t perKey = (s.headDim + s.vHeadDim) * 4;
   s.blockN = std::max<int64_t>(
       8, std::min<int64_t>(s.blockN, (kStaticShared / perKey) / 8 * 8));
@@ -79,18 +119,23 @@ rt::KernelSpec gpuSpec(const rt::KernelSpec &requested) {
 }
 
 int64_t gpuThreads(const rt::KernelSpec &spec) {
-  return useTensorCores(spec) ? spec.blockM / 16 * 32 : spec.blockM;
+  return useTensorCores(spec) ? tensorCoreLayout(spec).warps * 32
+                              : spec.blockM;
 }
 
 int64_t gpuSharedBytes(const rt::KernelSpec &spec) {
   if (useTensorCores(spec))
-    return tcBytesPerKey(spec) * spec.blockN;
+    return 0;
   return (spec.headDim + spec.vHeadDim) * spec.blockN * 4;
+}
+
+int64_t gpuDynamicSharedBytes(const rt::KernelSpec &spec) {
+  return useTensorCores(spec) ? tensorCoreLayout(spec).sharedBytes() : 0;
 }
 
 std::string gpuKernelName(StringRef variant, const rt::KernelSpec &spec) {
   int64_t warps = (gpuThreads(spec) + 31) / 32;
-  int64_t stages = useTensorCores(spec) ? 2 : 1;
+  int64_t stages = useTensorCores(spec) ? tensorCoreLayout(spec).stages : 1;
   return ("attnc_" + variant + "_" + std::string(rt::dtypeName(spec.dtype)) +
           "_d" + std::to_string(spec.headDim) + "v" +
           std::to_string(spec.vHeadDim) + "_m" + std::to_string(spec.blockM) +
@@ -101,6 +146,7 @@ std::string gpuKernelName(StringRef variant, const rt::KernelSpec &spec) {
 
 OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
                                      const FlashConfig &config,
+                                     const std::string &target,
                                      std::string &error) {
   MLIRContext *ctx = variant.getContext();
   ctx->loadDialect<gpu::GPUDialect, NVVM::NVVMDialect>();
@@ -113,10 +159,9 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   MaskAnalysis mask = analyzeMask(copy);
   auto gm = gpu::GPUModuleOp::create(b, variant.getLoc(), "attnc_kernels");
-  // K^T and V tiles live in static shared memory, at most 48 KB per block
-  // without the dynamic opt-in: shrink the KV tile for large head dims.
+  // The tiles the target's shared memory holds.
   FlashConfig cfg = config;
-  cfg.spec = gpuSpec(config.spec);
+  cfg.spec = gpuSpec(config.spec, target);
   if (failed(buildGpuFlashProgram(gm, copy, mask, cfg,
                                   gpuKernelName(variant.getSymName(), cfg.spec)))) {
     error = "cannot build the GPU program for variant '" +
@@ -246,7 +291,17 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   gpuPm.addPass(createConvertGpuOpsToNVVMOps());
   gpuPm.addPass(createCanonicalizer());
   gpuPm.addPass(createReconcileUnrealizedCastsPass());
-  return pm.run(module);
+  if (failed(pm.run(module)))
+    return failure();
+  // gpu.dynamic_shared_memory becomes a zero-sized shared global with
+  // internal linkage, which the NVPTX backend demotes to a 1-byte static
+  // variable; dynamic shared memory is an `.extern .shared` array.
+  module.walk([](LLVM::GlobalOp g) {
+    auto arr = dyn_cast<LLVM::LLVMArrayType>(g.getGlobalType());
+    if (g.getAddrSpace() == 3 && arr && arr.getNumElements() == 0)
+      g.setLinkage(LLVM::Linkage::External);
+  });
+  return success();
 }
 
 std::string emitPTX(ModuleOp module, std::string &error) {
@@ -286,7 +341,7 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   FlashConfig config;
   config.spec = spec;
   std::string error;
-  OwningOpRef<ModuleOp> m = buildGpuModule(variant, config, error);
+  OwningOpRef<ModuleOp> m = buildGpuModule(variant, config, target, error);
   if (!m)
     return rt::Status::internal(error);
   if (failed(lowerToNVVM(*m, target)))
@@ -298,9 +353,10 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (out.ptx.empty())
     return rt::Status::internal(error);
   out.target = target;
-  out.spec = gpuSpec(spec);
+  out.spec = gpuSpec(spec, target);
   out.threads = gpuThreads(out.spec);
   out.sharedBytes = gpuSharedBytes(out.spec);
+  out.dynamicSharedBytes = gpuDynamicSharedBytes(out.spec);
   out.kernel = gpuKernelName(variant.getSymName(), out.spec);
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);
       !s)

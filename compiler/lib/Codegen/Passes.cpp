@@ -130,7 +130,7 @@ struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
     b.setInsertionPointToEnd(m.getBody());
     auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
     FlashConfig config;
-    config.spec = gpuSpec(*s);
+    config.spec = gpuSpec(*s, "sm_80");
     for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
       if (failed(buildGpuFlashProgram(gm, v, analyzeMask(v), config,
                                       gpuKernelName(v.getSymName(),

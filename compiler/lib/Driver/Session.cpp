@@ -17,6 +17,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "attnc/CodegenId.h"
+
 namespace attnc {
 
 namespace {
@@ -131,7 +133,8 @@ rt::Status Session::compileGpu(const std::string &variant,
   std::string key;
   if (impl_->cache) {
     llvm::raw_string_ostream os(key);
-    os << "attnc-gpu-kernel v1\ncompiler " << kCompilerId << "\ntarget "
+    os << "attnc-gpu-kernel v1\ncompiler " << kCompilerId << "\ncodegen "
+       << ATTNC_CODEGEN_ID << "\ntarget "
        << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
        << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
        << " n " << spec.blockN << "\n";

@@ -47,7 +47,9 @@ OpenBLAS baseline over the same inputs, in one run.
   --batch --heads --kv-heads --q-len --kv-len --head-dim --v-head-dim
   --dtype --layout --mode --seed --set NAME=VALUE   as for attnc check
   --warmup N --iters N  (default 3 and 10)
-  --block-m N --block-n N  tile sizes (default 64 x 64)
+  --block-m N --block-n N  tile sizes (default 64 x 64; on the GPU the
+                           configuration table's)
+  --warps N                warps per block of the tensor-core form
   --threads N           CPU threads (default: all)
   --no-baseline         skip the unfused baseline
   --json                one JSON object per row instead of the table
@@ -249,6 +251,7 @@ int runBench(const std::vector<std::string> &argvIn) {
       spec.blockM = o.blockM;
     if (o.blockN)
       spec.blockN = o.blockN;
+    spec.warps = o.warps;
     std::string key = fmt::format("{}/{}/{}/{}", v, rt::dtypeName(s.dtype),
                                   s.headDim, s.vHeadDim);
     auto it = kernels.find(key);

@@ -44,6 +44,9 @@ Exit status 0 only if every case passes.
   --output FILE.npy       write the backend's output (f32, [B, H, Lq, Dv])
   --checked               report the first gather outside its tensor
   --threads N             CPU threads (default: all)
+  --block-m N --block-n N --warps N
+                          tiles (default: 64 x 64 on the CPU, the
+                          configuration table's on the GPU)
   --suite                 the matrix {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill,
                           decode, chunk} x {f32, bf16} ({f32, f16, bf16}
                           on cuda), plus GQA 6:1, D=80,
@@ -79,8 +82,9 @@ std::string targetFor(int cc) {
 
 class Checker {
 public:
-  Checker(const Session &s, int threads, const rt::cuda::Context *gpu)
-      : session_(s), threads_(threads), gpu_(gpu) {}
+  Checker(const Session &s, int threads, const rt::cuda::Context *gpu,
+          const rt::KernelSpec &tiles)
+      : session_(s), threads_(threads), gpu_(gpu), tiles_(tiles) {}
 
   Row runCase(const std::string &variant, const Shape &shape,
               const std::map<std::string, double> &sets,
@@ -94,7 +98,7 @@ public:
     if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
       return failedRow(name, shape.dtype, s.message());
     in.args.numThreads = threads_;
-    rt::KernelSpec spec;
+    rt::KernelSpec spec = tiles_;
     spec.dtype = shape.dtype;
     spec.headDim = shape.headDim;
     spec.vHeadDim = shape.vHeadDim;
@@ -142,6 +146,7 @@ private:
   const Session &session_;
   int threads_;
   const rt::cuda::Context *gpu_;
+  rt::KernelSpec tiles_; // block_m, block_n, warps as asked
   std::map<KernelKey, std::unique_ptr<rt::CpuKernel>> cpu_;
   std::map<KernelKey, std::unique_ptr<rt::cuda::GpuKernel>> gpuKernels_;
 };
@@ -180,7 +185,13 @@ int runCheck(const std::vector<std::string> &argv) {
   std::vector<std::string> variants;
   if (!loadVariants(o, session, variants))
     return 1;
-  Checker checker(*session, o.threads, gpu.get());
+  rt::KernelSpec tiles;
+  if (o.blockM)
+    tiles.blockM = o.blockM;
+  if (o.blockN)
+    tiles.blockN = o.blockN;
+  tiles.warps = o.warps;
+  Checker checker(*session, o.threads, gpu.get(), tiles);
   // The GPU suite adds f16 to every row of the matrix.
   std::vector<rt::DType> dtypes = {rt::DType::F32, rt::DType::BF16};
   if (gpu)

@@ -74,8 +74,10 @@ compile options:
                     what --emit=package compiles: dtypes (default
                     f32,f16,bf16) and head dims, each D or Dqk:Dv (default
                     64,128)
-  --dtype T --head-dim N --v-head-dim N --block-m N --block-n N
-                    kernel configuration for tiled/llvm (f32, 64, 64, 64, 64)
+  --dtype T --head-dim N --v-head-dim N --block-m N --block-n N --warps N
+                    kernel configuration (f32, 64, 64, 64, 64); on the GPU,
+                    64 x 64 with no --warps means the configuration table's
+                    tiles for the target and head dims (docs/kernels.md)
   --q-len N --kv-len N --set NAME=VALUE
                     the problem the mask grid is drawn for (256, 256)
   --variant NAME    only this variant (default: every variant in the file)
@@ -245,7 +247,7 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     config.spec = o.spec;
     if (o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx") {
       std::string error;
-      auto m = attnc::buildGpuModule(v, config, error);
+      auto m = attnc::buildGpuModule(v, config, o.target, error);
       if (!m) {
         std::cerr << "attnc: error: " << error << "\n";
         return 1;
@@ -342,6 +344,7 @@ int runCompile(const std::vector<std::string> &args) {
           std::tuple{"--v-head-dim", &o.spec.vHeadDim, 8, 256},
           std::tuple{"--block-m", &o.spec.blockM, 1, 256},
           std::tuple{"--block-n", &o.spec.blockN, 8, 1024},
+          std::tuple{"--warps", &o.spec.warps, 1, 16},
           std::tuple{"--q-len", &o.qLen, 1, 1 << 20},
           std::tuple{"--kv-len", &o.kvLen, 1, 1 << 20}}) {
       r = intValue(flag, *dst, lo, hi);

@@ -13,6 +13,8 @@ namespace {
 constexpr CUresult kSuccess = 0;
 constexpr int kAttrCcMajor = 75; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrCcMinor = 76;
+// CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr int kAttrSharedOptIn = 97;
 
 template <typename F> bool resolve(void *h, const char *name, F &fn) {
   fn = reinterpret_cast<F>(dlsym(h, name));
@@ -148,6 +150,11 @@ Status Device::open(const Driver &driver, int ordinal,
       !s)
     return s;
   d->cc_ = major * 10 + minor;
+  if (Status s = driver.check(
+          a.cuDeviceGetAttribute(&d->sharedOptIn_, kAttrSharedOptIn, d->dev_),
+          "cuDeviceGetAttribute");
+      !s)
+    return s;
   if (Status s = driver.check(a.cuDevicePrimaryCtxRetain(&d->ctx_, d->dev_),
                               "cuDevicePrimaryCtxRetain");
       !s)

@@ -19,6 +19,7 @@ constexpr int kJitInfoLogBuffer = 3, kJitInfoLogSize = 4,
 constexpr int64_t kMaxStaticShared = 48 * 1024;
 constexpr int64_t kMaskBuilderThreads = 64;
 constexpr int64_t kMaxGridX = 2147483647;
+constexpr int kMaxDynamicSharedAttr = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 int64_t bytesOf(const TensorView &t) {
   return detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
@@ -164,6 +165,13 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
         "kernel '{}' asks for {} threads and {} bytes of static shared "
         "memory (at most 1024 and {})",
         image.kernel, image.threads, image.sharedBytes, kMaxStaticShared));
+  if (image.sharedBytes + image.dynamicSharedBytes > ctx.device().sharedOptIn())
+    return Status::invalidArgument(fmt::format(
+        "kernel '{}' needs {} bytes of shared memory per block, but {} "
+        "allows at most {}: use a package built for {} (or smaller tiles)",
+        image.kernel, image.sharedBytes + image.dynamicSharedBytes,
+        ctx.device().name(), ctx.device().sharedOptIn(),
+        fmt::format("sm_{}", ctx.device().computeCapability())));
   // The launcher passes 5 eight-byte words per memref operand and one i64:
   // the package must have been compiled for this ABI.
   size_t captures = 0;
@@ -219,6 +227,15 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
       !s)
     return Status::notFound("kernel '" + image.kernel +
                             "' is not in its module: " + s.message());
+  if (image.dynamicSharedBytes > 0)
+    if (Status s = drv.check(
+            drv.api().cuFuncSetAttribute(k->kernel_, kMaxDynamicSharedAttr,
+                                         int(image.dynamicSharedBytes)),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+        !s)
+      return Status::unavailable("kernel '" + image.kernel +
+                                 "' cannot have its shared memory: " +
+                                 s.message());
   if (!image.maskBuilder.empty())
     if (Status s = drv.check(drv.api().cuModuleGetFunction(
                                  &k->maskBuilder_, k->module_,
@@ -244,11 +261,13 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
   params.push_back(&first);
   unsigned threads = static_cast<unsigned>(
       fn == kernel_ ? image_.threads : kMaskBuilderThreads);
+  unsigned shared =
+      static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
   const Driver &drv = ctx_->driver();
   for (; first < items; first += kMaxGridX) {
     unsigned grid = static_cast<unsigned>(std::min(items - first, kMaxGridX));
     if (Status s = drv.check(drv.api().cuLaunchKernel(fn, grid, 1, 1, threads,
-                                                      1, 1, 0, stream,
+                                                      1, 1, shared, stream,
                                                       params.data(), nullptr),
                              "cuLaunchKernel");
         !s)

@@ -137,7 +137,8 @@ static int runTool(int argc, char **argv) {
         std::cout << fmt::format("  {:<20} {:<6} {:<5} {:>4} threads {:>6} B "
                                  "smem  {}\n",
                                  v.info.name, k.target, rt::dtypeName(k.spec.dtype),
-                                 k.threads, k.sharedBytes, k.kernel);
+                                 k.threads, k.sharedBytes + k.dynamicSharedBytes,
+                                 k.kernel);
     return 0;
   }
   std::vector<const rt::PackageVariant *> variants;

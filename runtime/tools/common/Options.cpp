@@ -91,6 +91,7 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     else if (a == "--threads") { if (!intOpt(tmp, 0, 1024)) return false; threads = int(tmp); }
     else if (a == "--block-m") { if (!intOpt(blockM, 1, 256)) return false; }
     else if (a == "--block-n") { if (!intOpt(blockN, 8, 1024)) return false; }
+    else if (a == "--warps") { if (!intOpt(warps, 1, 16)) return false; }
     else if (a == "--warmup") { if (!intOpt(tmp, 0, 100000)) return false; warmup = int(tmp); }
     else if (a == "--iters") { if (!intOpt(tmp, 1, 100000)) return false; iters = int(tmp); }
     else if (a == "--dtype") {

@@ -21,6 +21,7 @@ struct Options {
   int threads = 0;
   int warmup = 3, iters = 10;
   int64_t blockM = 0, blockN = 0; // 0: the kernel's defaults
+  int64_t warps = 0;              // GPU tensor-core form (0: the table's)
   bool baseline = true;
   /// Parses `args`; on error, `err` says which option and why.
   bool parse(const std::vector<std::string> &args, std::string &err);

@@ -33,11 +33,29 @@ mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
                                       llvm::StringRef name);
 
 /// Whether the GPU kernel for `spec` is the tensor-core form (f16/bf16,
-/// head dims multiples of 16 up to 128, tiles multiples of 16): warps of 16
-/// query rows, mma.sync m16n8k16 with f32 accumulation, ldmatrix operands,
-/// K/V through shared memory with cp.async in two stages. Otherwise the
-/// SIMT form below.
+/// head dims multiples of 16 up to 128, block_m = 16 x warps x m-tiles per
+/// warp with 1 or 2 m-tiles, block_n a multiple of 16): mma.sync m16n8k16
+/// with f32 accumulation, ldmatrix operands, Q, K and V through dynamic
+/// shared memory with cp.async, two stages. Otherwise the SIMT form below.
 bool useTensorCores(const rt::KernelSpec &spec);
+
+/// The tensor-core form's threads and shared-memory layout for a spec.
+/// Offsets and pitches are in elements of the input dtype (2 bytes). Stage
+/// s holds K rows at s * stageElems and V rows after them; shared rows are
+/// XOR-swizzled by 16-byte chunk (conflict-free ldmatrix and cp.async)
+/// where the row has 2, 4 or a multiple of 8 chunks, else padded by one
+/// chunk.
+struct TensorCoreLayout {
+  int64_t warps = 0, mTiles = 0, stages = 2;
+  /// Q fragments loaded once per work item and held in registers; else
+  /// re-read from shared memory for every KV tile (fewer registers).
+  bool qInRegisters = true;
+  int64_t ldQ = 0, ldK = 0, ldV = 0;
+  bool swizzleQ = false, swizzleK = false, swizzleV = false;
+  int64_t stageElems = 0, qOffset = 0, totalElems = 0;
+  int64_t sharedBytes() const { return totalElems * 2; }
+};
+TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &spec);
 
 /// The SIMT GPU form of the same program, added to `module` as the kernel
 /// `@<name>`: one block of blockM threads per work item (b, h, Q tile), one

@@ -14,12 +14,21 @@ namespace attnc {
 /// `sm_80`, `sm_86`, `sm_89`, `sm_90`: the targets the NVPTX path accepts.
 bool isGpuTarget(const std::string &target);
 
-/// The configuration the SIMT kernel is built with for a requested one:
-/// the KV tile shrinks so that the K^T and V tiles (f32) fit the 48 KB of
-/// static shared memory; one thread per query row.
-rt::KernelSpec gpuSpec(const rt::KernelSpec &requested);
+/// The configuration the GPU kernel for `target` is built with for a
+/// requested one. The tensor-core form (f16/bf16, head dims multiples of
+/// 16 up to 256): block_m, block_n and warps from the configuration table
+/// when the request is KernelSpec's defaults (64 x 64, warps 0), else as
+/// requested; block_n shrinks until the stages fit the target's opt-in
+/// shared memory. The SIMT form: the KV tile shrinks so that the K^T and V
+/// tiles (f32) fit 48 KB of static shared memory.
+rt::KernelSpec gpuSpec(const rt::KernelSpec &requested,
+                       const std::string &target);
 int64_t gpuThreads(const rt::KernelSpec &spec);
+/// Static shared memory per block (the SIMT form).
 int64_t gpuSharedBytes(const rt::KernelSpec &spec);
+/// Dynamic shared memory per block (the tensor-core form): the launcher
+/// opts in with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+int64_t gpuDynamicSharedBytes(const rt::KernelSpec &spec);
 
 /// The kernel's name, carrying its configuration: variant, dtype, head
 /// dims, block_m, block_n, warps and pipeline stages, e.g.
@@ -27,12 +36,12 @@ int64_t gpuSharedBytes(const rt::KernelSpec &spec);
 std::string gpuKernelName(llvm::StringRef variant, const rt::KernelSpec &spec);
 
 /// A module holding the variant and `gpu.module @attnc_kernels` with the
-/// SIMT kernel named by gpuKernelName(gpuSpec(config.spec)) (and its
+/// kernel named by gpuKernelName(gpuSpec(config.spec, target)) (and its
 /// block-mask builder, `<name>_block_mask`, for data-dependent masks)
 /// (`attnc compile --emit=gpu`).
 mlir::OwningOpRef<mlir::ModuleOp>
 buildGpuModule(mlir::attn::VariantOp variant, const FlashConfig &config,
-               std::string &error);
+               const std::string &target, std::string &error);
 
 /// Lowers it in place to the NVVM dialect (`--emit=nvvm`).
 mlir::LogicalResult lowerToNVVM(mlir::ModuleOp module, const std::string &chip);

@@ -30,6 +30,8 @@ struct KernelSpec {
   int64_t vHeadDim = 64;    // Dv
   int64_t blockM = 64;      // query rows per tile
   int64_t blockN = 64;      // keys per tile
+  int64_t warps = 0;        // GPU tensor-core form: warps per block (0: the
+                            // configuration table's choice for blockM)
 };
 
 class BlockMask;

@@ -25,6 +25,7 @@ struct GpuKernelImage {
   KernelSpec spec;          // as compiled: blockN may be below the request
   int64_t threads = 0;      // per block; the grid is one block per work item
   int64_t sharedBytes = 0;  // static shared memory per block
+  int64_t dynamicSharedBytes = 0; // dynamic shared memory per block (opt-in)
   std::string kernel;       // entry names in `ptx`
   std::string maskBuilder;  // empty unless the mask is data-dependent
   std::vector<int> kernelParams, maskBuilderParams; // bytes per parameter
@@ -37,7 +38,7 @@ struct PackageVariant {
 };
 
 struct Package {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2; // 2: dynamic shared memory
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   std::vector<PackageVariant> variants;

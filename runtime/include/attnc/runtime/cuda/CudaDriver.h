@@ -99,6 +99,8 @@ public:
                      std::unique_ptr<Device> &out);
   const std::string &name() const { return name_; }
   int computeCapability() const { return cc_; } // e.g. 90 for sm_90
+  /// Shared memory a block may opt in to (bytes).
+  int sharedOptIn() const { return sharedOptIn_; }
   const Driver &driver() const { return *driver_; }
 
 private:
@@ -108,6 +110,7 @@ private:
   CUcontext ctx_ = nullptr;
   std::string name_;
   int cc_ = 0;
+  int sharedOptIn_ = 0;
 };
 
 /// A driver and one device with its primary context current: what apps

@@ -1,0 +1,189 @@
+//===- ModifierEmission.cpp - score_mod and mask_mod as code ----------------===//
+//
+// Clones a modifier's region into the kernel being built: gathers clamp
+// every index into its dimension, scalars come from the entry, values
+// that do not vary along the loop are hoisted, and the CPU form emits the
+// modifier over vector lanes.
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramBuilder.h"
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc::codegen {
+
+/// A gather with every index clamped into its dimension: never out of
+/// bounds, whatever the modifier computes.
+Value ProgramBuilder::gather(attn::GatherOp g, IRMapping &map) {
+  size_t pi = 0;
+  while (info_.params[pi].name != g.getCapture())
+    ++pi;
+  Value off = cIdx(0);
+  for (auto [d, idx] : llvm::enumerate(g.getIndices())) {
+    Value i = toIdx(map.lookup(idx));
+    Value hi = sub(capDims_[pi][d], cIdx(1));
+    i = minI(maxI(i, cIdx(0)), hi);
+    off = add(off, mul(i, capStrides_[pi][d]));
+  }
+  Value x = load(captures_[pi], off);
+  switch (info_.params[pi].dtype) {
+  case rt::DType::F16:
+  case rt::DType::BF16: return arith::ExtFOp::create(b_, f32_, x);
+  case rt::DType::I64: return arith::TruncIOp::create(b_, i32_, x);
+  case rt::DType::Bool:
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, x,
+                                 arith::ConstantOp::create(
+                                     b_, b_.getI8IntegerAttr(0)));
+  default: return x;
+  }
+}
+
+/// Clones the ops that compute `v` (already-mapped values are reused).
+Value ProgramBuilder::materialize(Value v, IRMapping &map) {
+  if (Value m = map.lookupOrNull(v))
+    return m;
+  Operation *op = v.getDefiningOp();
+  for (Value operand : op->getOperands())
+    materialize(operand, map);
+  Value r;
+  if (auto g = dyn_cast<attn::GatherOp>(op))
+    r = gather(g, map);
+  else if (auto s = dyn_cast<attn::ScalarOp>(op)) {
+    size_t pi = 0;
+    while (info_.params[pi].name != s.getParam())
+      ++pi;
+    r = scalars_[pi];
+  } else
+    r = b_.clone(*op, map)->getResult(0);
+  map.map(v, r);
+  return r;
+}
+
+Value ProgramBuilder::emitModifier(Block &block, ValueRange args,
+                                   const IRMapping *hoisted) {
+  IRMapping map;
+  if (hoisted)
+    map = *hoisted;
+  for (auto [a, x] : llvm::zip(block.getArguments(), args))
+    map.map(a, x);
+  return materialize(cast<attn::YieldOp>(block.getTerminator()).getValue(),
+                     map);
+}
+
+IRMapping ProgramBuilder::hoistUniform(Block &block, ArrayRef<unsigned> varying,
+                                       ValueRange args) {
+  llvm::DenseSet<Value> uniform = uniformValues(block, varying);
+  IRMapping map;
+  for (auto [a, x] : llvm::zip(block.getArguments(), args))
+    map.map(a, x);
+  for (Operation &op : block)
+    if (!isa<attn::YieldOp>(op) && op.getNumResults() == 1 &&
+        uniform.contains(op.getResult(0)))
+      materialize(op.getResult(0), map);
+  return map;
+}
+
+llvm::DenseSet<Value> ProgramBuilder::uniformValues(Block &block,
+                                              ArrayRef<unsigned> varying) {
+  llvm::DenseSet<Value> dependent, uniform;
+  for (unsigned a : varying)
+    dependent.insert(block.getArgument(a));
+  for (BlockArgument a : block.getArguments())
+    if (!dependent.contains(a))
+      uniform.insert(a);
+  for (Operation &op : block) {
+    bool dep = llvm::any_of(op.getOperands(),
+                            [&](Value v) { return dependent.contains(v); });
+    for (Value r : op.getResults())
+      (dep ? dependent : uniform).insert(r);
+  }
+  return uniform;
+}
+
+/// A gather over W lanes: per-lane clamped offsets, then vector.gather.
+Value ProgramBuilder::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W) {
+  size_t pi = 0;
+  while (info_.params[pi].name != g.getCapture())
+    ++pi;
+  VectorType v64 = VectorType::get({W}, i64_);
+  auto splat64 = [&](Value idxScalar) {
+    return vector::BroadcastOp::create(
+        b_, v64, arith::IndexCastOp::create(b_, i64_, idxScalar));
+  };
+  Value zero = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(v64, ArrayRef<int64_t>{0}));
+  Value off = zero;
+  for (size_t d = 0; d < idx.size(); ++d) {
+    Value i = arith::ExtSIOp::create(b_, v64, idx[d]);
+    Value hi = splat64(sub(capDims_[pi][d], cIdx(1)));
+    i = arith::MinSIOp::create(b_, arith::MaxSIOp::create(b_, i, zero), hi);
+    off = arith::AddIOp::create(
+        b_, off, arith::MulIOp::create(b_, i, splat64(capStrides_[pi][d])));
+  }
+  Type st = storageType(ctx_, info_.params[pi].dtype);
+  VectorType vt = VectorType::get({W}, st);
+  Value mask = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(VectorType::get({W}, b_.getI1Type()), true));
+  Value pass = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(vt, b_.getZeroAttr(st)));
+  Value x = vector::GatherOp::create(b_, vt, captures_[pi], ValueRange{cIdx(0)},
+                                     off, mask, pass);
+  switch (info_.params[pi].dtype) {
+  case rt::DType::F16:
+  case rt::DType::BF16:
+    return arith::ExtFOp::create(b_, VectorType::get({W}, f32_), x);
+  case rt::DType::I64:
+    return arith::TruncIOp::create(b_, VectorType::get({W}, i32_), x);
+  case rt::DType::Bool: {
+    Value z = arith::ConstantOp::create(
+        b_, DenseElementsAttr::get(vt, b_.getZeroAttr(st)));
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, x, z);
+  }
+  default: return x;
+  }
+}
+
+Value ProgramBuilder::emitModifierVec(Block &block,
+                                const llvm::DenseMap<Value, Value> &vecArgs,
+                                const llvm::DenseSet<Value> &uniformSet,
+                                IRMapping &uniform, int64_t W) {
+  llvm::DenseMap<Value, Value> vec(vecArgs);
+  auto vecOf = [&](Value v) -> Value {
+    if (Value x = vec.lookup(v))
+      return x;
+    // A uniform value: computed once (as a scalar) and broadcast.
+    Value s = uniform.lookupOrNull(v);
+    if (!s)
+      s = materialize(v, uniform);
+    Value x = vector::BroadcastOp::create(b_, VectorType::get({W}, s.getType()), s);
+    vec[v] = x;
+    return x;
+  };
+  for (Operation &op : block) {
+    if (auto y = dyn_cast<attn::YieldOp>(op))
+      return vecOf(y.getValue());
+    if (uniformSet.contains(op.getResult(0)))
+      continue; // broadcast on first use
+    Value r;
+    if (auto g = dyn_cast<attn::GatherOp>(op)) {
+      SmallVector<Value> idx;
+      for (Value i : g.getIndices())
+        idx.push_back(vecOf(i));
+      r = gatherVec(g, idx, W);
+    } else {
+      // arith/math ops are elementwise-mappable: the same op on vectors.
+      OperationState st(op.getLoc(), op.getName());
+      for (Value v : op.getOperands())
+        st.addOperands(vecOf(v));
+      st.addAttributes(op.getAttrs());
+      for (Type t : op.getResultTypes())
+        st.addTypes(VectorType::get({W}, t));
+      r = b_.create(st)->getResult(0);
+    }
+    vec[op.getResult(0)] = r;
+  }
+  return {};
+}
+
+} // namespace attnc::codegen

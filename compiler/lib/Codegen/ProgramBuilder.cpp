@@ -1,0 +1,146 @@
+//===- ProgramBuilder.cpp - Entry values and work items ---------------------===//
+//
+// What every kernel form starts from: the ABI entry (problem-wide values,
+// captures and scalars read once), a work item's coordinates, its rows,
+// and the epilogue writing a row of O and its LSE.
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramBuilder.h"
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc::codegen {
+
+void ProgramBuilder::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
+  unsigned argNo = firstCapture;
+  for (size_t i = 0; i < info_.params.size(); ++i) {
+    const rt::ParamSpec &p = info_.params[i];
+    captures_.push_back({});
+    capDims_.push_back({});
+    capStrides_.push_back({});
+    scalars_.push_back({});
+    if (!p.isTensor) {
+      if (p.dtype == rt::DType::F32)
+        scalars_.back() = load(fp_, cIdx(1 + i));
+      else
+        scalars_.back() = arith::TruncIOp::create(
+            b_, i32_, load(ip_, cIdx(layout_.paramBase + i)));
+      continue;
+    }
+    captures_.back() = fnArgs[argNo++];
+    int64_t base = layout_.captureBase[i], r = p.dims.size();
+    for (int64_t d = 0; d < r; ++d) {
+      capDims_.back().push_back(ipAt(base + d));
+      capStrides_.back().push_back(ipAt(base + r + d));
+    }
+  }
+}
+
+ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
+  Entry e;
+  e.q = fnArgs[0];
+  e.k = fnArgs[1];
+  e.v = fnArgs[2];
+  e.o = fnArgs[3];
+  e.lse = fnArgs[4];
+  ip_ = fnArgs[5];
+  fp_ = fnArgs[6];
+  bm_ = fnArgs[7];
+  loadEntryValues(fnArgs, 8);
+  e.Hq = ipAt(abi::kHq);
+  e.Lq = ipAt(abi::kLq);
+  e.B = ipAt(abi::kB);
+  e.nQT = ipAt(abi::kNumQTiles);
+  e.G = arith::DivUIOp::create(b_, e.Hq, ipAt(abi::kHkv));
+  e.P = ipAt(abi::kPackHeads);
+  for (int d = 0; d < 4; ++d) {
+    e.qs.push_back(ipAt(abi::kQStride + d));
+    e.ks.push_back(ipAt(abi::kKStride + d));
+    e.vs.push_back(ipAt(abi::kVStride + d));
+    e.os.push_back(ipAt(abi::kOStride + d));
+  }
+  for (int d = 0; d < 3; ++d)
+    e.ls.push_back(ipAt(abi::kLseStride + d));
+  e.hasLse = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
+      arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
+  e.scale = load(fp_, cIdx(0));
+  e.ninf = cF32(-std::numeric_limits<double>::infinity());
+  e.zeroF = cF32(0.0);
+  e.log2e = cF32(1.4426950408889634);
+  e.ln2 = cF32(0.6931471805599453);
+  return e;
+}
+
+ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
+                                                bool heavyFirst) {
+  Item it;
+  Value heads = arith::DivUIOp::create(b_, e.Hq, e.P); // item heads
+  it.qt = arith::RemUIOp::create(b_, item, e.nQT);
+  if (heavyFirst)
+    it.qt = sub(sub(e.nQT, cIdx(1)), it.qt);
+  Value t = arith::DivUIOp::create(b_, item, e.nQT);
+  Value hi = arith::RemUIOp::create(b_, t, heads);
+  it.b = arith::DivUIOp::create(b_, t, heads);
+  it.h = mul(hi, e.P);
+  it.kvh = arith::DivUIOp::create(b_, it.h, e.G);
+  it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
+  it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
+  it.r0 = mul(it.qt, cIdx(BM));
+  it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
+  it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
+  it.hI32 = arith::IndexCastOp::create(b_, i32_, it.h);
+  // The tile's query positions: exact when its rows stay within one head,
+  // else every position of the chunk (conservative for classification).
+  Value i0 = arith::RemUIOp::create(b_, it.r0, e.Lq);
+  Value oneHead = arith::CmpIOp::create(b_, arith::CmpIPredicate::ule,
+                                        add(i0, it.rows), e.Lq);
+  it.qlo = add(it.qpos0, select(oneHead, i0, cIdx(0)));
+  it.qhi = add(it.qpos0, select(oneHead, sub(add(i0, it.rows), cIdx(1)),
+                                sub(e.Lq, cIdx(1))));
+  it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
+  it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  return it;
+}
+
+std::pair<Value, Value> ProgramBuilder::rowCoords(const Entry &e, const Item &it,
+                                            Value r) {
+  Value p = add(it.r0, r);
+  Value h = add(it.h, arith::DivUIOp::create(b_, p, e.Lq));
+  return {h, arith::RemUIOp::create(b_, p, e.Lq)};
+}
+
+void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
+                               Value m, Value l,
+                               function_ref<Value(Value)> acc) {
+  // l == 0: no key (0, LSE -inf); a NaN l (non-finite scores) propagates.
+  Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
+  Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
+  auto [h, i] = rowCoords(e, it, r);
+  Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])), mul(i, e.os[2]));
+  loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
+    Value x = arith::MulFOp::create(b_, acc(d), invL);
+    store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
+  });
+  ifThen(e.hasLse, [&] {
+    Value lg = arith::MulFOp::create(
+        b_, arith::AddFOp::create(b_, m, math::Log2Op::create(b_, l)), e.ln2);
+    Value at = add(add(mul(it.b, e.ls[0]), mul(h, e.ls[1])), mul(i, e.ls[2]));
+    store(select(pos, lg, e.ninf), e.lse, at);
+  });
+}
+
+SmallVector<Type> ProgramBuilder::gpuKernelArgs() {
+  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
+  SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
+                            dyn(f32_),  dyn(i64_),  dyn(f32_),
+                            dyn(b_.getI8Type())};
+  for (const rt::ParamSpec &p : info_.params)
+    if (p.isTensor)
+      args.push_back(dyn(storageType(ctx_, p.dtype)));
+  args.push_back(i64_); // first work item of this launch
+  return args;
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,305 @@
+//===- ProgramBuilder.h - The kernel forms' shared vocabulary ---------------===//
+//
+// The builder every kernel form (CPU, SIMT, tensor cores, block-mask
+// builder) is a member of: IR helpers, the ABI entry, work items, tiles and
+// their classes, modifier emission. Each form lives in its own file.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_PROGRAMBUILDER_H
+#define ATTNC_CODEGEN_PROGRAMBUILDER_H
+
+#include "attnc/Codegen/FlashProgram.h"
+
+#include "attnc/runtime/KernelABI.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <cmath>
+#include <climits>
+#include <functional>
+#include <limits>
+
+namespace attnc::codegen {
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+inline Type storageType(MLIRContext *ctx, rt::DType t) {
+  Builder b(ctx);
+  switch (t) {
+  case rt::DType::F32: return b.getF32Type();
+  case rt::DType::F16: return b.getF16Type();
+  case rt::DType::BF16: return b.getBF16Type();
+  case rt::DType::I32: return b.getI32Type();
+  case rt::DType::I64: return b.getI64Type();
+  case rt::DType::Bool: return b.getI8Type();
+  }
+  return {};
+}
+
+inline rt::DType paramDType(Type t) {
+  if (t.isF32()) return rt::DType::F32;
+  if (t.isF16()) return rt::DType::F16;
+  if (t.isBF16()) return rt::DType::BF16;
+  if (t.isInteger(64)) return rt::DType::I64;
+  if (t.isInteger(1)) return rt::DType::Bool;
+  return rt::DType::I32;
+}
+
+class ProgramBuilder {
+public:
+  ProgramBuilder(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
+           const FlashConfig &cfg)
+      : ctx_(module.getContext()), b_(v.getLoc(), ctx_), v_(v), mask_(mask),
+        cfg_(cfg) {
+    b_.setInsertionPointToEnd(module.getBody());
+    f32_ = b_.getF32Type();
+    i32_ = b_.getI32Type();
+    i64_ = b_.getI64Type();
+    elem_ = storageType(ctx_, cfg.spec.dtype);
+    BM = cfg.spec.blockM;
+    BN = cfg.spec.blockN;
+    D = cfg.spec.headDim;
+    DV = cfg.spec.vHeadDim;
+    VW = cfg.vectorWidth;
+    // Register blocking: RB rows at a time; CB vectors of keys (QK^T) and
+    // CBP vectors of value dims (P.V), as many as the register file holds
+    // (32 vector registers with AVX-512, 16 otherwise) and as divide the
+    // tile evenly.
+    RB = BM % 4 == 0 ? 4 : 1;
+    int64_t cap = VW == 16 ? 4 : 2;
+    auto fit = [&](int64_t n) {
+      for (int64_t c : {4, 2, 1})
+        if (c <= cap && n % c == 0)
+          return c;
+      return int64_t(1);
+    };
+    CB = fit(BN / VW);
+    VWP = VW == 16 && DV % 16 == 0 ? 16 : 8;
+    CBP = fit(DV / VWP);
+
+    // The ABI's parameter layout, from the same code the runtime uses.
+    for (Attribute a : v.getParams()) {
+      auto p = cast<attn::ParamAttr>(a);
+      rt::ParamSpec ps;
+      ps.name = p.getName().getValue().str();
+      ps.isTensor = p.isTensor();
+      ps.dtype = paramDType(p.getElementType());
+      ps.dims.resize(p.getRank());
+      info_.params.push_back(ps);
+    }
+    layout_ = abi::computeLayout(info_);
+  }
+
+  LogicalResult buildKernel(StringRef name);
+  /// The block-mask builder: a func over [begin, end) items, or with
+  /// `gpuModule` a gpu.func with one block per item.
+  LogicalResult buildMaskBuilder(StringRef name,
+                                 gpu::GPUModuleOp gpuModule = nullptr);
+  /// The SIMT GPU form: a gpu.func with one block per work item and one
+  /// thread per query row; K and V tiles are staged in shared memory.
+  LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
+
+protected:
+  // ---- small helpers ----
+  Value cIdx(int64_t v) { return arith::ConstantIndexOp::create(b_, v); }
+  Value cF32(double v) {
+    return arith::ConstantOp::create(b_, b_.getF32FloatAttr(float(v)));
+  }
+  Value cI32(int64_t v) {
+    return arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(v)));
+  }
+  Value add(Value a, Value c) { return arith::AddIOp::create(b_, a, c); }
+  Value sub(Value a, Value c) { return arith::SubIOp::create(b_, a, c); }
+  Value mul(Value a, Value c) { return arith::MulIOp::create(b_, a, c); }
+  Value minI(Value a, Value c) { return arith::MinSIOp::create(b_, a, c); }
+  Value maxI(Value a, Value c) { return arith::MaxSIOp::create(b_, a, c); }
+  Value load(Value m, Value i) { return memref::LoadOp::create(b_, m, i); }
+  void store(Value x, Value m, Value i) { memref::StoreOp::create(b_, x, m, i); }
+  Value toIdx(Value i) {
+    return arith::IndexCastOp::create(b_, b_.getIndexType(), i);
+  }
+  Value ipAt(int64_t slot) { return toIdx(load(ip_, cIdx(slot))); }
+  Value ipAt(Value slot) { return toIdx(load(ip_, slot)); }
+  Value toF32(Value x) {
+    return x.getType() == f32_ ? x : Value(arith::ExtFOp::create(b_, f32_, x));
+  }
+  Value fromF32(Value x) {
+    return elem_ == f32_ ? x : Value(arith::TruncFOp::create(b_, elem_, x));
+  }
+  Value alloca(int64_t n) {
+    return memref::AllocaOp::create(b_, MemRefType::get({n}, f32_));
+  }
+  /// for (i = lb; i < ub; i += step) with loop-carried values.
+  scf::ForOp loop(Value lb, Value ub, int64_t step, ValueRange iters,
+                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, cIdx(step), iters);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPointToStart(f.getBody());
+    SmallVector<Value> next = body(f.getInductionVar(), f.getRegionIterArgs());
+    // ForOp::create adds an empty yield when there are no iter args.
+    if (!iters.empty() || f.getBody()->empty() ||
+        !isa<scf::YieldOp>(f.getBody()->back()))
+      scf::YieldOp::create(b_, next);
+    else
+      f.getBody()->back().setOperands(next);
+    return f;
+  }
+  void loop0(Value lb, Value ub, int64_t step, function_ref<void(Value)> body) {
+    loop0(lb, ub, cIdx(step), body);
+  }
+  void loop0(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, step);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(f.getBody()->getTerminator());
+    body(f.getInductionVar());
+  }
+  void ifThen(Value cond, function_ref<void()> then) {
+    auto op = scf::IfOp::create(b_, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+  }
+  void ifThenElse(Value cond, function_ref<void()> then,
+                  function_ref<void()> otherwise) {
+    auto op = scf::IfOp::create(b_, cond, /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(op.thenBlock()->getTerminator());
+    then();
+    b_.setInsertionPoint(op.elseBlock()->getTerminator());
+    otherwise();
+  }
+  /// if (cond) then() else keep: yields `then`'s values or `keep`.
+  SmallVector<Value> ifYield(Value cond, ValueRange keep,
+                             function_ref<SmallVector<Value>()> then) {
+    auto op = scf::IfOp::create(b_, keep.getTypes(), cond, /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b_, then());
+    b_.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b_, keep);
+    return SmallVector<Value>(op.getResults());
+  }
+  Value select(Value c, Value a, Value x) {
+    return arith::SelectOp::create(b_, c, a, x);
+  }
+
+  void loadEntryValues(ValueRange fnArgs, unsigned firstCapture);
+
+  /// Problem-wide values of a kernel, read once at its entry.
+  struct Entry {
+    Value q, k, v, o, lse;
+    Value Hq, Lq, B, nQT, G, P; // P: query heads per work item
+    SmallVector<Value> qs, ks, vs, os, ls; // strides of q, k, v, out, lse
+    Value hasLse, scale, ninf, zeroF, log2e, ln2;
+  };
+  /// Binds ip/fp/blockmask and the captures from the kernel's arguments
+  /// (ABI order) and loads the problem-wide values.
+  Entry loadEntry(ValueRange fnArgs);
+  /// A work item's coordinates: sequence, head, Q tile and its rows.
+  struct Item {
+    Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
+    Value kBase, vBase; // offsets of this (b, kv head) in K and V
+    // h is the item's first query head (classification, block masks); with
+    // packed heads each row has its own, from rowCoords.
+  };
+  /// With `heavyFirst`, the Q tiles of a (b, head) run last to first: under
+  /// a causal or other lower-triangular mask the late tiles visit the most
+  /// KV tiles, and launching them first shortens the tail of the grid.
+  Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
+  /// Row r of the item's tile: its query head and query index.
+  std::pair<Value, Value> rowCoords(const Entry &e, const Item &it, Value r);
+  /// The KV tiles of a work item that are not empty: for each, `body` gets
+  /// the tile's first key, its number of keys, its class, and whether the
+  /// mask can be skipped (a full tile without a tail).
+  struct Tile {
+    Value j, kv0, cols, khi, cls, visit, skipMask;
+  };
+  void forEachVisitedTile(const Item &it, function_ref<void(const Tile &)> body);
+  /// Tile j of a work item: its keys and class (`inv` holds the mask's
+  /// values that do not depend on q or kv).
+  Tile tileAt(const Item &it, Value j, IRMapping &inv);
+  /// The kernel operands of the GPU forms (KernelABI.h order, then the
+  /// launch's first work item).
+  SmallVector<Type> gpuKernelArgs();
+  /// Writes row `r` of the tile: O = acc / l (0 when l = 0) and, if asked
+  /// for, LSE = (m + log2 l) ln 2 (-inf when l = 0).
+  void emitRowEpilogue(const Entry &e, const Item &it, Value r, Value m,
+                       Value l, function_ref<Value(Value)> acc);
+  Value materialize(Value v, IRMapping &map);
+  Value gather(attn::GatherOp g, IRMapping &map);
+  /// The modifier on scalars; values already in `hoisted` (computed once,
+  /// outside the loop) are reused.
+  Value emitModifier(Block &block, ValueRange args,
+                     const IRMapping *hoisted = nullptr);
+  /// The values of `block` that depend on none of its arguments `varying`,
+  /// computed here for `args` (e.g. a row's q-only values).
+  IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,
+                         ValueRange args);
+  /// Values of `block` that do not depend on its arguments `varying`.
+  llvm::DenseSet<Value> uniformValues(Block &block, ArrayRef<unsigned> varying);
+  /// The modifier over W lanes: `vecArgs` maps the varying block arguments
+  /// to vectors; uniform values come from `uniform` (scalars, computed once
+  /// outside the lane loop) and are broadcast.
+  Value emitModifierVec(Block &block, const llvm::DenseMap<Value, Value> &vecArgs,
+                        const llvm::DenseSet<Value> &uniformSet,
+                        IRMapping &uniform, int64_t W);
+  Value gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W);
+  /// Reads elements [0, n) of a K or V row starting at `row` (stride
+  /// `stride`) as f32, zero where `keep` is false, and hands each to
+  /// `put(d, x)`; with unit stride, 8 at a time, to `put8(d, x8)` when given
+  /// (else lane by lane to `put`).
+  void forTileRow(Value mem, Value row, Value stride, int64_t n, Value keep,
+                  function_ref<void(Value, Value)> put,
+                  function_ref<void(Value, Value)> put8 = nullptr);
+  /// The register-blocked micro-kernel of both matrix products: for rows
+  /// r..r+rb and cb vectors of `vt` starting at column col0,
+  ///   acc[i][j] += A[(r + i) * aStride + x] * B[x * bStride + col0 + j*W]
+  /// over x in [0, depth). Returns the rb * cb accumulators (row-major).
+  SmallVector<Value> outerProduct(Value A, int64_t aStride, Value B,
+                                  int64_t bStride, Value r, Value col0,
+                                  int64_t depth, int64_t rb, int64_t cb,
+                                  VectorType vt, ValueRange init);
+  Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
+                 Value klo, Value khi, IRMapping &inv);
+  /// Computes, here, every q/kv-independent value the tile classifier of a
+  /// closed-form mask reads (b and h already mapped in `inv`), so that
+  /// classify() finds them all computed at a point that dominates its uses.
+  void materializeMaskInvariants(IRMapping &inv);
+
+  MLIRContext *ctx_;
+  ImplicitLocOpBuilder b_;
+  attn::VariantOp v_;
+  const MaskAnalysis &mask_;
+  const FlashConfig &cfg_;
+  Type f32_, i32_, i64_, elem_;
+  int64_t BM, BN, D, DV, VW, RB = 1, CB = 1, VWP = 8, CBP = 1;
+  rt::VariantInfo info_;
+  abi::Layout layout_;
+
+  // Entry values of the function being built.
+  Value ip_, fp_, bm_;
+  SmallVector<Value> captures_;               // per param (null for scalars)
+  SmallVector<SmallVector<Value>> capDims_, capStrides_;
+  SmallVector<Value> scalars_;                // per param (null for tensors)
+};
+
+/// The tensor-core form (TensorCoreKernel.cpp): adds the kernel `name` for
+/// `cfg` (useTensorCores(cfg.spec)) to `module`.
+LogicalResult buildTensorCoreKernel(gpu::GPUModuleOp module, ModuleOp parent,
+                                    attn::VariantOp v, const MaskAnalysis &mask,
+                                    const FlashConfig &cfg, StringRef name);
+
+} // namespace attnc::codegen
+
+#endif

@@ -1,0 +1,147 @@
+//===- SimtKernel.cpp - The SIMT GPU form -----------------------------------===//
+//
+// One block per work item, one thread per query row; K^T and V tiles in
+// f32 shared memory. Used for f32 and head dims the tensor-core form does
+// not take.
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramBuilder.h"
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc::codegen {
+
+LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+  SmallVector<Type> args = gpuKernelArgs();
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToEnd(module.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  auto shared = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  Value Kt = fn.addWorkgroupAttribution(
+      MemRefType::get({D * BN}, f32_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  Value Vs = fn.addWorkgroupAttribution(
+      MemRefType::get({BN * DV}, f32_, MemRefLayoutAttrInterface(), shared),
+      fn.getLoc());
+  b_.setInsertionPointToStart(&fn.getBody().front());
+  Entry e = loadEntry(fn.getArguments());
+  Value q = e.q, k = e.k, v = e.v;
+  Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
+                   gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  const SmallVector<Value> &qs = e.qs, &ks = e.ks, &vs = e.vs;
+  Value scale = e.scale, ninf = e.ninf, zeroF = e.zeroF, log2e = e.log2e;
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  // Per-thread state: the query row, one row of scores, the accumulator,
+  // and the running max and sum.
+  Value Qp = alloca(D), Sp = alloca(BN), Acc = alloca(DV), ML = alloca(2);
+
+  Item it = decodeItem(e, item);
+  Value bb = it.b, bI32 = it.bI32, kBase = it.kBase, vBase = it.vBase;
+  Value live =
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+  // Rows past the end read the last row (their results are not stored).
+  auto [hr, ir] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+  Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
+  Value hI32 = arith::IndexCastOp::create(b_, i32_, hr);
+  Value qRow = add(add(mul(bb, qs[0]), mul(hr, qs[1])), mul(ir, qs[2]));
+  loop0(c0, cIdx(D), 1, [&](Value d) {
+    Value x = toF32(load(q, add(qRow, mul(d, qs[3]))));
+    store(select(live, x, zeroF), Qp, d);
+  });
+  loop0(c0, cIdx(DV), 1, [&](Value d) { store(zeroF, Acc, d); });
+  store(ninf, ML, c0);
+  store(zeroF, ML, c1);
+
+  // The class is the same for every thread of the block, so the barriers
+  // inside are reached by all or none.
+  forEachVisitedTile(it, [&](const Tile &tile) {
+      Value kv0 = tile.kv0, cols = tile.cols, khi = tile.khi,
+            skipMask = tile.skipMask;
+      // The block's threads stage K^T and V (f32) in shared memory.
+      loop0(r, cIdx(BN * D), BM, [&](Value idx) {
+        Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
+        Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
+        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+        Value row = minI(add(kv0, c), khi);
+        Value x = toF32(load(k, add(add(kBase, mul(row, ks[2])), mul(d, ks[3]))));
+        store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
+      });
+      loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
+        Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
+        Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
+        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+        Value row = minI(add(kv0, c), khi);
+        Value x = toF32(load(v, add(add(vBase, mul(row, vs[2])), mul(d, vs[3]))));
+        store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
+      });
+      gpu::BarrierOp::create(b_);
+      ifThen(live, [&] {
+        auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
+          auto dot = loop(c0, cIdx(D), 1, {zeroF}, [&](Value d, ValueRange a) {
+            Value prod = arith::MulFOp::create(
+                b_, load(Qp, d), load(Kt, add(mul(d, cIdx(BN)), c)));
+            return SmallVector<Value>{arith::AddFOp::create(b_, a[0], prod)};
+          });
+          Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
+          Value s = arith::MulFOp::create(b_, dot.getResult(0), scale);
+          s = emitModifier(v_.getScoreBlock(), {s, bI32, hI32, qpos, kvpos});
+          s = arith::MulFOp::create(b_, s, log2e);
+          auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, skipMask,
+                                        /*withElse=*/true);
+          {
+            OpBuilder::InsertionGuard g(b_);
+            b_.setInsertionPointToStart(keep.thenBlock());
+            scf::YieldOp::create(
+                b_, Value(arith::ConstantOp::create(b_, b_.getBoolAttr(true))));
+            b_.setInsertionPointToStart(keep.elseBlock());
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+            Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
+            scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, in, m)));
+          }
+          s = select(keep.getResult(0), s, ninf);
+          store(s, Sp, c);
+          return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], s)};
+        });
+        Value mOld = load(ML, c0);
+        Value mNew = arith::MaximumFOp::create(b_, mOld, mx.getResult(0));
+        Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ, mNew, ninf);
+        Value mUse = select(isNinf, zeroF, mNew);
+        Value alpha = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse));
+        auto sum = loop(c0, cIdx(BN), 1, {zeroF}, [&](Value c, ValueRange it) {
+          Value p = math::Exp2Op::create(
+              b_, arith::SubFOp::create(b_, load(Sp, c), mUse));
+          store(p, Sp, c);
+          return SmallVector<Value>{arith::AddFOp::create(b_, it[0], p)};
+        });
+        store(mNew, ML, c0);
+        store(arith::AddFOp::create(
+                  b_, arith::MulFOp::create(b_, load(ML, c1), alpha),
+                  sum.getResult(0)),
+              ML, c1);
+        loop0(c0, cIdx(DV), 1, [&](Value d) {
+          auto pv = loop(c0, cIdx(BN), 1,
+                         {arith::MulFOp::create(b_, load(Acc, d), alpha)},
+                         [&](Value c, ValueRange a) {
+                           Value prod = arith::MulFOp::create(
+                               b_, load(Sp, c), load(Vs, add(mul(c, cIdx(DV)), d)));
+                           return SmallVector<Value>{
+                               arith::AddFOp::create(b_, a[0], prod)};
+                         });
+          store(pv.getResult(0), Acc, d);
+        });
+      });
+      // Everyone is done with this tile before it is overwritten.
+      gpu::BarrierOp::create(b_);
+  });
+  ifThen(live, [&] {
+    emitRowEpilogue(e, it, r, load(ML, c0), load(ML, c1),
+                    [&](Value d) { return load(Acc, d); });
+  });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace attnc::codegen

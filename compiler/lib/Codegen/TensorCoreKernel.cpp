@@ -1,0 +1,649 @@
+//===- TensorCoreKernel.cpp - The tensor-core GPU form (mma.sync) ----------===//
+//
+// f16/bf16 on sm_80+: a CTA of `warps` warps takes block_m query rows, each
+// warp 16 x m-tiles of them. Q, K and V go through dynamic shared memory
+// with 16-byte cp.async into XOR-swizzled rows; operands come from ldmatrix
+// (.trans for V); S = QK^T and O += PV run on mma.sync m16n8k16 with f32
+// accumulators, each K/V fragment feeding every m-tile of the warp. The
+// loop walks only the visited KV tiles (empty ones cost a classification,
+// no barrier): per tile, wait for its copy, one barrier, prefetch the next
+// visited tile into the other stage, compute. Softmax runs on the
+// accumulator fragments in the scores' own units, the scale by log2(e) and
+// the row max folded into one FMA before ex2.approx.ftz.
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramBuilder.h"
+
+#include <algorithm>
+
+using namespace mlir;
+
+namespace attnc {
+
+TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
+  TensorCoreLayout L;
+  L.warps = s.warps > 0 ? s.warps : std::clamp<int64_t>(s.blockM / 16, 1, 8);
+  L.mTiles = s.blockM / (16 * L.warps);
+  // Q in registers costs 2 x D / 16 x 4 x m-tiles of them per thread.
+  L.qInRegisters = L.mTiles == 1 && s.headDim <= 128;
+  auto pitch = [](int64_t d, bool &swizzle) {
+    int64_t chunks = d / 8;
+    swizzle = chunks == 2 || chunks == 4 || chunks % 8 == 0;
+    return swizzle ? d : d + 8;
+  };
+  L.ldQ = pitch(s.headDim, L.swizzleQ);
+  L.ldK = pitch(s.headDim, L.swizzleK);
+  L.ldV = pitch(s.vHeadDim, L.swizzleV);
+  L.stageElems = s.blockN * (L.ldK + L.ldV);
+  int64_t kv = L.stages * L.stageElems, q = s.blockM * L.ldQ;
+  // Q held in registers is dead in shared memory once loaded: it borrows
+  // stage 1, which the first prefetch fills only after every warp has
+  // read its Q fragments (the loop's first barrier).
+  if (L.qInRegisters && L.stages >= 2 && q <= L.stageElems) {
+    L.qOffset = L.stageElems;
+    L.totalElems = kv;
+  } else {
+    L.qOffset = kv;
+    L.totalElems = kv + q;
+  }
+  return L;
+}
+
+namespace codegen {
+namespace {
+
+class TensorCoreKernel : public ProgramBuilder {
+public:
+  TensorCoreKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+                   const FlashConfig &cfg)
+      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec)) {
+    MT = L.mTiles;
+    NT = BN / 8;
+    KS = D / 16;
+    DT = DV / 8;
+    KP = BN / 16;
+    TH = L.warps * 32;
+    isF16 = elem_.isF16();
+  }
+  LogicalResult build(gpu::GPUModuleOp module, StringRef name);
+
+private:
+  using Frag = SmallVector<Value, 4>;
+  /// This thread's query rows: m-tile mt, half k (row g or g + 8).
+  struct Row {
+    Value live, h, i, hI32, qpos;
+  };
+  /// The loop state: O fragments [mt][dt][4], then m and l per row.
+  struct State {
+    SmallVector<Value> o, m, l;
+  };
+
+  // ---- index arithmetic ----
+  Value divu(Value a, int64_t d) { return arith::DivUIOp::create(b_, a, cIdx(d)); }
+  Value remu(Value a, int64_t d) { return arith::RemUIOp::create(b_, a, cIdx(d)); }
+  Value cmp(arith::CmpIPredicate p, Value a, Value c) {
+    return arith::CmpIOp::create(b_, p, a, c);
+  }
+  Value andI(Value a, Value c) { return arith::AndIOp::create(b_, a, c); }
+  /// Element index of 16-byte chunk `chunk` of shared row `row` in a region
+  /// at `base` with pitch `ld`, XOR-swizzled when `swizzle`.
+  Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
+                    Value row, Value chunk);
+
+  // ---- fragments ----
+  Value asOperand(Value pair);
+  Value pack(Value x0, Value x1);
+  Frag mma(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c);
+  Frag ldmatrix(Value idx, bool trans);
+  Value shfl(Value x, int64_t off);
+  Value ex2(Value x);
+
+  // ---- stages of the kernel ----
+  void computeRows();
+  void loadQ();
+  Frag qFragment(int64_t mt, int64_t ks);
+  void loadTile(Value j, Value stage);
+  Value nextVisited(Value from, Value nKT, IRMapping &inv);
+  SmallVector<Value> computeTile(Value j, Value stage, ValueRange state,
+                                 IRMapping &inv);
+  void epilogue(ValueRange fin);
+
+  TensorCoreLayout L;
+  int64_t MT, NT, KS, DT, KP, TH;
+  bool isF16;
+  Entry e;
+  Item it;
+  Value smem, tid, lane, warp, g, tig, mat, r8, zeroE;
+  Value fastQ, fastKV, fastO;
+  SmallVector<Row> rows;                 // [mt * 2 + k]
+  SmallVector<IRMapping> scoreRow, maskRow;
+  SmallVector<SmallVector<Frag>> qf;     // [mt][ks] when in registers
+};
+
+Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
+                                    int64_t chunks, Value row, Value chunk) {
+  Value c = chunk;
+  if (swizzle) {
+    // 8 consecutive rows at one chunk land in 8 different 16-byte bank
+    // groups: xor the chunk with the row (mod 8), or for rows of 2 and 4
+    // chunks with the row's position among the 8 / chunks rows sharing a
+    // 128-byte line.
+    Value key = chunks % 8 == 0 ? remu(row, 8) : remu(divu(row, 8 / chunks), chunks);
+    c = arith::XOrIOp::create(b_, chunk, key);
+  }
+  return add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8))));
+}
+
+/// mma.sync operands: pairs of f16 as vector<2xf16>, of bf16 as i32.
+Value TensorCoreKernel::asOperand(Value pair) {
+  if (isF16)
+    return pair;
+  Value v = vector::BitCastOp::create(b_, VectorType::get({1}, i32_), pair);
+  return vector::ExtractOp::create(b_, v, ArrayRef<int64_t>{0});
+}
+
+Value TensorCoreKernel::pack(Value x0, Value x1) {
+  return asOperand(vector::FromElementsOp::create(
+      b_, VectorType::get({2}, elem_), ValueRange{x0, x1}));
+}
+
+TensorCoreKernel::Frag TensorCoreKernel::mma(ArrayRef<Value> a,
+                                             ArrayRef<Value> bOp,
+                                             ArrayRef<Value> c) {
+  Type accTy = LLVM::LLVMStructType::getLiteral(ctx_, {f32_, f32_, f32_, f32_});
+  NVVM::MMATypes t = isF16 ? NVVM::MMATypes::f16 : NVVM::MMATypes::bf16;
+  Value d = NVVM::MmaOp::create(
+      b_, accTy, a, bOp, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt,
+      std::nullopt, std::array<NVVM::MMATypes, 2>{t, t},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  Frag out;
+  for (int64_t k = 0; k < 4; ++k)
+    out.push_back(LLVM::ExtractValueOp::create(b_, d, ArrayRef<int64_t>{k}));
+  return out;
+}
+
+/// ldmatrix x4 at element `idx` of shared memory: the four 8x8 matrices'
+/// pairs (lane l addresses row l % 8 of matrix l / 8).
+TensorCoreKernel::Frag TensorCoreKernel::ldmatrix(Value idx, bool trans) {
+  Value m = nvgpu::LdMatrixOp::create(b_, VectorType::get({4, 2}, elem_), smem,
+                                      ValueRange{idx}, trans, 4);
+  Frag regs;
+  for (int64_t k = 0; k < 4; ++k)
+    regs.push_back(
+        asOperand(vector::ExtractOp::create(b_, m, ArrayRef<int64_t>{k})));
+  return regs;
+}
+
+/// A row's 4 lanes (l / 4 equal) exchange values with xor 1 and 2.
+Value TensorCoreKernel::shfl(Value x, int64_t off) {
+  return gpu::ShuffleOp::create(b_, x, cI32(off), cI32(32),
+                                gpu::ShuffleMode::XOR)
+      .getShuffleResult();
+}
+
+/// exp2 on the special-function unit, subnormals flushed (they are below
+/// what the f32 accumulation of P·V can see).
+Value TensorCoreKernel::ex2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             b_, f32_, b_.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
+             ValueRange{x})
+      .getResult(0);
+}
+
+void TensorCoreKernel::computeRows() {
+  Value c1 = cIdx(1);
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t k = 0; k < 2; ++k) {
+      Value r = add(add(mul(warp, cIdx(16 * MT)), g), cIdx(16 * mt + 8 * k));
+      Row R;
+      R.live = cmp(arith::CmpIPredicate::slt, r, it.rows);
+      // Rows past the end compute on the last row; they are not stored.
+      auto [h, i] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+      R.h = h;
+      R.i = i;
+      R.hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      R.qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
+      rows.push_back(R);
+      // What the modifiers compute from (b, h, q) alone, once per row.
+      Value kv0 = cI32(0);
+      scoreRow.push_back(hoistUniform(v_.getScoreBlock(), {0, 4},
+                                      {e.zeroF, it.bI32, R.hI32, R.qpos, kv0}));
+      maskRow.push_back(hoistUniform(v_.getMaskBlock(), {3},
+                                     {it.bI32, R.hI32, R.qpos, kv0}));
+    }
+}
+
+/// The item's Q rows into shared memory (zero past the last row).
+void TensorCoreKernel::loadQ() {
+  const int64_t chunks = D / 8;
+  Value c0 = cIdx(0), c1 = cIdx(1), qOff = cIdx(L.qOffset);
+  auto rowOf = [&](Value row) {
+    auto [h, i] = rowCoords(e, it, minI(row, sub(it.rows, c1)));
+    return add(add(mul(it.b, e.qs[0]), mul(h, e.qs[1])), mul(i, e.qs[2]));
+  };
+  ifThenElse(
+      fastQ,
+      [&] {
+        loop0(tid, cIdx(BM * chunks), cIdx(TH), [&](Value c) {
+          Value row = divu(c, chunks), ch = remu(c, chunks);
+          Value live = cmp(arith::CmpIPredicate::slt, row, it.rows);
+          nvgpu::DeviceAsyncCopyOp::create(
+              b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+              ValueRange{sharedIndex(qOff, L.ldQ, L.swizzleQ, chunks, row, ch)},
+              e.q, ValueRange{add(rowOf(row), mul(ch, cIdx(8)))},
+              b_.getIndexAttr(8), select(live, cIdx(8), c0), b_.getUnitAttr());
+        });
+      },
+      [&] {
+        loop0(tid, cIdx(BM * D), cIdx(TH), [&](Value x) {
+          Value row = divu(x, D), d = remu(x, D);
+          Value live = cmp(arith::CmpIPredicate::slt, row, it.rows);
+          Value v = load(e.q, add(rowOf(row), mul(d, e.qs[3])));
+          Value at = add(sharedIndex(qOff, L.ldQ, L.swizzleQ, chunks, row,
+                                     divu(d, 8)),
+                         remu(d, 8));
+          store(select(live, v, zeroE), smem, at);
+        });
+      });
+}
+
+/// Q's A fragment for m-tile mt and k-step ks: registers (row g, cols
+/// 16 ks + 2 tig), (row g + 8, same), (row g, + 8), (row g + 8, + 8).
+TensorCoreKernel::Frag TensorCoreKernel::qFragment(int64_t mt, int64_t ks) {
+  Value row = add(add(mul(warp, cIdx(16 * MT)), cIdx(16 * mt)),
+                  add(mul(remu(mat, 2), cIdx(8)), r8));
+  Value chunk = add(cIdx(2 * ks), divu(mat, 2));
+  return ldmatrix(sharedIndex(cIdx(L.qOffset), L.ldQ, L.swizzleQ, D / 8, row,
+                              chunk),
+                  /*trans=*/false);
+}
+
+/// Tile j's K and V rows into stage `stage`; rows past the sequence are
+/// zero (cp.async zero-fill reads nothing out of bounds).
+void TensorCoreKernel::loadTile(Value j, Value stage) {
+  Value c0 = cIdx(0);
+  Value kv0 = mul(j, cIdx(BN));
+  Value last = sub(it.kvLen, cIdx(1));
+  Value base = mul(stage, cIdx(L.stageElems));
+  struct Part {
+    Value src, itemBase;
+    const SmallVector<Value> *st;
+    int64_t n, ld;
+    bool swizzle;
+    Value at;
+  };
+  for (const Part &p :
+       {Part{e.k, it.kBase, &e.ks, D, L.ldK, L.swizzleK, base},
+        Part{e.v, it.vBase, &e.vs, DV, L.ldV, L.swizzleV,
+             add(base, cIdx(BN * L.ldK))}}) {
+    const int64_t chunks = p.n / 8;
+    ifThenElse(
+        fastKV,
+        [&] {
+          loop0(tid, cIdx(BN * chunks), cIdx(TH), [&](Value c) {
+            Value row = divu(c, chunks), ch = remu(c, chunks);
+            Value key = add(kv0, row);
+            Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+            Value from = add(add(p.itemBase, mul(minI(key, last), (*p.st)[2])),
+                             mul(ch, cIdx(8)));
+            nvgpu::DeviceAsyncCopyOp::create(
+                b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+                ValueRange{sharedIndex(p.at, p.ld, p.swizzle, chunks, row, ch)},
+                p.src, ValueRange{from}, b_.getIndexAttr(8),
+                select(valid, cIdx(8), c0), b_.getUnitAttr());
+          });
+        },
+        [&] {
+          loop0(tid, cIdx(BN * p.n), cIdx(TH), [&](Value x) {
+            Value row = divu(x, p.n), d = remu(x, p.n);
+            Value key = add(kv0, row);
+            Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+            Value v = load(p.src, add(add(p.itemBase,
+                                          mul(minI(key, last), (*p.st)[2])),
+                                      mul(d, (*p.st)[3])));
+            Value at = add(sharedIndex(p.at, p.ld, p.swizzle, chunks, row,
+                                       divu(d, 8)),
+                           remu(d, 8));
+            store(select(valid, v, zeroE), smem, at);
+          });
+        });
+  }
+}
+
+/// The first visited KV tile at or after `from` (nKT when none): empty
+/// tiles are skipped with no copy and no barrier.
+Value TensorCoreKernel::nextVisited(Value from, Value nKT, IRMapping &inv) {
+  auto w = scf::WhileOp::create(b_, TypeRange{b_.getIndexType()},
+                                ValueRange{from});
+  {
+    OpBuilder::InsertionGuard guard(b_);
+    Block *before = b_.createBlock(&w.getBefore(), {}, {b_.getIndexType()},
+                                   {b_.getLoc()});
+    Value j = before->getArgument(0);
+    Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
+    // Classify only tiles that exist (a block mask has no entry past nKT).
+    Value skip = ifYield(inRange, ValueRange{inRange}, [&] {
+      Tile t = tileAt(it, j, inv);
+      return SmallVector<Value>{arith::XOrIOp::create(
+          b_, t.visit, arith::ConstantOp::create(b_, b_.getBoolAttr(true)))};
+    })[0];
+    scf::ConditionOp::create(b_, andI(inRange, skip), ValueRange{j});
+    Block *after = b_.createBlock(&w.getAfter(), {}, {b_.getIndexType()},
+                                  {b_.getLoc()});
+    scf::YieldOp::create(b_, ValueRange{add(after->getArgument(0), cIdx(1))});
+  }
+  return w.getResult(0);
+}
+
+SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value stage,
+                                                 ValueRange state,
+                                                 IRMapping &inv) {
+  Tile t = tileAt(it, j, inv);
+  Value kBase = mul(stage, cIdx(L.stageElems));
+  Value vBase = add(kBase, cIdx(BN * L.ldK));
+  // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
+  // .trans) feeds every m-tile of the warp.
+  SmallVector<SmallVector<Frag>> S(
+      MT, SmallVector<Frag>(NT, Frag(4, e.zeroF)));
+  for (int64_t ks = 0; ks < KS; ++ks) {
+    SmallVector<Frag> a;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
+    for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
+      Value key = add(mul(add(cIdx(2 * nt2), divu(mat, 2)), cIdx(8)), r8);
+      Value chunk = add(cIdx(2 * ks), remu(mat, 2));
+      Frag regs = ldmatrix(
+          sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key, chunk), false);
+      for (int64_t mt = 0; mt < MT; ++mt)
+        for (int64_t h = 0; h < 2; ++h)
+          S[mt][2 * nt2 + h] =
+              mma(a[mt], {regs[2 * h], regs[2 * h + 1]}, S[mt][2 * nt2 + h]);
+    }
+  }
+  // score_mod(S x scale) on every element; mask_mod on partial tiles and
+  // tails only. Scores stay in natural units: the softmax folds log2(e).
+  SmallVector<Value> kvpos(NT * 2);
+  for (int64_t nt = 0; nt < NT; ++nt)
+    for (int64_t c = 0; c < 2; ++c)
+      kvpos[nt * 2 + c] = arith::IndexCastOp::create(
+          b_, i32_, add(t.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
+  // Element (mt, nt, c) of this thread is at flat index (mt * NT + nt) * 4 + c.
+  SmallVector<Value> sv;
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 0; c < 4; ++c) {
+        int64_t r = mt * 2 + (c >> 1);
+        Value x = arith::MulFOp::create(b_, S[mt][nt][c], e.scale);
+        sv.push_back(emitModifier(
+            v_.getScoreBlock(),
+            {x, it.bI32, rows[r].hI32, rows[r].qpos, kvpos[nt * 2 + (c & 1)]},
+            &scoreRow[r]));
+      }
+  SmallVector<Value> y = ifYield(
+      arith::XOrIOp::create(b_, t.skipMask,
+                            arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
+      sv, [&] {
+        SmallVector<Value> out;
+        for (int64_t mt = 0; mt < MT; ++mt)
+          for (int64_t nt = 0; nt < NT; ++nt)
+            for (int64_t c = 0; c < 4; ++c) {
+              int64_t r = mt * 2 + (c >> 1);
+              Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
+              Value in = cmp(arith::CmpIPredicate::slt, col, t.cols);
+              Value m = emitModifier(v_.getMaskBlock(),
+                                     {it.bI32, rows[r].hI32, rows[r].qpos,
+                                      kvpos[nt * 2 + (c & 1)]},
+                                     &maskRow[r]);
+              out.push_back(select(andI(in, m),
+                                   sv[(mt * NT + nt) * 4 + c], e.ninf));
+            }
+        return out;
+      });
+  // Online softmax per row; max over the row's 4 lanes (xor 1, 2).
+  const int64_t R = 2 * MT, oN = MT * DT * 4;
+  SmallVector<Value> next(state.begin(), state.end());
+  SmallVector<Value> alpha(R), negM(R);
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t mt = r / 2, half = r % 2;
+    Value mx = e.ninf;
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 2 * half; c < 2 * half + 2; ++c)
+        mx = arith::MaximumFOp::create(b_, mx, y[(mt * NT + nt) * 4 + c]);
+    mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
+    mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
+    Value mOld = state[oN + r];
+    Value mNew = arith::MaximumFOp::create(b_, mOld, mx);
+    Value none = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ, mNew,
+                                       e.ninf);
+    Value mUse = select(none, e.zeroF, mNew);
+    negM[r] = arith::NegFOp::create(b_, arith::MulFOp::create(b_, mUse, e.log2e));
+    alpha[r] = ex2(arith::MulFOp::create(
+        b_, arith::SubFOp::create(b_, mOld, mUse), e.log2e));
+    next[oN + r] = mNew;
+  }
+  // p = 2^(y log2(e) - m log2(e)): one FMA per score.
+  SmallVector<Value> P(y.size());
+  SmallVector<Value> sum(R, e.zeroF);
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 0; c < 4; ++c) {
+        int64_t r = mt * 2 + (c >> 1), at = (mt * NT + nt) * 4 + c;
+        P[at] = ex2(math::FmaOp::create(b_, y[at], e.log2e, negM[r]));
+        sum[r] = arith::AddFOp::create(b_, sum[r], P[at]);
+      }
+  for (int64_t r = 0; r < R; ++r)
+    next[oN + R + r] = arith::AddFOp::create(
+        b_, arith::MulFOp::create(b_, state[oN + R + r], alpha[r]), sum[r]);
+  SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t dt = 0; dt < DT; ++dt)
+      for (int64_t c = 0; c < 4; ++c)
+        O[mt][dt].push_back(arith::MulFOp::create(
+            b_, state[(mt * DT + dt) * 4 + c], alpha[mt * 2 + (c >> 1)]));
+  // O += P V: P's accumulator fragments are the A fragments of the second
+  // MMA (converted in registers); each V fragment (ldmatrix.trans) feeds
+  // every m-tile.
+  auto packP = [&](int64_t mt, int64_t nt, int64_t c) {
+    int64_t at = (mt * NT + nt) * 4 + c;
+    return pack(arith::TruncFOp::create(b_, elem_, P[at]),
+                arith::TruncFOp::create(b_, elem_, P[at + 1]));
+  };
+  for (int64_t kk = 0; kk < KP; ++kk) {
+    SmallVector<Frag> a;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      a.push_back({packP(mt, 2 * kk, 0), packP(mt, 2 * kk, 2),
+                   packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
+    for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
+      Value key = add(add(cIdx(16 * kk), mul(remu(mat, 2), cIdx(8))), r8);
+      Value chunk = add(cIdx(2 * dt2), divu(mat, 2));
+      Frag regs = ldmatrix(
+          sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key, chunk), true);
+      for (int64_t mt = 0; mt < MT; ++mt)
+        for (int64_t h = 0; h < 2; ++h)
+          O[mt][2 * dt2 + h] =
+              mma(a[mt], {regs[2 * h], regs[2 * h + 1]}, O[mt][2 * dt2 + h]);
+    }
+  }
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t dt = 0; dt < DT; ++dt)
+      for (int64_t c = 0; c < 4; ++c)
+        next[(mt * DT + dt) * 4 + c] = O[mt][dt][c];
+  return next;
+}
+
+/// The row's sum over its 4 lanes, O / l (0 for rows with no key; a NaN l
+/// from non-finite scores propagates), LSE = m + ln l (-inf for those),
+/// written by lane tig 0. O's two adjacent columns go out as one 4-byte
+/// store where strides and alignment allow.
+void TensorCoreKernel::epilogue(ValueRange fin) {
+  const int64_t R = 2 * MT, oN = MT * DT * 4;
+  Value c0 = cIdx(0);
+  VectorType pair = VectorType::get({2}, elem_);
+  for (int64_t r = 0; r < R; ++r) {
+    const Row &row = rows[r];
+    int64_t mt = r / 2, half = r % 2;
+    Value l = fin[oN + R + r];
+    l = arith::AddFOp::create(b_, l, shfl(l, 1));
+    l = arith::AddFOp::create(b_, l, shfl(l, 2));
+    Value m = fin[oN + r];
+    ifThen(row.live, [&] {
+      Value pos =
+          arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
+      Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
+      Value oRow = add(add(mul(it.b, e.os[0]), mul(row.h, e.os[1])),
+                       mul(row.i, e.os[2]));
+      auto value = [&](int64_t dt, int64_t c) {
+        return fromF32(arith::MulFOp::create(
+            b_, fin[(mt * DT + dt) * 4 + 2 * half + c], invL));
+      };
+      ifThenElse(
+          fastO,
+          [&] {
+            for (int64_t dt = 0; dt < DT; ++dt) {
+              Value d = add(mul(tig, cIdx(2)), cIdx(8 * dt));
+              Value v = vector::FromElementsOp::create(
+                  b_, pair, ValueRange{value(dt, 0), value(dt, 1)});
+              vector::StoreOp::create(b_, v, e.o, ValueRange{add(oRow, d)},
+                                      /*nontemporal=*/false, llvm::Align(4));
+            }
+          },
+          [&] {
+            for (int64_t dt = 0; dt < DT; ++dt)
+              for (int64_t c = 0; c < 2; ++c) {
+                Value d = add(mul(tig, cIdx(2)), cIdx(8 * dt + c));
+                store(value(dt, c), e.o, add(oRow, mul(d, e.os[3])));
+              }
+          });
+      ifThen(andI(e.hasLse, cmp(arith::CmpIPredicate::eq, tig, c0)), [&] {
+        Value mUse = select(pos, m, e.zeroF);
+        Value lg = arith::AddFOp::create(
+            b_, mUse,
+            arith::MulFOp::create(b_, math::Log2Op::create(b_, l), e.ln2));
+        Value at = add(add(mul(it.b, e.ls[0]), mul(row.h, e.ls[1])),
+                       mul(row.i, e.ls[2]));
+        store(select(pos, lg, e.ninf), e.lse, at);
+      });
+    });
+  }
+}
+
+LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
+  OpBuilder::InsertionGuard guard(b_);
+  b_.setInsertionPointToEnd(module.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name,
+                                   b_.getFunctionType(gpuKernelArgs(), {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
+  b_.setInsertionPointToStart(&fn.getBody().front());
+  auto wg = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  Value raw = gpu::DynamicSharedMemoryOp::create(
+      b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
+                          MemRefLayoutAttrInterface(), wg));
+  smem = memref::ViewOp::create(
+      b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
+      raw, cIdx(0), ValueRange{});
+  e = loadEntry(fn.getArguments());
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
+                   gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  lane = remu(tid, 32);
+  warp = divu(tid, 32);
+  g = divu(lane, 4);
+  tig = remu(lane, 4);
+  mat = divu(lane, 8);
+  r8 = remu(lane, 8);
+  zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
+  it = decodeItem(e, item, /*heavyFirst=*/true);
+  computeRows();
+
+  // 16-byte cp.async needs unit stride along D, the other strides in
+  // multiples of 8 elements and 16-byte aligned bases; otherwise the same
+  // copies go element by element. Paired O stores need 4 bytes likewise.
+  auto aligned = [&](Value m, int64_t bytes) {
+    return cmp(arith::CmpIPredicate::eq,
+               remu(memref::ExtractAlignedPointerAsIndexOp::create(b_, m), bytes),
+               c0);
+  };
+  auto rowMajor = [&](const SmallVector<Value> &st, int64_t mult) {
+    Value ok = cmp(arith::CmpIPredicate::eq, st[3], c1);
+    for (int d = 0; d < 3; ++d)
+      ok = andI(ok, cmp(arith::CmpIPredicate::eq, remu(st[d], mult), c0));
+    return ok;
+  };
+  fastQ = andI(rowMajor(e.qs, 8), aligned(e.q, 16));
+  fastKV = andI(andI(rowMajor(e.ks, 8), aligned(e.k, 16)),
+                andI(rowMajor(e.vs, 8), aligned(e.v, 16)));
+  fastO = andI(rowMajor(e.os, 2), aligned(e.o, 4));
+
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
+  inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  materializeMaskInvariants(inv);
+  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+
+  // Prologue: Q, then the first visited tile into stage 0.
+  loadQ();
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+  Value first = nextVisited(c0, nKT, inv);
+  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT),
+         [&] { loadTile(first, c0); });
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+  if (L.qInRegisters) {
+    NVVM::CpAsyncWaitGroupOp::create(b_, 1);
+    gpu::BarrierOp::create(b_);
+    qf.assign(MT, {});
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t ks = 0; ks < KS; ++ks)
+        qf[mt].push_back(qFragment(mt, ks));
+  }
+
+  // The loop over visited tiles: (j, stage, O, m, l).
+  SmallVector<Value> init = {first, c0};
+  init.append(MT * DT * 4, e.zeroF);
+  init.append(2 * MT, e.ninf);
+  init.append(2 * MT, e.zeroF);
+  SmallVector<Type> types = llvm::to_vector(ValueRange(init).getTypes());
+  auto loopOp = scf::WhileOp::create(b_, types, init);
+  {
+    OpBuilder::InsertionGuard g2(b_);
+    SmallVector<Location> locs(types.size(), b_.getLoc());
+    Block *before = b_.createBlock(&loopOp.getBefore(), {}, types, locs);
+    scf::ConditionOp::create(
+        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT),
+        before->getArguments());
+    Block *after = b_.createBlock(&loopOp.getAfter(), {}, types, locs);
+    Value j = after->getArgument(0), stage = after->getArgument(1);
+    // Tile j has arrived (its group is the only one pending) and every warp
+    // is past the previous tile, whose stage the prefetch now refills.
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    gpu::BarrierOp::create(b_);
+    Value next = nextVisited(add(j, c1), nKT, inv);
+    Value other = arith::XOrIOp::create(b_, stage, c1);
+    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT),
+           [&] { loadTile(next, other); });
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    SmallVector<Value> state =
+        computeTile(j, stage, after->getArguments().drop_front(2), inv);
+    SmallVector<Value> yield = {next, other};
+    yield.append(state);
+    scf::YieldOp::create(b_, yield);
+  }
+  NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+  epilogue(loopOp.getResults().drop_front(2));
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace
+
+LogicalResult buildTensorCoreKernel(gpu::GPUModuleOp module, ModuleOp parent,
+                                    attn::VariantOp v, const MaskAnalysis &mask,
+                                    const FlashConfig &cfg, StringRef name) {
+  TensorCoreKernel k(parent, v, mask, cfg);
+  return k.build(module, name);
+}
+
+} // namespace codegen
+} // namespace attnc
