@@ -32,7 +32,7 @@ attn.variant @sliding_window(window: i32)
 
 // GPU: module attributes {gpu.container_module}
 // GPU: gpu.module @attnc_kernels
-// GPU: gpu.func @attnc_sliding_window_bf16_d128v128_m128n64w8s2(
+// GPU: gpu.func @attnc_sliding_window_bf16_d128v128_m128n32w8s2(
 // GPU: nvvm.mma.sync
 
 // SIMT: gpu.func @attnc_sliding_window_f32_d64v64_m64n64w2s1(

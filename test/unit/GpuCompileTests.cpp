@@ -44,14 +44,14 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   GpuKernelImage cold;
   REQUIRE(s->compileGpu("docs", spec, "sm_90", cold).isOk());
   // The tensor-core kernel with the configuration table's tiles for D=128:
-  // 8 warps x 16 rows, 64 keys, two stages of swizzled K and V rows in
-  // dynamic shared memory (Q borrows stage 1 until it is in registers).
-  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m128n64w8s2");
-  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m128n64w8s2_block_mask");
+  // 8 warps x 16 rows, 32 keys, two stages of swizzled K and V rows and
+  // the Q tile in dynamic shared memory.
+  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m128n32w8s2");
+  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m128n32w8s2_block_mask");
   CHECK(cold.spec.blockM == 128);
-  CHECK(cold.spec.blockN == 64);
+  CHECK(cold.spec.blockN == 32);
   CHECK(cold.sharedBytes == 0);
-  CHECK(cold.dynamicSharedBytes == 2 * 64 * (128 + 128) * 2);
+  CHECK(cold.dynamicSharedBytes == (2 * 32 * (128 + 128) + 128 * 128) * 2);
   CHECK(cold.threads == 256);
   CHECK(cold.ptx.find(".extern .shared .align 16 .b8") != std::string::npos);
   CHECK(cold.ptx.find("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") !=
