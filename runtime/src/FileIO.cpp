@@ -81,6 +81,19 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes) {
   return Status::ok();
 }
 
+size_t readFully(int fd, char *buf, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
 Status readFileLimited(const std::string &path, size_t maxBytes,
                        std::string &out) {
   out.clear();
@@ -101,15 +114,7 @@ Status readFileLimited(const std::string &path, size_t maxBytes,
         st.st_size, maxBytes));
   }
   out.resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    got += static_cast<size_t>(n);
-  }
+  size_t got = readFully(fd, out.data(), out.size());
   ::close(fd);
   if (got != out.size())
     return Status::invalidArgument(

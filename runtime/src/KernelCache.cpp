@@ -1,5 +1,6 @@
 //===- KernelCache.cpp - Atomic, self-checking kernel cache --------------===//
 #include "attnc/runtime/KernelCache.h"
+#include "attnc/runtime/FileIO.h"
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
@@ -126,15 +127,7 @@ std::optional<std::string> readEntry(const std::string &path, bool &bad) {
     return std::nullopt;
   }
   std::string data(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = ::read(fd, data.data() + got, data.size() - got);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    got += static_cast<size_t>(n);
-  }
+  size_t got = readFully(fd, data.data(), data.size());
   ::close(fd);
   data.resize(got);
   return data;

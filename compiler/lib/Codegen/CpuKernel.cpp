@@ -13,15 +13,8 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 
 LogicalResult ProgramBuilder::buildKernel(StringRef name) {
-  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
-  SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
-                            dyn(f32_),  dyn(i64_),  dyn(f32_),
-                            dyn(b_.getI8Type())};
-  for (const rt::ParamSpec &p : info_.params)
-    if (p.isTensor)
-      args.push_back(dyn(storageType(ctx_, p.dtype)));
-  args.push_back(i64_);
-  args.push_back(i64_);
+  SmallVector<Type> args = kernelArgs(); // ..., begin
+  args.push_back(i64_);                   // end
   auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
   Block *entry = fn.addEntryBlock();
   OpBuilder::InsertionGuard guard(b_);

@@ -131,7 +131,7 @@ void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   });
 }
 
-SmallVector<Type> ProgramBuilder::gpuKernelArgs() {
+SmallVector<Type> ProgramBuilder::kernelArgs() {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),
                             dyn(f32_),  dyn(i64_),  dyn(f32_),

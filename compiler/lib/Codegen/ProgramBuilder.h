@@ -229,9 +229,9 @@ protected:
   /// Tile j of a work item: its keys and class (`inv` holds the mask's
   /// values that do not depend on q or kv).
   Tile tileAt(const Item &it, Value j, IRMapping &inv);
-  /// The kernel operands of the GPU forms (KernelABI.h order, then the
-  /// launch's first work item).
-  SmallVector<Type> gpuKernelArgs();
+  /// The kernel operands (KernelABI.h order, then the launch's first work
+  /// item; the CPU form adds the end of its range).
+  SmallVector<Type> kernelArgs();
   /// Writes row `r` of the tile: O = acc / l (0 when l = 0) and, if asked
   /// for, LSE = (m + log2 l) ln 2 (-inf when l = 0).
   void emitRowEpilogue(const Entry &e, const Item &it, Value r, Value m,

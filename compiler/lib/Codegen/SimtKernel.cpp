@@ -13,7 +13,7 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 
 LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
-  SmallVector<Type> args = gpuKernelArgs();
+  SmallVector<Type> args = kernelArgs();
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
   auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));

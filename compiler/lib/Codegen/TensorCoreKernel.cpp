@@ -532,7 +532,7 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
   auto fn = gpu::GPUFuncOp::create(b_, name,
-                                   b_.getFunctionType(gpuKernelArgs(), {}));
+                                   b_.getFunctionType(kernelArgs(), {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
   b_.setInsertionPointToStart(&fn.getBody().front());

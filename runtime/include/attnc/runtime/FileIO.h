@@ -25,6 +25,11 @@ Status writeFileAtomic(const std::string &path, std::string_view bytes);
 Status readFileLimited(const std::string &path, size_t maxBytes,
                        std::string &out);
 
+/// Reads up to `n` bytes from `fd` into `buf`, retrying interrupted and
+/// short reads; returns how many were read (fewer at end of file or on an
+/// error).
+size_t readFully(int fd, char *buf, size_t n);
+
 } // namespace attnc::rt
 
 #endif
