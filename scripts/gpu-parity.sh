@@ -3,7 +3,9 @@
 # head dims 64, 80, 128 and 64:32 and run by the runtime-only attnc-run
 # against the fp64 reference (--matrix: dtypes x head dims x {prefill,
 # decode, chunk} x {MHA 8/8, GQA 8/2, MQA 8/1}, with lengths 1, 77, 129,
-# 1000..., BHSD/BSHD and ragged batches in rotation; docs/check.md).
+# 1000..., BHSD/BSHD and ragged batches in rotation; docs/check.md); and
+# the large head dims of the tensor-core form (f16 and bf16, D 256 and
+# Dqk:Dv 192:128) in a prefill, a decode and a chunked case each.
 #
 #   scripts/gpu-parity.sh BUILD_DIR --emulator [EXAMPLE...]
 #     on the GPU emulator (BUILD_DIR/lib/libattnc-emucuda.so, memcheck and
@@ -55,6 +57,11 @@ printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
      --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$3/{}.json" \
      > "$3/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {}" >> "$3/{}.compile.txt"' \
   "$build" "$src" "$targets" "$tmp"
+printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
+  '"$0/bin/attnc" compile "$1/examples/{}.attn" --emit=package --target="$2" \
+     --dtypes=f16,bf16 --head-dims=256,192:128 -o "$3/{}.large.json" \
+     >> "$3/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {} (large head dims)" >> "$3/{}.compile.txt"' \
+  "$build" "$src" "${targets##*,}" "$tmp"
 bad=0
 for n in "${examples[@]}"; do
   if grep -q FAIL "$tmp/$n.compile.txt"; then
@@ -86,6 +93,17 @@ run_example() {
   else
     "$build/bin/attnc-run" "$tmp/$n.json" --matrix > "$log" 2>&1 || status=1
   fi
+  # Large head dims: GQA 8/2, one case per mode and dtype.
+  ((emulator)) && export ATTNC_EMU_CC=90
+  for dt in f16 bf16; do
+    for d in 256:256 192:128; do
+      for m in "prefill --q-len 77 --kv-len 77" "decode --kv-len 300" "chunk --q-len 33 --kv-len 200"; do
+        "$build/bin/attnc-run" "$tmp/$n.large.json" --dtype $dt --heads 8 \
+          --kv-heads 2 --head-dim "${d%:*}" --v-head-dim "${d#*:}" --mode $m \
+          >> "$log" 2>&1 || status=1
+      done
+    done
+  done
   ((status == 0)) || touch "$tmp/$n.failed"
 }
 start=$SECONDS

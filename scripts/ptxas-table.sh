@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compiles every example x {f16, bf16} x D in {64, 128} x {sm_80, sm_90} to
-# a package (the configuration table's tiles) and its PTX and assembles it with ptxas: fails on any ptxas error or spill, and
+# Compiles every example x {f16, bf16} x Dqk:Dv in {64, 128, 192:128, 256}
+# x {sm_80, sm_90} to a package (the configuration table's tiles) and its
+# PTX and assembles it with ptxas: fails on any ptxas error or spill, and
 # prints the Markdown table of docs/kernels.md. Exits 77 (a ctest skip, with
 # the reason) when ptxas is not installed.
 #   usage: scripts/ptxas-table.sh BUILD_DIR
@@ -17,7 +18,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 echo "ptxas: $("$ptxas" --version | tail -1)"
 echo
-echo "| example | dtype | D | arch | kernel | registers | shared memory (bytes) | stack frame (bytes) | spill stores | spill loads |"
+echo "| example | dtype | Dqk:Dv | arch | kernel | registers | shared memory (bytes) | stack frame (bytes) | spill stores | spill loads |"
 echo "|---|---|---:|---|---|---:|---:|---:|---:|---:|"
 bad=0
 for f in "$src"/examples/*.attn; do
@@ -26,14 +27,14 @@ for f in "$src"/examples/*.attn; do
   # One package per example: every (target, dtype, D) kernel with the
   # configuration table's tiles and its shared-memory size.
   "$build/bin/attnc" compile "$f" --emit=package --target=sm_80,sm_90 \
-    --dtypes=f16,bf16 --head-dims=64,128 -o "$tmp/p.json"
+    --dtypes=f16,bf16 --head-dims=64,128,192:128,256 -o "$tmp/p.json"
   python3 - "$tmp/p.json" "$tmp" > "$tmp/list" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 for i, k in enumerate(p["variants"][0]["kernels"]):
     path = "%s/k%d.ptx" % (sys.argv[2], i)
     open(path, "w").write(k["ptx"])
-    print(k["dtype"], k["head_dim"], k["target"], k["kernel"],
+    print(k["dtype"], "%d:%d" % (k["head_dim"], k["v_head_dim"]), k["target"], k["kernel"],
           k["shared_bytes"] + k["dynamic_shared_bytes"], path)
 PY
   while read -r dt d sm kernel smem ptx; do

@@ -30,6 +30,8 @@ std::string Package::serialize() const {
   j["version"] = kVersion;
   j["compiler"] = compiler;
   j["source"] = source;
+  if (tileCandidates)
+    j["tile_candidates"] = true;
   j["grid"] = "x: one block per work item (b, query-head group, Q tile), "
               "B * (Hq / pack_heads) * ceil(pack_heads * Lq / block_m), the "
               "first item in the last parameter; block: threads";
@@ -276,6 +278,11 @@ Status Package::parse(const std::string &text, const std::string &origin,
       if (j.contains(key) &&
           !stringField(j, key, key[0] == 'c' ? out.compiler : out.source, why))
         return bad(origin, why);
+    if (j.contains("tile_candidates")) {
+      if (!j["tile_candidates"].is_boolean())
+        return bad(origin, "\"tile_candidates\" must be true or false");
+      out.tileCandidates = j["tile_candidates"].get<bool>();
+    }
     if (!j.contains("variants") || !j["variants"].is_array())
       return bad(origin, "\"variants\" must be an array");
     for (const json &jv : j["variants"]) {
@@ -299,14 +306,19 @@ Status Package::parse(const std::string &text, const std::string &origin,
         GpuKernelImage k;
         if (!parseKernel(jk, v.info, k, why))
           return bad(origin, why);
-        for (const GpuKernelImage &o : v.kernels)
-          if (o.target == k.target && o.spec.dtype == k.spec.dtype &&
+        for (const GpuKernelImage &o : v.kernels) {
+          if (o.kernel == k.kernel && o.target == k.target)
+            return bad(origin, fmt::format("variant '{}' has two kernels "
+                                           "named '{}'", name, k.kernel));
+          if (!out.tileCandidates && o.target == k.target &&
+              o.spec.dtype == k.spec.dtype &&
               o.spec.headDim == k.spec.headDim &&
               o.spec.vHeadDim == k.spec.vHeadDim)
             return bad(origin, fmt::format("variant '{}' has two kernels for "
                                            "{} {} D={}/{}", name, k.target,
                                            dtypeName(k.spec.dtype),
                                            k.spec.headDim, k.spec.vHeadDim));
+        }
         v.kernels.push_back(std::move(k));
       }
       out.variants.push_back(std::move(v));

@@ -247,6 +247,7 @@ bool Decoder::address(const SynOperand &s, Space sp, Operand &out,
     return true;
   if (int32_t r = registerSlot(s.name); r >= 0) {
     out.base = r;
+    out.addr32 = tyBits(registerType(s.name)) == 32;
     return true;
   }
   const std::map<std::string, uint64_t> *syms =

@@ -553,3 +553,20 @@ TEST_CASE("half-precision compares and min/max (LLVM narrows them)", "[emucuda]"
   REQUIRE(m.run("k", 1, 1, {out.p, 0}) == 0);
   CHECK(out.get<uint32_t>() == std::vector<uint32_t>{1, 0x3E00, 1, 0x4200});
 }
+
+TEST_CASE("32-bit shared addresses wrap at 2^32 before the offset lands",
+          "[emucuda]") {
+  // [%r + imm] with a 32-bit register is 32-bit arithmetic: LLVM's short
+  // shared pointers fold "base - x" into a negative register and add the
+  // difference back as the immediate.
+  Buf out(4);
+  Ptx m(kernel("  mov.u32 %r2, buf;\n"
+               "  st.shared.u32 [%r2+8], 77;\n"
+               "  sub.s32 %r3, %r2, 4096;\n"
+               "  ld.shared.u32 %r4, [%r3+4104];\n"
+               "  st.global.u32 [%rd1], %r4;\n",
+               "  .shared .align 4 .b8 buf[16];\n"));
+  REQUIRE(m.status == 0);
+  REQUIRE(m.run("k", 1, 1, {out.p, 0}) == 0);
+  CHECK(out.get<uint32_t>() == std::vector<uint32_t>{77});
+}

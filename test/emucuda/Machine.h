@@ -158,7 +158,8 @@ template <typename F> inline void forLanes(uint32_t mask, F f) {
 }
 /// The effective address of an Addr operand for `lane`.
 inline uint64_t address(const Warp &w, const Operand &o, int lane) {
-  return (o.base >= 0 ? slot(w, o.base, lane) : 0) + static_cast<uint64_t>(o.off);
+  uint64_t a = (o.base >= 0 ? slot(w, o.base, lane) : 0) + static_cast<uint64_t>(o.off);
+  return o.addr32 ? uint32_t(a) : a;
 }
 
 // Binders: each recognizes its opcodes, fills `in` (handler, control kind,

@@ -44,6 +44,8 @@ struct Operand {
   int32_t r[4] = {-1, -1, -1, -1}; // Reg: r[0]; Vec: elements (-1: sink)
   int32_t base = -1;    // Addr: base register slot, or -1 for an absolute address
   int64_t off = 0;      // Addr: offset (symbols are resolved into it)
+  bool addr32 = false;  // Addr: a 32-bit base register (register + offset
+                        // wraps at 2^32, as 32-bit shared addresses do)
 };
 
 struct Instr {

@@ -2,6 +2,7 @@
 // out with the tile configuration in their names and the runtime's ABI, and
 // go through the kernel cache, whose entries are recompiled, never loaded,
 // when they are corrupt.
+#include "attnc/Codegen/TileConfigTable.h"
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/KernelCache.h"
 
@@ -116,4 +117,42 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   CHECK(s4->compileGpu("docs", spec, "sm_70", again).message() ==
         "unknown GPU target 'sm_70' (expected sm_80, sm_86, sm_89 or sm_90)");
   fs::remove_all(dir);
+}
+
+TEST_CASE("the configuration table covers every tensor-core head dim",
+          "[gpu-compile]") {
+  // Every f16/bf16 head dim that is a multiple of 16 up to 256, Dv equal
+  // to it or not, gets a tensor-core configuration (dynamic shared memory)
+  // that fits each target, and the tuner's candidates start with it.
+  for (const char *target : {"sm_80", "sm_86", "sm_89", "sm_90"})
+    for (DType dt : {DType::F16, DType::BF16})
+      for (int64_t d = 16; d <= 256; d += 16)
+        for (int64_t dv : {d, int64_t(16), int64_t(256 - d + 16)}) {
+          CAPTURE(target, dtypeName(dt), d, dv);
+          KernelSpec req;
+          req.dtype = dt;
+          req.headDim = d;
+          req.vHeadDim = dv;
+          KernelSpec s = gpuSpec(req, target);
+          CHECK(gpuDynamicSharedBytes(s) > 0);
+          CHECK(gpuDynamicSharedBytes(s) <= gpuSharedOptIn(target));
+          CHECK(gpuThreads(s) == s.warps * 32);
+          CHECK(s.blockM == 128);
+          CHECK(s.blockN >= 16);
+          std::vector<KernelSpec> cands = gpuTileCandidates(req, target);
+          REQUIRE(!cands.empty());
+          CHECK(gpuTileConfig(cands[0]) == gpuTileConfig(s));
+          for (const KernelSpec &c : cands)
+            CHECK(gpuDynamicSharedBytes(c) <= gpuSharedOptIn(target));
+        }
+  // Not multiples of 16, above 256, or f32: the SIMT form, no candidates.
+  for (auto [dt, d] : {std::pair{DType::BF16, int64_t(72)},
+                       std::pair{DType::F16, int64_t(264)},
+                       std::pair{DType::F32, int64_t(64)}}) {
+    KernelSpec req;
+    req.dtype = dt;
+    req.headDim = req.vHeadDim = d;
+    CHECK(gpuDynamicSharedBytes(gpuSpec(req, "sm_90")) == 0);
+    CHECK(gpuTileCandidates(req, "sm_90").empty());
+  }
 }

@@ -13,9 +13,9 @@ using namespace mlir;
 namespace attnc {
 using codegen::ProgramBuilder;
 
-/// Head dims above 128 spill registers (the O accumulator alone is D / 2
-/// of them per thread): they take the SIMT form until they do not.
-constexpr int64_t kMaxTensorCoreDim = 128;
+/// Up to 256: the O accumulator is Dv / 2 registers per thread and m-tile
+/// (128 at 256); above 128, Q is re-read from shared memory per KV tile.
+constexpr int64_t kMaxTensorCoreDim = 256;
 
 bool useTensorCores(const rt::KernelSpec &s) {
   if ((s.dtype != rt::DType::F16 && s.dtype != rt::DType::BF16) ||

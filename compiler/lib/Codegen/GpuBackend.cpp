@@ -35,6 +35,7 @@
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/CommandLine.h"
 
 #include <algorithm>
 
@@ -48,102 +49,6 @@ void LLVMInitializeNVPTXAsmPrinter();
 using namespace mlir;
 
 namespace attnc {
-
-bool isGpuTarget(const std::string &t) {
-  return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90";
-}
-
-namespace {
-constexpr int64_t kStaticShared = 48 * 1024;
-
-/// The opt-in dynamic shared memory per block of a target's devices
-/// (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80, 99 KB on
-/// sm_86/sm_89, 227 KB on sm_90.
-int64_t sharedOptIn(const std::string &target) {
-  if (target == "sm_80")
-    return 166912;
-  if (target == "sm_90")
-    return 232448;
-  return 101376;
-}
-
-/// The configuration table of the tensor-core form: block_m, block_n and
-/// warps per head-dim class. 128-row tiles of 8 warps x 16 rows: the
-/// largest that ptxas assembles with no spills today for every example
-/// (block_n 32 at D=128, where synaptic spills at 64; 2 m-tiles per warp,
-/// which halve the shared-memory reads per row, spill at block_n >= 32
-/// while indices are 64-bit). Chosen from ptxas's figures, not yet timed
-/// on a device (docs/kernels.md).
-struct TileChoice {
-  int64_t maxDim, blockM, blockN, warps;
-};
-constexpr TileChoice kTensorCoreTable[] = {
-    {64, 128, 64, 8},
-    {128, 128, 32, 8},
-};
-
-bool requestsDefaults(const rt::KernelSpec &s) {
-  rt::KernelSpec d;
-  return s.blockM == d.blockM && s.blockN == d.blockN && s.warps == d.warps;
-}
-} // namespace
-
-rt::KernelSpec gpuSpec(const rt::KernelSpec &requested,
-                       const std::string &target) {
-  rt::KernelSpec tc = requested;
-  if (requestsDefaults(requested)) {
-    int64_t d = std::max(requested.headDim, requested.vHeadDim);
-    for (const TileChoice &c : kTensorCoreTable)
-      if (d <= c.maxDim) {
-        tc.blockM = c.blockM;
-        tc.blockN = c.blockN;
-        tc.warps = c.warps;
-        break;
-      }
-  }
-  // Tensor cores: the largest KV tile (a multiple of 16, at most the
-  // request) whose stages fit the target's shared memory.
-  tc.blockN = tc.blockN / 16 * 16;
-  while (tc.blockN > 16 &&
-         tensorCoreLayout(tc).sharedBytes() > sharedOptIn(target))
-    tc.blockN -= 16;
-  if (useTensorCores(tc) &&
-      tensorCoreLayout(tc).sharedBytes() <= sharedOptIn(target))
-    return tc;
-  // SIMT: K^T and V tiles in f32, static shared memory.
-  rt::KernelSpec s = requested;
-  s.warps = 0;
-  int64_t perKey = (s.headDim + s.vHeadDim) * 4;
-  s.blockN = std::max<int64_t>(
-      8, std::min<int64_t>(s.blockN, (kStaticShared / perKey) / 8 * 8));
-  return s;
-}
-
-int64_t gpuThreads(const rt::KernelSpec &spec) {
-  return useTensorCores(spec) ? tensorCoreLayout(spec).warps * 32
-                              : spec.blockM;
-}
-
-int64_t gpuSharedBytes(const rt::KernelSpec &spec) {
-  if (useTensorCores(spec))
-    return 0;
-  return (spec.headDim + spec.vHeadDim) * spec.blockN * 4;
-}
-
-int64_t gpuDynamicSharedBytes(const rt::KernelSpec &spec) {
-  return useTensorCores(spec) ? tensorCoreLayout(spec).sharedBytes() : 0;
-}
-
-std::string gpuKernelName(StringRef variant, const rt::KernelSpec &spec) {
-  int64_t warps = (gpuThreads(spec) + 31) / 32;
-  int64_t stages = useTensorCores(spec) ? tensorCoreLayout(spec).stages : 1;
-  return ("attnc_" + variant + "_" + std::string(rt::dtypeName(spec.dtype)) +
-          "_d" + std::to_string(spec.headDim) + "v" +
-          std::to_string(spec.vHeadDim) + "_m" + std::to_string(spec.blockM) +
-          "n" + std::to_string(spec.blockN) + "w" + std::to_string(warps) +
-          "s" + std::to_string(stages))
-      .str();
-}
 
 OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
                                      const FlashConfig &config,
@@ -311,6 +216,12 @@ std::string emitPTX(ModuleOp module, std::string &error) {
     LLVMInitializeNVPTXTarget();
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
+    // 32-bit shared-memory pointers (the data layout's p3:32): shared
+    // addresses and the index arithmetic feeding them in one register
+    // instead of two. The option is the NVPTX backend's, process-wide.
+    auto &opts = llvm::cl::getRegisteredOptions();
+    if (auto it = opts.find("nvptx-short-ptr"); it != opts.end())
+      it->second->addOccurrence(0, "nvptx-short-ptr", "true");
     return true;
   }();
   (void)init;

@@ -70,8 +70,10 @@ public:
 private:
   using Frag = SmallVector<Value, 4>;
   /// This thread's query rows: m-tile mt, half k (row g or g + 8).
+  /// (h, i) are kept as i32 (the epilogue widens them again): two
+  /// registers per row across the KV loop instead of four.
   struct Row {
-    Value live, h, i, hI32, qpos;
+    Value live, hI32, iI32, qpos;
   };
   /// The loop state: O fragments [mt][dt][4], then m and l per row.
   struct State {
@@ -85,10 +87,16 @@ private:
     return arith::CmpIOp::create(b_, p, a, c);
   }
   Value andI(Value a, Value c) { return arith::AndIOp::create(b_, a, c); }
-  /// Element index of 16-byte chunk `chunk` of shared row `row` in a region
-  /// at `base` with pitch `ld`, XOR-swizzled when `swizzle`.
+  /// Element index of 16-byte chunk `chunk + chunkC` of shared row `row +
+  /// rowC` in a region at `base` with pitch `ld`, XOR-swizzled when
+  /// `swizzle`. The constant parts (rowC a multiple of 8, chunkC even and
+  /// chunk 0 or 1 when chunkC is not 0) leave the swizzle key unchanged and
+  /// become one constant offset, which folds into the instruction's
+  /// immediate: a warp keeps a few shared addresses live, not one per
+  /// fragment.
   Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
-                    Value row, Value chunk);
+                    Value row, Value chunk, int64_t rowC = 0,
+                    int64_t chunkC = 0);
 
   // ---- fragments ----
   Value asOperand(Value pair);
@@ -102,9 +110,9 @@ private:
   void computeRows();
   void loadQ();
   Frag qFragment(int64_t mt, int64_t ks);
-  void loadTile(Value j, Value stage);
+  void loadTile(Value j, Value base);
   Value nextVisited(Value from, Value nKT, IRMapping &inv);
-  SmallVector<Value> computeTile(Value j, Value stage, ValueRange state,
+  SmallVector<Value> computeTile(Value j, Value kBase, ValueRange state,
                                  IRMapping &inv);
   void epilogue(ValueRange fin);
 
@@ -121,17 +129,23 @@ private:
 };
 
 Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
-                                    int64_t chunks, Value row, Value chunk) {
+                                    int64_t chunks, Value row, Value chunk,
+                                    int64_t rowC, int64_t chunkC) {
   Value c = chunk;
+  int64_t offset = rowC * ld + chunkC * 8;
   if (swizzle) {
     // 8 consecutive rows at one chunk land in 8 different 16-byte bank
     // groups: xor the chunk with the row (mod 8), or for rows of 2 and 4
     // chunks with the row's position among the 8 / chunks rows sharing a
-    // 128-byte line.
+    // 128-byte line. The key is below 8 (below `chunks`), so it touches
+    // only the chunk's low 3 bits: (8a + b) ^ key = 8a + (b ^ key).
     Value key = chunks % 8 == 0 ? remu(row, 8) : remu(divu(row, 8 / chunks), chunks);
-    c = arith::XOrIOp::create(b_, chunk, key);
+    int64_t lo = chunks % 8 == 0 ? chunkC % 8 : chunkC;
+    c = arith::XOrIOp::create(b_, lo ? add(chunk, cIdx(lo)) : chunk, key);
+    offset = rowC * ld + (chunkC - lo) * 8;
   }
-  return add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8))));
+  Value at = add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8))));
+  return offset ? add(at, cIdx(offset)) : at;
 }
 
 /// mma.sync operands: pairs of f16 as vector<2xf16>, of bf16 as i32.
@@ -200,9 +214,8 @@ void TensorCoreKernel::computeRows() {
       R.live = cmp(arith::CmpIPredicate::slt, r, it.rows);
       // Rows past the end compute on the last row; they are not stored.
       auto [h, i] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
-      R.h = h;
-      R.i = i;
       R.hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      R.iI32 = arith::IndexCastOp::create(b_, i32_, i);
       R.qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
       rows.push_back(R);
       // What the modifiers compute from (b, h, q) alone, once per row.
@@ -251,21 +264,18 @@ void TensorCoreKernel::loadQ() {
 /// Q's A fragment for m-tile mt and k-step ks: registers (row g, cols
 /// 16 ks + 2 tig), (row g + 8, same), (row g, + 8), (row g + 8, + 8).
 TensorCoreKernel::Frag TensorCoreKernel::qFragment(int64_t mt, int64_t ks) {
-  Value row = add(add(mul(warp, cIdx(16 * MT)), cIdx(16 * mt)),
-                  add(mul(remu(mat, 2), cIdx(8)), r8));
-  Value chunk = add(cIdx(2 * ks), divu(mat, 2));
+  Value row = add(mul(warp, cIdx(16 * MT)), add(mul(remu(mat, 2), cIdx(8)), r8));
   return ldmatrix(sharedIndex(cIdx(L.qOffset), L.ldQ, L.swizzleQ, D / 8, row,
-                              chunk),
+                              divu(mat, 2), 16 * mt, 2 * ks),
                   /*trans=*/false);
 }
 
-/// Tile j's K and V rows into stage `stage`; rows past the sequence are
-/// zero (cp.async zero-fill reads nothing out of bounds).
-void TensorCoreKernel::loadTile(Value j, Value stage) {
+/// Tile j's K and V rows into the stage at element `base`; rows past the
+/// sequence are zero (cp.async zero-fill reads nothing out of bounds).
+void TensorCoreKernel::loadTile(Value j, Value base) {
   Value c0 = cIdx(0);
   Value kv0 = mul(j, cIdx(BN));
   Value last = sub(it.kvLen, cIdx(1));
-  Value base = mul(stage, cIdx(L.stageElems));
   struct Part {
     Value src, itemBase;
     const SmallVector<Value> *st;
@@ -336,11 +346,10 @@ Value TensorCoreKernel::nextVisited(Value from, Value nKT, IRMapping &inv) {
   return w.getResult(0);
 }
 
-SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value stage,
+SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value kBase,
                                                  ValueRange state,
                                                  IRMapping &inv) {
   Tile t = tileAt(it, j, inv);
-  Value kBase = mul(stage, cIdx(L.stageElems));
   Value vBase = add(kBase, cIdx(BN * L.ldK));
   // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
   // .trans) feeds every m-tile of the warp.
@@ -351,10 +360,10 @@ SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value stage,
     for (int64_t mt = 0; mt < MT; ++mt)
       a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
     for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
-      Value key = add(mul(add(cIdx(2 * nt2), divu(mat, 2)), cIdx(8)), r8);
-      Value chunk = add(cIdx(2 * ks), remu(mat, 2));
-      Frag regs = ldmatrix(
-          sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key, chunk), false);
+      Value key = add(mul(divu(mat, 2), cIdx(8)), r8);
+      Frag regs = ldmatrix(sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key,
+                                       remu(mat, 2), 16 * nt2, 2 * ks),
+                           false);
       for (int64_t mt = 0; mt < MT; ++mt)
         for (int64_t h = 0; h < 2; ++h)
           S[mt][2 * nt2 + h] =
@@ -455,10 +464,10 @@ SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value stage,
       a.push_back({packP(mt, 2 * kk, 0), packP(mt, 2 * kk, 2),
                    packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
     for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
-      Value key = add(add(cIdx(16 * kk), mul(remu(mat, 2), cIdx(8))), r8);
-      Value chunk = add(cIdx(2 * dt2), divu(mat, 2));
-      Frag regs = ldmatrix(
-          sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key, chunk), true);
+      Value key = add(mul(remu(mat, 2), cIdx(8)), r8);
+      Frag regs = ldmatrix(sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key,
+                                       divu(mat, 2), 16 * kk, 2 * dt2),
+                           true);
       for (int64_t mt = 0; mt < MT; ++mt)
         for (int64_t h = 0; h < 2; ++h)
           O[mt][2 * dt2 + h] =
@@ -491,8 +500,10 @@ void TensorCoreKernel::epilogue(ValueRange fin) {
       Value pos =
           arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
       Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
-      Value oRow = add(add(mul(it.b, e.os[0]), mul(row.h, e.os[1])),
-                       mul(row.i, e.os[2]));
+      Value h = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.hI32);
+      Value i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.iI32);
+      Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])),
+                       mul(i, e.os[2]));
       auto value = [&](int64_t dt, int64_t c) {
         return fromF32(arith::MulFOp::create(
             b_, fin[(mt * DT + dt) * 4 + 2 * half + c], invL));
@@ -520,8 +531,8 @@ void TensorCoreKernel::epilogue(ValueRange fin) {
         Value lg = arith::AddFOp::create(
             b_, mUse,
             arith::MulFOp::create(b_, math::Log2Op::create(b_, l), e.ln2));
-        Value at = add(add(mul(it.b, e.ls[0]), mul(row.h, e.ls[1])),
-                       mul(row.i, e.ls[2]));
+        Value at = add(add(mul(it.b, e.ls[0]), mul(h, e.ls[1])),
+                       mul(i, e.ls[2]));
         store(select(pos, lg, e.ninf), e.lse, at);
       });
     });
@@ -599,8 +610,13 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
         qf[mt].push_back(qFragment(mt, ks));
   }
 
-  // The loop over visited tiles: (j, stage, O, m, l).
-  SmallVector<Value> init = {first, c0};
+  // The loop over visited tiles: (j, the stage's first element, O, m, l),
+  // j and the stage as i32 (one register each across the loop).
+  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  SmallVector<Value> init = {toI32(first), cI32(0)};
   init.append(MT * DT * 4, e.zeroF);
   init.append(2 * MT, e.ninf);
   init.append(2 * MT, e.zeroF);
@@ -611,22 +627,22 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
     SmallVector<Location> locs(types.size(), b_.getLoc());
     Block *before = b_.createBlock(&loopOp.getBefore(), {}, types, locs);
     scf::ConditionOp::create(
-        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT),
+        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), toI32(nKT)),
         before->getArguments());
     Block *after = b_.createBlock(&loopOp.getAfter(), {}, types, locs);
-    Value j = after->getArgument(0), stage = after->getArgument(1);
+    Value j = toIdx32(after->getArgument(0)), stage = after->getArgument(1);
     // Tile j has arrived (its group is the only one pending) and every warp
     // is past the previous tile, whose stage the prefetch now refills.
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
     gpu::BarrierOp::create(b_);
     Value next = nextVisited(add(j, c1), nKT, inv);
-    Value other = arith::XOrIOp::create(b_, stage, c1);
+    Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
     ifThen(cmp(arith::CmpIPredicate::ult, next, nKT),
-           [&] { loadTile(next, other); });
+           [&] { loadTile(next, toIdx32(other)); });
     NVVM::CpAsyncCommitGroupOp::create(b_);
-    SmallVector<Value> state =
-        computeTile(j, stage, after->getArguments().drop_front(2), inv);
-    SmallVector<Value> yield = {next, other};
+    SmallVector<Value> state = computeTile(
+        j, toIdx32(stage), after->getArguments().drop_front(2), inv);
+    SmallVector<Value> yield = {toI32(next), other};
     yield.append(state);
     scf::YieldOp::create(b_, yield);
   }

@@ -1,4 +1,4 @@
-//===- Check.h - `attnc check` and `attnc bench` ----------------*- C++ -*-===//
+//===- Check.h - `attnc check`, `bench` and `tune` ----------------*- C++ -*-===//
 #ifndef ATTNC_TOOLS_CHECK_H
 #define ATTNC_TOOLS_CHECK_H
 
@@ -9,6 +9,7 @@ namespace attnc::tools {
 
 int runCheck(const std::vector<std::string> &args);
 int runBench(const std::vector<std::string> &args);
+int runTune(const std::vector<std::string> &args);
 
 } // namespace attnc::tools
 

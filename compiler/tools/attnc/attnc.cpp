@@ -47,6 +47,9 @@ usage:
   attnc check FILE.attn [options]     run a variant against the fp64 reference
                                       (attnc check --help)
   attnc bench FILE.attn [options]     time a variant (attnc bench --help)
+  attnc tune RECORDS... [-o FILE]     choose tile configurations from
+                                      attnc-run --tune's records
+                                      (attnc tune --help)
   attnc --help                        show this help
   attnc --version                     show the version
 
@@ -74,8 +77,14 @@ compile options:
                     what --emit=package compiles: dtypes (default
                     f32,f16,bf16) and head dims, each D or Dqk:Dv (default
                     64,128)
+  --tuning=FILE     --emit=package: tiles from `attnc tune`'s file where it
+                    has a choice for the target, dtype and head dims
+  --tile-candidates --emit=package: every tile configuration the tuner
+                    times, per target, dtype and head dims (for
+                    attnc-run --tune)
   --dtype T --head-dim N --v-head-dim N --block-m N --block-n N --warps N
-                    kernel configuration (f32, 64, 64, 64, 64); on the GPU,
+                    kernel configuration (f32, 64, the head dim, 64, 64);
+                    on the GPU,
                     64 x 64 with no --warps means the configuration table's
                     tiles for the target and head dims (docs/kernels.md)
   --q-len N --kv-len N --set NAME=VALUE
@@ -126,6 +135,8 @@ struct CompileOptions {
   bool canonicalize = true;
   bool debugLocs = false;
   std::string dtypes = "f32,f16,bf16", headDims = "64,128";
+  std::string tuning;          // --tuning FILE (attnc tune's output)
+  bool tileCandidates = false; // --tile-candidates
 };
 
 std::vector<std::string> splitList(const std::string &s) {
@@ -166,12 +177,19 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
   if (targets.empty() || dtypes.empty() || dims.empty())
     return usageError("--emit=package needs at least one target, dtype and "
                       "head dim");
+  rt::TuningTable tuning;
+  if (!o.tuning.empty())
+    if (rt::Status s = rt::TuningTable::read(o.tuning, tuning); !s) {
+      std::cerr << "attnc: error: " << s.message() << "\n";
+      return 1;
+    }
   rt::Package pkg;
   pkg.compiler = std::string("attnc ") + ATTNC_VERSION + " (LLVM/MLIR " +
                  ATTNC_LLVM_VERSION + ")";
   // The source's file name only: a package does not carry the builder's
   // folders.
   pkg.source = source.substr(source.find_last_of('/') + 1);
+  pkg.tileCandidates = o.tileCandidates;
   for (auto v : module.getOps<mlir::attn::VariantOp>()) {
     rt::PackageVariant pv;
     if (rt::Status s = rt::VariantInfo::parse(
@@ -187,12 +205,30 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
           spec.dtype = dt;
           spec.headDim = d;
           spec.vHeadDim = dv;
-          rt::GpuKernelImage img;
-          if (rt::Status s = attnc::compileForGpu(v, spec, t, img); !s) {
-            std::cerr << "attnc: error: " << s.message() << "\n";
-            return 1;
+          // One kernel per (target, dtype, dims): the tuning file's
+          // configuration or the table's; with --tile-candidates, every
+          // configuration the tuner times (the table's first, which the
+          // runtime picks).
+          std::vector<rt::KernelSpec> specs;
+          if (o.tileCandidates)
+            specs = attnc::gpuTileCandidates(spec, t);
+          if (specs.empty()) {
+            rt::KernelSpec chosen;
+            if (rt::Status s = attnc::applyTuning(spec, t, tuning, chosen); !s) {
+              std::cerr << "attnc: error: " << o.tuning << ": " << s.message()
+                        << "\n";
+              return 1;
+            }
+            specs.push_back(chosen);
           }
-          pv.kernels.push_back(std::move(img));
+          for (const rt::KernelSpec &one : specs) {
+            rt::GpuKernelImage img;
+            if (rt::Status s = attnc::compileForGpu(v, one, t, img); !s) {
+              std::cerr << "attnc: error: " << s.message() << "\n";
+              return 1;
+            }
+            pv.kernels.push_back(std::move(img));
+          }
         }
     pkg.variants.push_back(std::move(pv));
   }
@@ -271,8 +307,6 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
       os << s;
       continue;
     }
-    if (o.spec.vHeadDim == 64 && o.spec.headDim != 64)
-      config.spec.vHeadDim = o.spec.headDim;
     // The same vector width the JIT uses for this host (--emit=tiled shows
     // 8-wide vectors unless --vector-width says otherwise, for stable tests).
     config.vectorWidth = o.emit == "llvm" && o.spec.blockN % attnc::hostVectorWidth() == 0
@@ -325,8 +359,13 @@ int runCompile(const std::vector<std::string> &args) {
     };
     if (value("--emit", o.emit) || value("--variant", o.variant) ||
         value("-o", o.output) || value("--target", o.target) ||
-        value("--dtypes", o.dtypes) || value("--head-dims", o.headDims))
+        value("--dtypes", o.dtypes) || value("--head-dims", o.headDims) ||
+        value("--tuning", o.tuning))
       continue;
+    if (a == "--tile-candidates") {
+      o.tileCandidates = true;
+      continue;
+    }
     std::string num;
     auto intValue = [&](const std::string &flag, int64_t &dst, int64_t lo,
                         int64_t hi) -> int {
@@ -391,6 +430,11 @@ int runCompile(const std::vector<std::string> &args) {
   }
   if (o.input.empty())
     return usageError("'compile' needs an input file");
+  // Dv defaults to Dqk, for every stage.
+  if (std::find_if(args.begin(), args.end(), [](const std::string &a) {
+        return a.rfind("--v-head-dim", 0) == 0;
+      }) == args.end())
+    o.spec.vHeadDim = o.spec.headDim;
   static const char *kStages[] = {"ast",  "attn", "mask", "info",
                                   "tiled", "llvm", "gpu",  "nvvm",
                                   "ptx",  "package"};
@@ -400,6 +444,11 @@ int runCompile(const std::vector<std::string> &args) {
                       "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
                       "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
+  if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
+    return usageError("--tuning and --tile-candidates are for --emit=package");
+  if (!o.tuning.empty() && o.tileCandidates)
+    return usageError("--tile-candidates packages every configuration; "
+                      "--tuning picks one: choose one");
   if (o.emit == "package") {
     if (o.target == "cpu")
       o.target = "sm_80,sm_90";
@@ -547,6 +596,8 @@ int main(int argc, char **argv) {
     status = attnc::tools::runCheck(rest);
   else if (cmd == "bench")
     status = attnc::tools::runBench(rest);
+  else if (cmd == "tune")
+    status = attnc::tools::runTune(rest);
   else
     return usageError("unknown command '" + cmd + "'");
   // What went to standard output must have arrived (a full disk, a closed

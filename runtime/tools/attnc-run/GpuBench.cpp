@@ -43,6 +43,42 @@ double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
 
 } // namespace
 
+rt::Status timeKernel(const Context &ctx, const GpuKernel &k,
+                      const rt::AttentionArgs &host, int warmup, int iters,
+                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms) {
+  const rt::cuda::DriverApi &api = ctx.driver().api();
+  ms.clear();
+  rt::Status st = rt::cuda::DeviceMirror::create(ctx, host, mirror);
+  const rt::AttentionArgs &dev = mirror.args();
+  for (int i = 0; st && i < warmup; ++i)
+    st = k.run(dev);
+  if (st)
+    st = ctx.synchronize();
+  rt::cuda::CUevent a = nullptr, b = nullptr;
+  if (st)
+    st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
+  if (st)
+    st = ctx.driver().check(api.cuEventCreate(&b, 0), "cuEventCreate");
+  for (int i = 0; st && i < iters; ++i) {
+    api.cuEventRecord(a, nullptr);
+    st = k.run(dev);
+    api.cuEventRecord(b, nullptr);
+    float t = 0;
+    if (st)
+      st = ctx.driver().check(api.cuEventSynchronize(b), "cuEventSynchronize");
+    if (st)
+      st = ctx.driver().check(api.cuEventElapsedTime(&t, a, b),
+                              "cuEventElapsedTime");
+    ms.push_back(t);
+  }
+  if (a)
+    api.cuEventDestroy(a);
+  if (b)
+    api.cuEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return st;
+}
+
 int runGpuBench(const Context &ctx,
                 const std::vector<const rt::PackageVariant *> &variants,
                 const Options &o, const std::vector<Shape> &shapes) {
@@ -79,37 +115,11 @@ int runGpuBench(const Context &ctx,
         continue;
       }
       rt::cuda::DeviceMirror mirror;
+      std::vector<float> ms;
       if (st)
-        st = rt::cuda::DeviceMirror::create(ctx, in.args, mirror);
-      const rt::AttentionArgs &dev = mirror.args();
-      for (int i = 0; st && i < o.warmup; ++i)
-        st = k->run(dev);
-      if (st)
-        st = ctx.synchronize();
+        st = timeKernel(ctx, *k, in.args, o.warmup, o.iters, mirror, ms);
       size_t freeB = 0, totalB = 0;
       api.cuMemGetInfo(&freeB, &totalB);
-      std::vector<float> ms;
-      rt::cuda::CUevent a = nullptr, b = nullptr;
-      if (st)
-        st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
-      if (st)
-        st = ctx.driver().check(api.cuEventCreate(&b, 0), "cuEventCreate");
-      for (int i = 0; st && i < o.iters; ++i) {
-        api.cuEventRecord(a, nullptr);
-        st = k->run(dev);
-        api.cuEventRecord(b, nullptr);
-        float t = 0;
-        if (st)
-          st = ctx.driver().check(api.cuEventSynchronize(b), "cuEventSynchronize");
-        if (st)
-          st = ctx.driver().check(api.cuEventElapsedTime(&t, a, b),
-                                  "cuEventElapsedTime");
-        ms.push_back(t);
-      }
-      if (a)
-        api.cuEventDestroy(a);
-      if (b)
-        api.cuEventDestroy(b);
       // The output comes back for a finiteness check (and --output).
       if (st)
         st = mirror.downloadOutputs(in.args);
@@ -128,7 +138,6 @@ int runGpuBench(const Context &ctx,
       if (!o.output.empty())
         if (rt::Status e = writeOutputNpy(in.args.out, o.output); !e)
           fail(e.message());
-      std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2], sec = med * 1e-3;
       double dense = 2.0 * p.B * p.Hq * p.Lq * double(p.Lkv) * (p.Dqk + p.Dv);
       double useful = dense * maskDensity(v->info, p);

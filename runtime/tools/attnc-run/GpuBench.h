@@ -11,6 +11,14 @@
 
 namespace attnc::tools {
 
+/// Mirrors `host` onto the device and times `k` on it with CUDA events:
+/// `warmup` launches, then `iters` timed one by one; `ms` comes back
+/// sorted. The outputs stay on the device (mirror.downloadOutputs).
+rt::Status timeKernel(const rt::cuda::Context &ctx,
+                      const rt::cuda::GpuKernel &k,
+                      const rt::AttentionArgs &host, int warmup, int iters,
+                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms);
+
 /// Times each variant's kernel over `shapes` with CUDA events (o.warmup
 /// launches, then o.iters, each timed alone: median, min, max) and prints
 /// a table or, with o.json, one JSON object per row. With o.output, the

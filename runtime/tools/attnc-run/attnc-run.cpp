@@ -3,6 +3,7 @@
 //   attnc-run PACKAGE --list
 //   attnc-run PACKAGE [--variant NAME] [--suite | shape options]
 //   attnc-run PACKAGE --bench [--sweep T1,T2,...] [shape options] [--json]
+//   attnc-run CANDIDATES --tune [--sweep ...] [shape options] [--records F]
 //
 // Links the runtime alone: no LLVM, no compiler. Each case runs on the
 // CUDA device and on the fp64 reference (the package carries the modifier
@@ -10,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GpuBench.h"
+#include "GpuTune.h"
 #include "Options.h"
 #include "Parity.h"
 
@@ -18,7 +20,10 @@
 
 #include <fmt/format.h>
 
+#include "attnc/runtime/FileIO.h"
+
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <tuple>
 
@@ -58,8 +63,17 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           density), K+V GB/s, device memory in use; --json
                           for one object per row; --output FILE.npy writes
                           the (last) output for cross-checks
-  --sweep T1,T2,...       with --bench: sequence lengths (prefill Lq = Lkv =
-                          T; decode Lkv = T)
+  --sweep T1,T2,...       with --bench or --tune: sequence lengths (prefill
+                          Lq = Lkv = T; decode Lkv = T)
+  --tune                  time every tile configuration the package has for
+                          the shape's dtype and head dims (a package from
+                          attnc compile --emit=package --tile-candidates),
+                          each checked against the fp64 reference first;
+                          one JSON record per (kernel, shape) for
+                          `attnc tune`; --warmup (default 50), --iters
+                          (default 100)
+  --records FILE          with --tune: write the records there (atomically)
+                          instead of to standard output
 
 Exit status: 0 all passed, 1 a case failed, 2 usage or package error,
 3 no CUDA driver or device (nothing was run).
@@ -71,9 +85,9 @@ constexpr int kNoDevice = 3;
 
 static int runTool(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  bool list = false, deviceInfo = false, bench = false, warmupSet = false,
-       itersSet = false;
-  std::string sweepText;
+  bool list = false, deviceInfo = false, bench = false, tune = false,
+       warmupSet = false, itersSet = false;
+  std::string sweepText, recordsPath;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
@@ -83,6 +97,12 @@ static int runTool(int argc, char **argv) {
       deviceInfo = true;
     else if (a == "--bench")
       bench = true;
+    else if (a == "--tune")
+      tune = true;
+    else if (a == "--records" && i + 1 < args.size())
+      recordsPath = args[++i];
+    else if (a.rfind("--records=", 0) == 0)
+      recordsPath = a.substr(10);
     else if (a == "--sweep" && i + 1 < args.size())
       sweepText = args[++i];
     else if (a.rfind("--sweep=", 0) == 0)
@@ -114,8 +134,12 @@ static int runTool(int argc, char **argv) {
   }
   if (o.positional.size() != 1)
     return usage("attnc-run", "expected exactly one package file");
-  if (!sweepText.empty() && !bench)
-    return usage("attnc-run", "--sweep is for --bench");
+  if (!sweepText.empty() && !bench && !tune)
+    return usage("attnc-run", "--sweep is for --bench and --tune");
+  if (bench && tune)
+    return usage("attnc-run", "--bench and --tune are two runs: choose one");
+  if (!recordsPath.empty() && !tune)
+    return usage("attnc-run", "--records is for --tune");
   std::vector<int64_t> sweep;
   if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
     return usage("attnc-run", err);
@@ -124,6 +148,10 @@ static int runTool(int argc, char **argv) {
     o.warmup = 200;
   if (bench && !itersSet)
     o.iters = 500;
+  if (tune && !warmupSet)
+    o.warmup = 50;
+  if (tune && !itersSet)
+    o.iters = 100;
   rt::Package pkg;
   if (rt::Status s = rt::Package::read(o.positional[0], pkg); !s) {
     std::cerr << "attnc-run: error: " << s.message() << "\n";
@@ -161,6 +189,19 @@ static int runTool(int argc, char **argv) {
 
   if (bench)
     return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
+  if (tune) {
+    if (recordsPath.empty())
+      return runGpuTune(*ctx, variants, o, sweepShapes(o.shape, sweep),
+                        std::cout);
+    std::ostringstream records;
+    int status =
+        runGpuTune(*ctx, variants, o, sweepShapes(o.shape, sweep), records);
+    if (rt::Status s = rt::writeFileAtomic(recordsPath, records.str()); !s) {
+      std::cerr << "attnc-run: error: " << s.message() << "\n";
+      return 1;
+    }
+    return status;
+  }
 
   using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
   std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;

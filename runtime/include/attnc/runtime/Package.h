@@ -41,6 +41,10 @@ struct Package {
   static constexpr int kVersion = 2; // 2: dynamic shared memory
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
+  /// Several kernels per (target, dtype, head dims), one per tile
+  /// configuration, for attnc-run --tune (--tile-candidates); the first of
+  /// each is the one selectKernel picks. Otherwise one each.
+  bool tileCandidates = false;
   std::vector<PackageVariant> variants;
 
   const PackageVariant *find(const std::string &variant) const;
@@ -56,7 +60,8 @@ struct Package {
 
 /// The kernel of `v` for a device of compute capability `cc` (90 for
 /// sm_90) and these inputs: the highest target not above the device (PTX
-/// is JIT-compiled forward). The message lists what the package has.
+/// is JIT-compiled forward; of several for one target, the first). The
+/// message lists what the package has.
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,
                     int64_t headDim, int64_t vHeadDim,
                     const GpuKernelImage *&out);
