@@ -3,7 +3,9 @@
 # portable runtime-only binaries (attnc-run, the embedding example), one
 # kernel package per example for TARGET, and run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
-# the emulator) and compute-sanitizer there and writes its logs under $OUT.
+# the emulator) and compute-sanitizer there and writes its logs under $OUT;
+# and the tuner's inputs: candidate packages (every tile configuration of
+# bf16 D=64 and D=128) for run-gpu-tune.sh.
 # Pass `.device` in the device tool's `carry`.
 #   usage: scripts/device-bundle.sh [TARGET]       (default sm_90)
 set -euo pipefail
@@ -14,7 +16,7 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
 cmake --build "$src/build-device"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/packages"
+mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/candidates"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
 for f in "$src"/examples/*.attn; do
@@ -23,6 +25,11 @@ for f in "$src"/examples/*.attn; do
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
 done
-cp "$src/scripts/run-gpu-validation.sh" "$out/"
+for n in full causal sliding_window document_mask synaptic; do
+  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+    --target="$target" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
+    -o "$out/candidates/$n.json"
+done
+cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" "$out/"
 git -C "$src" rev-parse HEAD > "$out/COMMIT"
 du -sh "$out"

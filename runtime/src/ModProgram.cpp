@@ -27,10 +27,12 @@ namespace attnc::rt {
 
 enum class Op {
   ConstI, ConstF, ConstB,
-  AddI, SubI, MulI, DivSI, RemSI, MinSI, MaxSI, AndI, OrI, XorI, CmpI,
+  AddI, SubI, MulI, DivSI, RemSI, MinSI, MaxSI, AndI, OrI, XorI, ShLI, ShRSI,
+  CmpI,
   AddF, SubF, MulF, DivF, RemF, NegF, MinimumF, MaximumF, CmpF,
   Select, SIToFP, UIToFP, FPToSI, ExtUI, TruncI,
   Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Floor, Ceil, AbsF, AbsI, Fma,
+  Sin, Cos, Erf, Log1p, Expm1,
   Gather, Scalar, Yield,
 };
 
@@ -61,6 +63,10 @@ const std::map<std::string, Op> &opTable() {
       {"arith.remsi", Op::RemSI},     {"arith.minsi", Op::MinSI},
       {"arith.maxsi", Op::MaxSI},     {"arith.andi", Op::AndI},
       {"arith.ori", Op::OrI},         {"arith.xori", Op::XorI},
+      {"arith.shli", Op::ShLI},       {"arith.shrsi", Op::ShRSI},
+      {"math.sin", Op::Sin},          {"math.cos", Op::Cos},
+      {"math.erf", Op::Erf},          {"math.log1p", Op::Log1p},
+      {"math.expm1", Op::Expm1},
       {"arith.cmpi", Op::CmpI},       {"arith.addf", Op::AddF},
       {"arith.subf", Op::SubF},       {"arith.mulf", Op::MulF},
       {"arith.divf", Op::DivF},       {"arith.remf", Op::RemF},
@@ -153,7 +159,8 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
       case Op::ConstB: ok = arity(0); r = T::I1; break;
       case Op::ConstF: ok = arity(0); r = T::F32; break;
       case Op::AddI: case Op::SubI: case Op::MulI: case Op::DivSI:
-      case Op::RemSI: case Op::MinSI: case Op::MaxSI:
+      case Op::RemSI: case Op::MinSI: case Op::MaxSI: case Op::ShLI:
+      case Op::ShRSI:
         ok = arity(2) && all(T::I32); r = T::I32; break;
       case Op::AndI: case Op::OrI: case Op::XorI:
         ok = arity(2) && at[0] == at[1] && at[0] != T::F32; r = ok ? at[0] : T::None; break;
@@ -172,7 +179,8 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
       case Op::TruncI: ok = arity(1) && at[0] == T::I32; r = T::I1; break;
       case Op::Exp: case Op::Exp2: case Op::Log: case Op::Log2: case Op::Sqrt:
       case Op::Rsqrt: case Op::Tanh: case Op::Floor: case Op::Ceil:
-      case Op::AbsF: case Op::NegF:
+      case Op::AbsF: case Op::NegF: case Op::Sin: case Op::Cos: case Op::Erf:
+      case Op::Log1p: case Op::Expm1:
         ok = arity(1) && all(T::F32); r = T::F32; break;
       case Op::AbsI: ok = arity(1) && all(T::I32); r = T::I32; break;
       case Op::Fma: ok = arity(3) && all(T::F32); r = T::F32; break;
@@ -467,6 +475,18 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
     case Op::AndI: r.i = wrap(A(0).i & A(1).i); break;
     case Op::OrI: r.i = wrap(A(0).i | A(1).i); break;
     case Op::XorI: r.i = wrap(A(0).i ^ A(1).i); break;
+    case Op::ShLI:
+    case Op::ShRSI: {
+      // Counts outside [0, 31]: 0 for <<, the sign for >> (the front end
+      // never lets one through; total all the same).
+      int64_t x = A(0).i, n = A(1).i;
+      bool ok = n >= 0 && n < 32;
+      if (in.op == Op::ShLI)
+        r.i = ok ? wrap(static_cast<int64_t>(static_cast<uint32_t>(x) << n)) : 0;
+      else
+        r.i = ok ? (static_cast<int32_t>(x) >> n) : (x < 0 ? -1 : 0);
+      break;
+    }
     case Op::CmpI:
       r.i = cmpI(in.imm, static_cast<int32_t>(A(0).i),
                  static_cast<int32_t>(A(1).i));
@@ -500,6 +520,11 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
     case Op::Sqrt: r.f = std::sqrt(A(0).f); break;
     case Op::Rsqrt: r.f = 1.0 / std::sqrt(A(0).f); break;
     case Op::Tanh: r.f = std::tanh(A(0).f); break;
+    case Op::Sin: r.f = std::sin(A(0).f); break;
+    case Op::Cos: r.f = std::cos(A(0).f); break;
+    case Op::Erf: r.f = std::erf(A(0).f); break;
+    case Op::Log1p: r.f = std::log1p(A(0).f); break;
+    case Op::Expm1: r.f = std::expm1(A(0).f); break;
     case Op::Floor: r.f = std::floor(A(0).f); break;
     case Op::Ceil: r.f = std::ceil(A(0).f); break;
     case Op::AbsF: r.f = std::fabs(A(0).f); break;

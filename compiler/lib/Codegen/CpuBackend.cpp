@@ -77,7 +77,8 @@ LogicalResult approximateMath(ModuleOp module, bool hardwareExp2Log2) {
       patterns, [hardwareExp2Log2](StringRef name) {
         name.consume_front("math.");
         return name == "exp" || name == "log" || name == "tanh" ||
-               name == "expm1" || name == "log1p" ||
+               name == "expm1" || name == "log1p" || name == "sin" ||
+               name == "cos" || name == "erf" ||
                (name == "log2" && !hardwareExp2Log2);
       });
   return applyPatternsGreedily(module, std::move(patterns));

@@ -546,6 +546,10 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
                                    b_.getFunctionType(kernelArgs(), {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
+  // The whole register file is the budget (one CTA per SM by design): left
+  // to itself, ptxas caps some small-D kernels at 128 registers and spills.
+  fn->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
+              b_.getI32IntegerAttr(255));
   b_.setInsertionPointToStart(&fn.getBody().front());
   auto wg = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
   Value raw = gpu::DynamicSharedMemoryOp::create(

@@ -23,11 +23,12 @@ constexpr int64_t kStaticShared = 48 * 1024;
 /// The configuration table of the tensor-core form: block_m, block_n and
 /// warps per head-dim class, the first row that matches. 128-row tiles of
 /// 8 warps x 16 rows: the largest that ptxas assembles with no spills for
-/// every example (block_n 32 above D=64, where synaptic spills at 64; at
-/// D=256 block_n 16 before sm_90, where softcap and synaptic spill at 32;
-/// 2 m-tiles per warp, which halve the shared-memory reads per row, spill
-/// at block_n 64). Chosen from ptxas's figures, not yet timed on a device
-/// (docs/kernels.md).
+/// every example (block_n 32 above D=64, where synaptic spills at 64;
+/// block_n 16 above D=192 before sm_90, where softcap and synaptic spill
+/// at 32 at D=256, and above D=224 on sm_90, where relative_bias spills at
+/// 32 at D=240; 2 m-tiles per warp, which halve the shared-memory reads per
+/// row, spill at block_n 64). Chosen from ptxas's figures, not yet timed on
+/// a device (docs/kernels.md).
 struct TileChoice {
   int64_t maxDim, blockM, blockN, warps;
   bool sm90Only;
@@ -35,7 +36,7 @@ struct TileChoice {
 constexpr TileChoice kTensorCoreTable[] = {
     {64, 128, 64, 8, false},
     {192, 128, 32, 8, false},
-    {256, 128, 32, 8, true},
+    {224, 128, 32, 8, true},
     {256, 128, 16, 8, false},
 };
 

@@ -51,6 +51,13 @@ constexpr BuiltinEntry kBuiltins[] = {
     {"abs", Builtin::Abs},       {"min", Builtin::Min},
     {"max", Builtin::Max},       {"clamp", Builtin::Clamp},
     {"f32", Builtin::CastF32},   {"i32", Builtin::CastI32},
+    {"sin", Builtin::Sin},       {"cos", Builtin::Cos},
+    {"tan", Builtin::Tan},       {"log1p", Builtin::Log1p},
+    {"expm1", Builtin::Expm1},   {"erf", Builtin::Erf},
+    {"pow", Builtin::Pow},       {"sign", Builtin::Sign},
+    {"floordiv", Builtin::FloorDiv}, {"floormod", Builtin::FloorMod},
+    {"where", Builtin::Where},   {"isnan", Builtin::IsNan},
+    {"isinf", Builtin::IsInf},
 };
 } // namespace
 
@@ -59,6 +66,13 @@ Builtin lookupBuiltin(const std::string &name) {
     if (name == b.name)
       return b.id;
   return Builtin::None;
+}
+
+std::vector<std::string> builtinNames() {
+  std::vector<std::string> out;
+  for (const auto &b : kBuiltins)
+    out.push_back(b.name);
+  return out;
 }
 
 const char *builtinName(Builtin id) {

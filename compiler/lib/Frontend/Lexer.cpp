@@ -46,6 +46,12 @@ const char *tokSpelling(Tok k) {
   case Tok::Bang: return "'!'";
   case Tok::AndAnd: return "'&&'";
   case Tok::OrOr: return "'||'";
+  case Tok::Amp: return "'&'";
+  case Tok::Pipe: return "'|'";
+  case Tok::Caret: return "'^'";
+  case Tok::Tilde: return "'~'";
+  case Tok::Shl: return "'<<'";
+  case Tok::Shr: return "'>>'";
   case Tok::Lt: return "'<'";
   case Tok::Le: return "'<='";
   case Tok::Gt: return "'>'";
@@ -163,19 +169,17 @@ private:
     case '!': return peek(1) == '=' ? make(Tok::NotEq, at, 2)
                                     : make(Tok::Bang, at, 1);
     case '<': return peek(1) == '=' ? make(Tok::Le, at, 2)
-                                    : make(Tok::Lt, at, 1);
+                     : peek(1) == '<' ? make(Tok::Shl, at, 2)
+                                      : make(Tok::Lt, at, 1);
     case '>': return peek(1) == '=' ? make(Tok::Ge, at, 2)
-                                    : make(Tok::Gt, at, 1);
-    case '&':
-      if (peek(1) == '&')
-        return make(Tok::AndAnd, at, 2);
-      diag_.error(at, "unexpected '&'; did you mean '&&'?");
-      return make(Tok::Error, at, 1);
-    case '|':
-      if (peek(1) == '|')
-        return make(Tok::OrOr, at, 2);
-      diag_.error(at, "unexpected '|'; did you mean '||'?");
-      return make(Tok::Error, at, 1);
+                     : peek(1) == '>' ? make(Tok::Shr, at, 2)
+                                      : make(Tok::Gt, at, 1);
+    case '&': return peek(1) == '&' ? make(Tok::AndAnd, at, 2)
+                                    : make(Tok::Amp, at, 1);
+    case '|': return peek(1) == '|' ? make(Tok::OrOr, at, 2)
+                                    : make(Tok::Pipe, at, 1);
+    case '^': return make(Tok::Caret, at, 1);
+    case '~': return make(Tok::Tilde, at, 1);
     default:
       break;
     }

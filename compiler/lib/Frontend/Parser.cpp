@@ -424,15 +424,21 @@ private:
     return make(Expr::Kind::Ternary, loc, std::move(ops));
   }
 
-  /// Precedence levels, loosest first: || && cmp +- */%.
+  /// Precedence levels, loosest first: || && cmp | ^ & shifts +- */%;
+  /// the bitwise operators bind tighter than comparisons, as in Python
+  /// (`q & 1 == 0` is `(q & 1) == 0`).
   static int precedence(Tok k) {
     switch (k) {
     case Tok::OrOr: return 1;
     case Tok::AndAnd: return 2;
     case Tok::Lt: case Tok::Le: case Tok::Gt: case Tok::Ge:
     case Tok::EqEq: case Tok::NotEq: return 3;
-    case Tok::Plus: case Tok::Minus: return 4;
-    case Tok::Star: case Tok::Slash: case Tok::Percent: return 5;
+    case Tok::Pipe: return 4;
+    case Tok::Caret: return 5;
+    case Tok::Amp: return 6;
+    case Tok::Shl: case Tok::Shr: return 7;
+    case Tok::Plus: case Tok::Minus: return 8;
+    case Tok::Star: case Tok::Slash: case Tok::Percent: return 9;
     default: return 0;
     }
   }
@@ -466,7 +472,7 @@ private:
   }
 
   ExprPtr parseUnary() {
-    if (at(Tok::Minus) || at(Tok::Bang)) {
+    if (at(Tok::Minus) || at(Tok::Bang) || at(Tok::Tilde)) {
       NestGuard g(*this, cur().loc);
       if (!g.ok)
         return nullptr;

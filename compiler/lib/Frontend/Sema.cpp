@@ -16,29 +16,39 @@ namespace {
 
 bool isNumeric(Type t) { return t == Type::I32 || t == Type::F32; }
 
-/// Levenshtein distance, for "did you mean" hints.
+/// Edit distance with adjacent transpositions (optimal string alignment),
+/// for "did you mean" hints: `tahn` is one edit from `tanh`.
 size_t editDistance(const std::string &a, const std::string &b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::vector<std::vector<size_t>> d(a.size() + 1,
+                                     std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
   for (size_t j = 0; j <= b.size(); ++j)
-    prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1,
-                         prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
+    d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
 }
 
+/// The closest candidate (ties: the one of the name's length, then the
+/// first), if it is a close misspelling.
 std::string suggest(const std::string &name,
                     const std::vector<std::string> &candidates) {
   std::string best;
-  size_t bestDist = 3; // only close misspellings
+  size_t bestDist = 3, bestLen = 0; // only close misspellings
   for (const std::string &c : candidates) {
     size_t d = editDistance(name, c);
-    if (d < bestDist && d < std::max<size_t>(name.size(), 2)) {
+    size_t len = c.size() > name.size() ? c.size() - name.size()
+                                        : name.size() - c.size();
+    if ((d < bestDist || (d == bestDist && !best.empty() && len < bestLen)) &&
+        d < std::max<size_t>(name.size(), 2)) {
       bestDist = d;
+      bestLen = len;
       best = c;
     }
   }
@@ -245,6 +255,16 @@ private:
     Type t = check(*e.operands[0]);
     if (t == Type::Error)
       return t;
+    if (e.op == Tok::Tilde) {
+      // ~ is bitwise on i32 and logical on bool (torch's ~mask).
+      if (t != Type::I32 && t != Type::Bool) {
+        diag_.error(e.loc, std::string("operator '~' needs an i32 or a bool, "
+                                       "got ") +
+                               typeName(t));
+        return Type::Error;
+      }
+      return t;
+    }
     if (e.op == Tok::Bang) {
       if (t != Type::Bool) {
         diag_.error(e.loc, std::string("operator '!' needs a bool, got ") +
@@ -291,6 +311,30 @@ private:
         return Type::Error;
       }
       return Type::Bool;
+    case Tok::Amp:
+    case Tok::Pipe:
+    case Tok::Caret:
+      // Bitwise on i32, logical on bool (torch's mask & mask); never mixed.
+      if ((l == Type::I32 && r == Type::I32) ||
+          (l == Type::Bool && r == Type::Bool))
+        return l;
+      diag_.error(e.loc, "operator " + op + " needs two i32 or two bool "
+                             "operands, got " + typeName(l) + " and " +
+                             typeName(r) +
+                             ((l == Type::Bool) != (r == Type::Bool)
+                                  ? " (as in Python, it binds tighter than "
+                                    "comparisons: parenthesize them, "
+                                    "(a < b) " + op.substr(1, op.size() - 2) +
+                                    " (c < d))"
+                                  : ""));
+      return Type::Error;
+    case Tok::Shl:
+    case Tok::Shr:
+      if (l == Type::I32 && r == Type::I32)
+        return l;
+      diag_.error(e.loc, "operator " + op + " needs i32 operands, got " +
+                             typeName(l) + " and " + typeName(r));
+      return Type::Error;
     default: // + - * / %
       if (!isNumeric(l) || !isNumeric(r)) {
         diag_.error(e.loc, "operator " + op + " needs numbers, got " +
@@ -354,9 +398,7 @@ private:
         std::vector<std::string> names;
         for (const FnDecl &f : m_.fns)
           names.push_back(f.name);
-        for (const char *n : {"exp", "exp2", "log", "log2", "sqrt", "rsqrt",
-                              "tanh", "sigmoid", "floor", "ceil", "abs", "min",
-                              "max", "clamp", "f32", "i32"})
+        for (const std::string &n : builtinNames())
           names.push_back(n);
         diag_.error(e.loc, "unknown function '" + e.name + "'" +
                                suggest(e.name, names));
@@ -388,9 +430,10 @@ private:
 
   Type checkBuiltin(Expr &e, Builtin b, const std::vector<Type> &args) {
     size_t arity = 1;
-    if (b == Builtin::Min || b == Builtin::Max)
+    if (b == Builtin::Min || b == Builtin::Max || b == Builtin::Pow ||
+        b == Builtin::FloorDiv || b == Builtin::FloorMod)
       arity = 2;
-    else if (b == Builtin::Clamp)
+    else if (b == Builtin::Clamp || b == Builtin::Where)
       arity = 3;
     if (args.size() != arity) {
       diag_.error(e.loc, "'" + e.name + "' takes " + std::to_string(arity) +
@@ -400,6 +443,23 @@ private:
     }
     if (b == Builtin::CastF32 || b == Builtin::CastI32)
       return b == Builtin::CastF32 ? Type::F32 : Type::I32;
+    if (b == Builtin::Where) {
+      // where(c, a, b): c ? a : b.
+      if (args[0] != Type::Bool) {
+        diag_.error(e.operands[0]->begin,
+                    std::string("the condition of 'where' must be bool, got ") +
+                        typeName(args[0]));
+        return Type::Error;
+      }
+      if (args[1] == args[2])
+        return args[1];
+      if (isNumeric(args[1]) && isNumeric(args[2]))
+        return Type::F32;
+      diag_.error(e.loc, std::string("the branches of 'where' have "
+                                     "incompatible types ") +
+                             typeName(args[1]) + " and " + typeName(args[2]));
+      return Type::Error;
+    }
     for (size_t i = 0; i < args.size(); ++i)
       if (!isNumeric(args[i])) {
         diag_.error(e.operands[i]->begin,
@@ -411,7 +471,12 @@ private:
         return Type::Error;
       }
     switch (b) {
-    case Builtin::Abs: return args[0];
+    case Builtin::Abs:
+    case Builtin::Sign: return args[0];
+    case Builtin::IsNan:
+    case Builtin::IsInf: return Type::Bool;
+    case Builtin::FloorDiv:
+    case Builtin::FloorMod:
     case Builtin::Min:
     case Builtin::Max:
     case Builtin::Clamp:

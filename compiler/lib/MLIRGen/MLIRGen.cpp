@@ -181,9 +181,11 @@ private:
     }
     case Expr::Kind::Unary: {
       Value v = emit(*e.operands[0]);
-      if (e.op == Tok::Bang)
+      if (e.op == Tok::Bang || (e.op == Tok::Tilde && e.type == attnc::Type::Bool))
         return arith::XOrIOp::create(
             b_, l, v, arith::ConstantOp::create(b_, l, b_.getBoolAttr(true)));
+      if (e.op == Tok::Tilde)
+        return arith::XOrIOp::create(b_, l, v, constI32(-1, l));
       if (e.type == attnc::Type::F32)
         return arith::NegFOp::create(b_, l, v);
       return arith::SubIOp::create(b_, l, constI32(0, l), v);
@@ -237,13 +239,56 @@ private:
     return arith::SelectOp::create(b_, l, isZero, x, r);
   }
 
+  /// x << n and x >> n (arithmetic) with every count defined: a count
+  /// outside [0, 31] gives 0 for <<, and x's sign (0 or -1) for >>, what
+  /// Python's shifts give once wrapped to i32 (for counts of 32 and more).
+  Value emitShift(bool left, Value x, Value n, Location l) {
+    Value inRange = arith::CmpIOp::create(b_, l, arith::CmpIPredicate::ult, n,
+                                          constI32(32, l));
+    Value safeN = arith::SelectOp::create(b_, l, inRange, n, constI32(0, l));
+    if (left) {
+      Value s = arith::ShLIOp::create(b_, l, x, safeN);
+      return arith::SelectOp::create(b_, l, inRange, s, constI32(0, l));
+    }
+    Value s = arith::ShRSIOp::create(b_, l, x, safeN);
+    Value fill = arith::ShRSIOp::create(b_, l, x, constI32(31, l));
+    return arith::SelectOp::create(b_, l, inRange, s, fill);
+  }
+
+  /// Python's floor division and modulo on i32 from the total truncating
+  /// ones: the quotient rounds down and the remainder takes the divisor's
+  /// sign; y = 0 gives 0 and x, as / and % do.
+  Value emitFloorDivMod(bool isDiv, Value x, Value y, Location l) {
+    Value zero = constI32(0, l);
+    Value r = emitIntDivRem(false, x, y, l);
+    // r != 0 && sign(r) != sign(y) (then y != 0 too).
+    Value rNonZero =
+        arith::CmpIOp::create(b_, l, arith::CmpIPredicate::ne, r, zero);
+    Value signsDiffer = arith::CmpIOp::create(
+        b_, l, arith::CmpIPredicate::slt, arith::XOrIOp::create(b_, l, r, y),
+        zero);
+    Value adjust = arith::AndIOp::create(b_, l, rNonZero, signsDiffer);
+    if (isDiv) {
+      Value q = emitIntDivRem(true, x, y, l);
+      return arith::SelectOp::create(
+          b_, l, adjust, arith::SubIOp::create(b_, l, q, constI32(1, l)), q);
+    }
+    return arith::SelectOp::create(b_, l, adjust,
+                                   arith::AddIOp::create(b_, l, r, y), r);
+  }
+
   Value emitBinary(const Expr &e) {
     Location l = loc(e.loc);
     const Expr &lhsE = *e.operands[0], &rhsE = *e.operands[1];
     Value x = emit(lhsE), y = emit(rhsE);
     switch (e.op) {
-    case Tok::AndAnd: return arith::AndIOp::create(b_, l, x, y);
-    case Tok::OrOr: return arith::OrIOp::create(b_, l, x, y);
+    case Tok::AndAnd:
+    case Tok::Amp: return arith::AndIOp::create(b_, l, x, y);
+    case Tok::OrOr:
+    case Tok::Pipe: return arith::OrIOp::create(b_, l, x, y);
+    case Tok::Caret: return arith::XOrIOp::create(b_, l, x, y);
+    case Tok::Shl:
+    case Tok::Shr: return emitShift(e.op == Tok::Shl, x, y, l);
     default: break;
     }
     bool isCmp = e.op == Tok::Lt || e.op == Tok::Le || e.op == Tok::Gt ||
@@ -302,6 +347,33 @@ private:
     }
   }
 
+  /// x^y = 2^(y log2|x|), with the sign of a negative base for an odd
+  /// integer y, NaN for a negative base and a non-integer y, and 1 for
+  /// y = 0 (also for a NaN x), as C's pow.
+  Value emitPow(Value x, Value y, Location l) {
+    Value zero = constF32(0.0, l), one = constF32(1.0, l);
+    Value ax = math::AbsFOp::create(b_, l, x);
+    Value mag = math::Exp2Op::create(
+        b_, l, arith::MulFOp::create(b_, l, y, math::Log2Op::create(b_, l, ax)));
+    Value yInt = arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OEQ,
+                                       math::FloorOp::create(b_, l, y), y);
+    Value half = arith::MulFOp::create(b_, l, y, constF32(0.5, l));
+    Value yOdd = arith::AndIOp::create(
+        b_, l, yInt,
+        arith::CmpFOp::create(b_, l, arith::CmpFPredicate::ONE,
+                              math::FloorOp::create(b_, l, half), half));
+    Value xNeg =
+        arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OLT, x, zero);
+    Value signed_ = arith::SelectOp::create(
+        b_, l, yOdd, arith::NegFOp::create(b_, l, mag), mag);
+    Value nan = constF32(std::numeric_limits<double>::quiet_NaN(), l);
+    Value negBase = arith::SelectOp::create(b_, l, yInt, signed_, nan);
+    Value r = arith::SelectOp::create(b_, l, xNeg, negBase, mag);
+    Value yZero =
+        arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OEQ, y, zero);
+    return arith::SelectOp::create(b_, l, yZero, one, r);
+  }
+
   Value emitCall(const Expr &e) {
     Location l = loc(e.loc);
     SmallVector<Value> args;
@@ -330,6 +402,65 @@ private:
     case Builtin::Rsqrt: return math::RsqrtOp::create(b_, l, f32arg(0));
     case Builtin::Tanh: return math::TanhOp::create(b_, l, f32arg(0));
     case Builtin::Floor: return math::FloorOp::create(b_, l, f32arg(0));
+    case Builtin::Sin: return math::SinOp::create(b_, l, f32arg(0));
+    case Builtin::Cos: return math::CosOp::create(b_, l, f32arg(0));
+    case Builtin::Tan: {
+      Value x = f32arg(0);
+      return arith::DivFOp::create(b_, l, math::SinOp::create(b_, l, x),
+                                   math::CosOp::create(b_, l, x));
+    }
+    case Builtin::Log1p: return math::Log1pOp::create(b_, l, f32arg(0));
+    case Builtin::Expm1: return math::ExpM1Op::create(b_, l, f32arg(0));
+    case Builtin::Erf: return math::ErfOp::create(b_, l, f32arg(0));
+    case Builtin::Pow: return emitPow(f32arg(0), f32arg(1), l);
+    case Builtin::Sign: {
+      // -1, 0 or 1; for f32 +-0 and NaN stay themselves.
+      if (allInt) {
+        Value zero = constI32(0, l);
+        Value pos = arith::ExtUIOp::create(
+            b_, l, b_.getI32Type(),
+            arith::CmpIOp::create(b_, l, arith::CmpIPredicate::sgt, args[0], zero));
+        Value neg = arith::ExtUIOp::create(
+            b_, l, b_.getI32Type(),
+            arith::CmpIOp::create(b_, l, arith::CmpIPredicate::slt, args[0], zero));
+        return arith::SubIOp::create(b_, l, pos, neg);
+      }
+      Value x = f32arg(0);
+      Value gt = arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OGT, x,
+                                       constF32(0.0, l));
+      Value lt = arith::CmpFOp::create(b_, l, arith::CmpFPredicate::OLT, x,
+                                       constF32(0.0, l));
+      Value r = arith::SelectOp::create(b_, l, lt, constF32(-1.0, l), x);
+      return arith::SelectOp::create(b_, l, gt, constF32(1.0, l), r);
+    }
+    case Builtin::FloorDiv:
+    case Builtin::FloorMod: {
+      bool isDiv = e.builtin == Builtin::FloorDiv;
+      if (allInt)
+        return emitFloorDivMod(isDiv, args[0], args[1], l);
+      // f32: floor(x / y) and x - floor(x / y) * y.
+      Value x = f32arg(0), y = f32arg(1);
+      Value q = math::FloorOp::create(b_, l, arith::DivFOp::create(b_, l, x, y));
+      if (isDiv)
+        return q;
+      return arith::SubFOp::create(b_, l, x, arith::MulFOp::create(b_, l, q, y));
+    }
+    case Builtin::Where: {
+      Value a = args[1], b = args[2];
+      if (e.type == attnc::Type::F32) {
+        a = toF32(a, e.operands[1]->loc);
+        b = toF32(b, e.operands[2]->loc);
+      }
+      return arith::SelectOp::create(b_, l, args[0], a, b);
+    }
+    case Builtin::IsNan: {
+      Value x = f32arg(0);
+      return arith::CmpFOp::create(b_, l, arith::CmpFPredicate::UNO, x, x);
+    }
+    case Builtin::IsInf:
+      return arith::CmpFOp::create(
+          b_, l, arith::CmpFPredicate::OEQ, math::AbsFOp::create(b_, l, f32arg(0)),
+          constF32(std::numeric_limits<double>::infinity(), l));
     case Builtin::Ceil: return math::CeilOp::create(b_, l, f32arg(0));
     case Builtin::Sigmoid: {
       // 1 / (1 + exp(-x))

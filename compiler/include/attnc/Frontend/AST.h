@@ -33,14 +33,21 @@ Type computeType(ElemType t);
 enum class Builtin {
   None,
   Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Sigmoid, Floor, Ceil, // f32 -> f32
-  Abs,   // i32 -> i32, f32 -> f32
+  Sin, Cos, Tan, Log1p, Expm1, Erf,                              // f32 -> f32
+  Pow,                      // (f32, f32) -> f32
+  Abs, Sign,                // i32 -> i32, f32 -> f32
   Min, Max,
   Clamp,
+  FloorDiv, FloorMod,       // Python's // and %: i32 or f32
+  Where,                    // where(c, a, b) = c ? a : b
+  IsNan, IsInf,             // f32 -> bool
   CastF32, CastI32,
 };
 /// Looks a builtin up by its spelling; Builtin::None if not one.
 Builtin lookupBuiltin(const std::string &name);
 const char *builtinName(Builtin b);
+/// Every builtin's spelling (for "did you mean" suggestions).
+std::vector<std::string> builtinNames();
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;

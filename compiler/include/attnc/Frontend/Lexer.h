@@ -52,6 +52,12 @@ enum class Tok {
   Ge,
   EqEq,
   NotEq,
+  Amp,   // &   (bitwise on i32, logical on bool)
+  Pipe,  // |
+  Caret, // ^
+  Tilde, // ~
+  Shl,   // <<
+  Shr,   // >>
 };
 
 /// A human-readable spelling of a token kind, for "expected X" messages.
