@@ -50,6 +50,8 @@ class N:
             return "(-%s)" % k[0]
         if o == "not":
             return "(!%s)" % k[0]
+        if o == "bnot":
+            return "(~%s)" % k[0]
         if o == "bin":
             return "(%s %s %s)" % (k[0], self.val, k[1])
         if o == "tern":
@@ -161,8 +163,24 @@ class Gen:
             else:
                 b = self.i32(d - 1)
             return N("bin", "i32", [self.i32(d - 1), b], val=op)
-        if c < 0.62:
+        if c < 0.58:
             return N("neg", "i32", [self.i32(d - 1)])
+        if c < 0.62:
+            # Bitwise operators, shifts by counts that are often 32 or more
+            # (0, or the sign, by definition), Python's floor division and
+            # modulo with zero and negative divisors, sign and ~.
+            k = r.random()
+            if k < 0.35:
+                return N("bin", "i32", [self.i32(d - 1), self.i32(d - 1)], val=r.choice(["&", "|", "^"]))
+            if k < 0.6:
+                n = lit_i(r.choice([0, 1, 3, 31, 32, 40])) if r.random() < 0.5 else self.i32(d - 1)
+                return N("bin", "i32", [self.i32(d - 1), n], val=r.choice(["<<", ">>"]))
+            if k < 0.8:
+                b = lit_i(r.choice([3, -4, 0, -1])) if r.random() < 0.5 else self.i32(d - 1)
+                return N("call", "i32", [self.i32(d - 1), b], val=r.choice(["floordiv", "floormod"]))
+            if k < 0.9:
+                return N("call", "i32", [self.i32(d - 1)], val="sign")
+            return N("bnot", "i32", [self.i32(d - 1)])
         if c < 0.72:
             f = r.choice(["min", "max", "abs", "clamp"])
             n = {"min": 2, "max": 2, "abs": 1, "clamp": 3}[f]
@@ -205,8 +223,13 @@ class Gen:
         if c < 0.7:
             return N("bin", "bool", [self.bool(d - 1), self.bool(d - 1)],
                      val=r.choice(["&&", "||"]))
-        if c < 0.78:
+        if c < 0.74:
             return N("not", "bool", [self.bool(d - 1)])
+        if c < 0.78:
+            # torch-style logical & | ^ ~ on bools.
+            if r.random() < 0.3:
+                return N("bnot", "bool", [self.bool(d - 1)])
+            return N("bin", "bool", [self.bool(d - 1), self.bool(d - 1)], val=r.choice(["&", "|", "^"]))
         if c < 0.85:
             op = r.choice(["<", ">=", "==", "!="])
             return N("bin", "bool", [self.exact_f32(d - 1), self.exact_f32(d - 1)], val=op)
@@ -287,8 +310,17 @@ class Gen:
         if c < 0.38:  # log of [1, 17]
             return N("call", "f32", [N("bin", "f32", [lit_f(1.0), N("call", "f32", [x], val="abs")], val="+")],
                      val=r.choice(["log", "log2"]), exact=False)
-        if c < 0.44:
+        if c < 0.41:
             return N("call", "f32", [N("call", "f32", [x], val="abs")], val="sqrt", exact=False)
+        if c < 0.44:
+            # sin, cos, erf of [-16, 16]; log1p of [0, 16]; expm1 of [-2, 2].
+            k = r.random()
+            if k < 0.6:
+                return N("call", "f32", [x], val=r.choice(["sin", "cos", "erf"]), exact=False)
+            if k < 0.8:
+                return N("call", "f32", [N("call", "f32", [x], val="abs")], val="log1p", exact=False)
+            return N("call", "f32", [N("bin", "f32", [N("call", "f32", [x], val="tanh"), lit_f(2.0)], val="*")],
+                     val="expm1", exact=False)
         if c < 0.5:
             return N("call", "f32", [N("bin", "f32", [lit_f(1.0), N("call", "f32", [x], val="abs")], val="+")],
                      val="rsqrt", exact=False)
