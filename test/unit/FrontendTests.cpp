@@ -123,9 +123,13 @@ TEST_CASE("lexer reports stray characters and non-ASCII bytes", "[lexer]") {
   CHECK(hasError(r2, "unexpected byte 0xc3"));
 }
 
-TEST_CASE("lexer suggests && for a single &", "[lexer]") {
+TEST_CASE("a single & between comparisons says how to write it", "[parser]") {
+  // & binds tighter than comparisons (Python's rule), so this chains them.
   auto r = compile("variant v() { mask_mod(b,h,q,kv) = q > 0 & kv > 0 }");
-  CHECK(hasError(r, "did you mean '&&'"));
+  CHECK(hasError(r, "comparisons cannot be chained; use '&&' to combine them, "
+                    "or parenthesize each comparison around '&'"));
+  auto ok = compile("variant v() { mask_mod(b,h,q,kv) = (q > 0) & (kv > 0) }");
+  CHECK(ok.ok);
 }
 
 // ---- parser ----

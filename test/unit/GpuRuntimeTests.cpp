@@ -296,9 +296,27 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   CHECK_THAT(program("arith.cmpi sge %q %99"), Catch::Contains("used before it is defined"));
   CHECK_THAT(program("arith.cmpi sge %q %-3"), Catch::Contains("bad operand"));
   CHECK_THAT(program("arith.addi %q %kv"), Catch::Contains("must yield an i1"));
-  // Two kernels for the same configuration.
+  // Two kernels of one name for a target; two for one (target, dtype,
+  // head dims) unless the package holds tile candidates.
   Package twice = p;
   twice.variants[0].kernels.push_back(twice.variants[0].kernels[0]);
+  CHECK_THAT(error(twice.serialize()), Catch::Contains("has two kernels named "
+                                                       "'attnc_causal_f16_d64v64"));
+  twice.tileCandidates = true;
+  CHECK_THAT(error(twice.serialize()), Catch::Contains("has two kernels named"));
+  GpuKernelImage &other = twice.variants[0].kernels.back();
+  std::string oldName = other.kernel;
+  // Another tile configuration: block_n 32 (the name carries it).
+  other.spec.blockN = 32;
+  other.kernel = oldName;
+  other.kernel.replace(other.kernel.find("n64w"), 4, "n32w");
+  size_t at = other.ptx.find(".entry " + oldName + "(");
+  REQUIRE(at != std::string::npos);
+  other.ptx.replace(at + 7, oldName.size(), other.kernel);
+  Package back;
+  CHECK(Package::parse(twice.serialize(), "p.json", back).isOk());
+  CHECK(back.tileCandidates);
+  twice.tileCandidates = false;
   CHECK_THAT(error(twice.serialize()), Catch::Contains("has two kernels for sm_80 f16 D=64/64"));
 }
 

@@ -457,8 +457,18 @@ private:
         return nullptr;
       // Comparisons do not chain: `a < b < c` is almost always a mistake.
       if (prec == 3 && precedence(cur().kind) == 3) {
-        error(cur().loc, "comparisons cannot be chained; use '&&' to combine "
-                         "them");
+        bool bitwise = rhs->kind == Expr::Kind::Binary &&
+                       (rhs->op == Tok::Amp || rhs->op == Tok::Pipe ||
+                        rhs->op == Tok::Caret);
+        error(cur().loc,
+              std::string("comparisons cannot be chained; use '&&' to combine "
+                          "them") +
+                  (bitwise ? std::string(", or parenthesize each comparison "
+                                         "around ") +
+                                 tokSpelling(rhs->op) +
+                                 " (it binds tighter than comparisons, as in "
+                                 "Python)"
+                           : ""));
         return nullptr;
       }
       std::vector<ExprPtr> ops;
@@ -519,21 +529,20 @@ private:
       error(cur().loc, "only a captured tensor can be indexed");
       return nullptr;
     }
-    advance();
+    // t[i][j] is t[i, j] (torch code indexes one dimension at a time).
     std::vector<ExprPtr> idx;
-    if (at(Tok::RBracket)) {
-      error(cur().loc, "an index expression needs at least one index");
-      return nullptr;
+    while (at(Tok::LBracket)) {
+      advance();
+      if (at(Tok::RBracket)) {
+        error(cur().loc, "an index expression needs at least one index");
+        return nullptr;
+      }
+      if (!parseArgs(idx, Tok::RBracket, "to close the index list"))
+        return nullptr;
     }
-    if (!parseArgs(idx, Tok::RBracket, "to close the index list"))
-      return nullptr;
     ExprPtr g = make(Expr::Kind::Index, e->loc, std::move(idx));
     if (g)
       g->name = e->name;
-    if (g && at(Tok::LBracket)) {
-      error(cur().loc, "write 't[i, j]', not 't[i][j]'");
-      return nullptr;
-    }
     return g;
   }
 
