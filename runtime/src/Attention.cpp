@@ -238,7 +238,8 @@ std::array<int64_t, 3> BlockMask::histogram() const {
 
 Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
                           std::vector<double> &out, std::vector<double> &lse,
-                          GatherViolation *violation) {
+                          GatherViolation *violation,
+                          std::vector<double> *rowScale) {
   Problem p;
   if (Status s = resolveProblem(v, nullptr, a, p); !s)
     return s;
@@ -247,6 +248,8 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
   int64_t G = p.Hq / p.Hkv;
   out.assign(p.B * p.Hq * p.Lq * p.Dv, 0.0);
   lse.assign(p.B * p.Hq * p.Lq, 0.0);
+  if (rowScale)
+    rowScale->assign(p.B * p.Hq * p.Lq, 0.0);
   std::vector<double> s(p.Lkv), w(p.Lkv);
   // Inputs widened to double once, contiguous: [B, H, L, D].
   auto widen = [](const TensorView &t) {
@@ -304,13 +307,23 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           sum += w[j];
         }
         rowLse = mx + std::log(sum);
+        // Rounding score j to f32 moves its weight by about u (|s_j| +
+        // |max|) relatively: the row's share of that, weighted by the
+        // softmax, times the largest |v|.
+        double meanS = 0, maxV = 0;
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           if (w[j] == 0)
             continue;
           const double *vr = vb + j * p.Dv;
-          for (int64_t d = 0; d < p.Dv; ++d)
+          meanS += w[j] / sum * std::fabs(s[j]);
+          for (int64_t d = 0; d < p.Dv; ++d) {
             o[d] += w[j] / sum * vr[d];
+            maxV = std::max(maxV, std::fabs(vr[d]));
+          }
         }
+        if (rowScale)
+          (*rowScale)[(b * p.Hq + h) * p.Lq + i] =
+              (std::fabs(mx) + meanS) * maxV;
         if (std::isnan(sum))
           for (int64_t d = 0; d < p.Dv; ++d)
             o[d] = sum;

@@ -151,6 +151,17 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       positional.push_back(args[i]);
     }
   }
+  // Options that the mode would silently override are errors.
+  if (shape.mode == Mode::Decode && shape.qLen > 1) {
+    err = "--mode decode runs one query per sequence, but --q-len is " +
+          std::to_string(shape.qLen) +
+          " (use --mode chunk for several queries at the end of the keys)";
+    return false;
+  }
+  if (matrix && suite) {
+    err = "--matrix and --suite are two case lists: choose one";
+    return false;
+  }
   if (shape.kvHeads > 0 && shape.heads % shape.kvHeads != 0) {
     err = "--heads (" + std::to_string(shape.heads) +
           ") must be a multiple of --kv-heads (" + std::to_string(shape.kvHeads) + ")";

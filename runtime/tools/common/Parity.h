@@ -28,9 +28,17 @@ struct Row {
 /// A failed row (no numbers) with the reason.
 Row failedRow(std::string name, rt::DType dtype, const std::string &why);
 
+/// What f32 scores of a row can move its output by, given its rowScale
+/// (referenceAttention): 2 u of it (u = 2^-24: the rounding of each score
+/// and of score x log2(e)).
+double scoreRoundingTolerance(double rowScale);
+
 /// Compares `in.args.out` and `in.lse` (already computed by a backend) with
-/// the fp64 reference on the same inputs. With `checked`, notes the first
-/// gather outside its tensor.
+/// the fp64 reference on the same inputs: each output element within the
+/// larger of the dtype's tolerance and scoreRoundingTolerance of its row
+/// (row.tol is the largest row tolerance), the LSE within the dtype's tolerance relative
+/// to max(1, |LSE|). With `checked`, notes the first gather outside its
+/// tensor.
 Row compareWithReference(const rt::VariantInfo &v, std::string name,
                          const Inputs &in, bool checked);
 

@@ -85,10 +85,15 @@ public:
 /// The fp64 oracle: naive attention with the modifiers evaluated by the
 /// interpreter of the variant's program. `out` is [B, Hq, Lq, Dv] and `lse`
 /// [B, Hq, Lq], both row-major. With `violation`, reports the first gather
-/// outside its tensor (the checked mode).
+/// outside its tensor (the checked mode). With `rowScale`, per row
+/// (|max score| + the softmax-weighted mean |score|) times the largest |v|
+/// element of the kept keys: about what rounding the scores to f32 moves
+/// the row's output by, in units of f32's unit roundoff (attnc check's
+/// tolerance grows with it).
 Status referenceAttention(const VariantInfo &variant, const AttentionArgs &args,
                           std::vector<double> &out, std::vector<double> &lse,
-                          GatherViolation *violation = nullptr);
+                          GatherViolation *violation = nullptr,
+                          std::vector<double> *rowScale = nullptr);
 
 /// A kernel compiled for the host CPU (see KernelABI.h for the calling
 /// convention). `owner` keeps the code alive.

@@ -1,0 +1,84 @@
+// attnc check's tolerance against the fp64 reference: the dtype's, or more
+// for rows whose scores are large (their f32 rounding alone moves the
+// softmax); a wrong output fails at any score magnitude.
+#include "Parity.h"
+
+#include "attnc/runtime/TensorView.h"
+#include "attnc/runtime/Variant.h"
+
+#include <catch2/catch.hpp>
+
+using namespace attnc;
+using namespace attnc::tools;
+
+namespace {
+rt::VariantInfo parsed(const char *text) {
+  rt::VariantInfo v;
+  REQUIRE(rt::VariantInfo::parse(text, v).isOk());
+  return v;
+}
+
+// 3000 + 2 x score: |scores| near 3000 (f32 spacing there is 2.4e-4).
+const char *kLarge = R"(variant big
+mask-kind none
+mask-uses
+score
+  %0 = const.f32 3000
+  %1 = const.f32 2
+  %2 = arith.mulf %score %1
+  %3 = arith.addf %2 %0
+  yield %3
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)";
+const char *kPlain = R"(variant plain
+mask-kind none
+mask-uses
+score
+  yield %score
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)";
+
+/// The reference's own output, every element moved by `delta`.
+Row perturbed(const rt::VariantInfo &v, double delta) {
+  Shape s;
+  s.batch = 1;
+  s.heads = 2;
+  s.qLen = 40;
+  s.kvLen = 60;
+  s.dtype = rt::DType::F32;
+  s.resolve();
+  Inputs in;
+  REQUIRE(makeInputs(v, s, {}, {}, in).isOk());
+  std::vector<double> ref, lse;
+  REQUIRE(rt::referenceAttention(v, in.args, ref, lse).isOk());
+  float *o = static_cast<float *>(in.args.out.data);
+  for (size_t i = 0; i < ref.size(); ++i)
+    o[i] = static_cast<float>(ref[i] + delta);
+  for (size_t i = 0; i < lse.size(); ++i)
+    in.lse[i] = static_cast<float>(lse[i]);
+  return compareWithReference(v, v.name, in, false);
+}
+} // namespace
+
+TEST_CASE("the parity tolerance grows with the scores, and only with them",
+          "[parity]") {
+  rt::VariantInfo big = parsed(kLarge), plain = parsed(kPlain);
+  // What rounding f32 scores near 3000 does (~1e-4): within tolerance.
+  Row r = perturbed(big, 2e-4);
+  CHECK(r.pass);
+  CHECK(r.tol > 3e-4);
+  CHECK(r.tol < 3e-3);
+  // A wrong output fails at that magnitude too.
+  CHECK_FALSE(perturbed(big, 2e-2).pass);
+  // Small scores keep f32's 1e-5.
+  Row p = perturbed(plain, 2e-4);
+  CHECK_FALSE(p.pass);
+  CHECK(p.tol == 1e-5);
+  CHECK(perturbed(plain, 2e-6).pass);
+}
