@@ -114,9 +114,34 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
       return rt::Status::invalidArgument(fmt::format(
           "--input {}: not q, k, v or a capture of '{}'", name, v.name));
   // Captures' shapes: dims named after the problem take its sizes; free
-  // dims default to 64.
+  // dims take them from the --input files that hold such a capture (every
+  // file agreeing), else default to 64.
   std::map<std::string, int64_t> bound = {
       {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
+  std::map<std::string, std::string> boundBy; // free dim -> "--input x=f"
+  for (const rt::ParamSpec &p : v.params) {
+    auto it = npy.find(p.name);
+    if (!p.isTensor || it == npy.end())
+      continue;
+    rt::NpyArray a;
+    if (rt::Status st = rt::readNpy(it->second, a); !st)
+      return st;
+    if (a.shape.size() != p.dims.size())
+      continue; // loadNpy reports the shape
+    for (size_t i = 0; i < p.dims.size(); ++i) {
+      const std::string &sym = p.dims[i].symbol;
+      if (sym.empty() || (bound.count(sym) && !boundBy.count(sym))) {
+        continue; // a literal or a problem size
+      }
+      std::string by = "--input " + p.name + "=" + it->second;
+      if (auto b = bound.find(sym); b != bound.end() && b->second != a.shape[i])
+        return rt::Status::invalidArgument(fmt::format(
+            "{}: dimension {} of '{}' is {}, but {} gave {} = {}", by, i,
+            p.name, a.shape[i], boundBy[sym], sym, b->second));
+      bound[sym] = a.shape[i];
+      boundBy.emplace(sym, by);
+    }
+  }
   std::vector<std::vector<int64_t>> capShapes;
   for (const rt::ParamSpec &p : v.params) {
     capShapes.emplace_back();
