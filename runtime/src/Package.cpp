@@ -17,6 +17,28 @@ namespace attnc::rt {
 
 using nlohmann::json;
 
+int targetNumber(const std::string &t) {
+  int64_t n = 0;
+  if (t.rfind("sm_", 0) != 0 || !parseInt(t.substr(3), 50, 999, n))
+    return 0;
+  return static_cast<int>(n);
+}
+
+TileConfig tileConfigOf(const GpuKernelImage &k) {
+  TileConfig c;
+  c.blockM = k.spec.blockM;
+  c.blockN = k.spec.blockN;
+  c.warps = (k.threads + 31) / 32;
+  // The name ends in s<stages> (checked when the package was read).
+  size_t s = k.kernel.find_last_of('s');
+  int64_t stages = 1;
+  if (s != std::string::npos && parseInt(k.kernel.substr(s + 1), 1, 8, stages))
+    c.stages = stages;
+  else
+    c.stages = 1;
+  return c;
+}
+
 const PackageVariant *Package::find(const std::string &variant) const {
   for (const PackageVariant &v : variants)
     if (v.info.name == variant)
@@ -130,14 +152,6 @@ bool paramSizes(const json &j, const char *key, std::vector<int> &out,
     out.push_back(static_cast<int>(x.get<int64_t>()));
   }
   return true;
-}
-
-/// "sm_90" -> 90, for targets sm_50 ... sm_999; 0 otherwise.
-int targetNumber(const std::string &t) {
-  int64_t n = 0;
-  if (t.rfind("sm_", 0) != 0 || !parseInt(t.substr(3), 50, 999, n))
-    return 0;
-  return static_cast<int>(n);
 }
 
 /// A kernel entry's name: attnc_<variant>_<dtype>_d<D>v<Dv>_m<M>n<N>w<W>s<S>,

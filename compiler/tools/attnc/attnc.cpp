@@ -344,6 +344,7 @@ int emitStage(attnc::Module &module, const CompileOptions &o,
 
 int runCompile(const std::vector<std::string> &args) {
   CompileOptions o;
+  bool vHeadDimGiven = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
     auto value = [&](const std::string &flag, std::string &dst) -> bool {
@@ -390,8 +391,10 @@ int runCompile(const std::vector<std::string> &args) {
       if (r < 0)
         return usageError(std::string("invalid value '") + num + "' for " +
                           flag);
-      if (r > 0)
+      if (r > 0) {
+        vHeadDimGiven |= dst == &o.spec.vHeadDim;
         break;
+      }
     }
     if (r > 0)
       continue;
@@ -431,9 +434,7 @@ int runCompile(const std::vector<std::string> &args) {
   if (o.input.empty())
     return usageError("'compile' needs an input file");
   // Dv defaults to Dqk, for every stage.
-  if (std::find_if(args.begin(), args.end(), [](const std::string &a) {
-        return a.rfind("--v-head-dim", 0) == 0;
-      }) == args.end())
+  if (!vHeadDimGiven)
     o.spec.vHeadDim = o.spec.headDim;
   static const char *kStages[] = {"ast",  "attn", "mask", "info",
                                   "tiled", "llvm", "gpu",  "nvvm",

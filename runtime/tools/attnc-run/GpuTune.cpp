@@ -20,23 +20,6 @@ namespace attnc::tools {
 
 namespace {
 
-/// "sm_90" -> 90.
-int targetCC(const std::string &t) {
-  return t.size() > 3 ? std::atoi(t.c_str() + 3) : 0;
-}
-
-/// block_m, block_n and warps from the image; stages from the kernel
-/// name's last field ("..._m128n64w8s2").
-rt::TileConfig tileOf(const rt::GpuKernelImage &k) {
-  rt::TileConfig c;
-  c.blockM = k.spec.blockM;
-  c.blockN = k.spec.blockN;
-  c.warps = (k.threads + 31) / 32;
-  size_t s = k.kernel.find_last_of('s');
-  c.stages = s == std::string::npos ? 1 : std::atoi(k.kernel.c_str() + s + 1);
-  return c;
-}
-
 /// The images of `v` for this dtype and head dims at the highest target
 /// the device runs.
 std::vector<const rt::GpuKernelImage *>
@@ -44,12 +27,12 @@ candidatesFor(const rt::PackageVariant &v, int cc, const Shape &s) {
   int best = -1;
   for (const rt::GpuKernelImage &k : v.kernels)
     if (k.spec.dtype == s.dtype && k.spec.headDim == s.headDim &&
-        k.spec.vHeadDim == s.vHeadDim && targetCC(k.target) <= cc)
-      best = std::max(best, targetCC(k.target));
+        k.spec.vHeadDim == s.vHeadDim && rt::targetNumber(k.target) <= cc)
+      best = std::max(best, rt::targetNumber(k.target));
   std::vector<const rt::GpuKernelImage *> out;
   for (const rt::GpuKernelImage &k : v.kernels)
     if (k.spec.dtype == s.dtype && k.spec.headDim == s.headDim &&
-        k.spec.vHeadDim == s.vHeadDim && targetCC(k.target) == best)
+        k.spec.vHeadDim == s.vHeadDim && rt::targetNumber(k.target) == best)
       out.push_back(&k);
   return out;
 }
@@ -62,7 +45,10 @@ int runGpuTune(const rt::cuda::Context &ctx,
                std::ostream &records) {
   int cc = ctx.device().computeCapability();
   int failures = 0;
-  // The check of each kernel, once: (image) -> error ("" = passed).
+  // Each kernel is loaded and checked once: (image) -> module, error ("" =
+  // passed).
+  std::map<const rt::GpuKernelImage *, std::unique_ptr<rt::cuda::GpuKernel>>
+      loaded;
   std::map<const rt::GpuKernelImage *, std::string> checked;
   for (const rt::PackageVariant *v : variants)
     for (const Shape &s : shapes) {
@@ -78,12 +64,14 @@ int runGpuTune(const rt::cuda::Context &ctx,
       for (const rt::GpuKernelImage *image : cands) {
         rt::TuningRecord r;
         r.shape = {image->target, s.dtype, s.headDim, s.vHeadDim};
-        r.config = tileOf(*image);
+        r.config = rt::tileConfigOf(*image);
         r.gpu = ctx.device().name();
         r.variant = v->info.name;
         r.workload = s.describe();
-        std::unique_ptr<rt::cuda::GpuKernel> k;
-        rt::Status st = rt::cuda::GpuKernel::load(ctx, v->info, *image, k);
+        rt::Status st;
+        std::unique_ptr<rt::cuda::GpuKernel> &k = loaded[image];
+        if (!k)
+          st = rt::cuda::GpuKernel::load(ctx, v->info, *image, k);
         auto it = checked.find(image);
         if (st && it == checked.end()) {
           // A small problem of the same kind, against the fp64 reference.

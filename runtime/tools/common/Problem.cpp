@@ -74,12 +74,11 @@ std::vector<unsigned char> fillFloat(rt::DType t, int64_t n, std::mt19937_64 &rn
   return buf;
 }
 
-rt::Status loadNpy(const std::string &name, const std::string &path,
-                   rt::DType dtype, const std::vector<int64_t> &shape,
-                   std::vector<unsigned char> &buf) {
-  rt::NpyArray a;
-  if (rt::Status s = rt::readNpy(path, a); !s)
-    return s;
+/// A file's array as `dtype` after checking its shape.
+rt::Status convertNpy(const std::string &name, const std::string &path,
+                      const rt::NpyArray &a, rt::DType dtype,
+                      const std::vector<int64_t> &shape,
+                      std::vector<unsigned char> &buf) {
   if (a.shape != shape)
     return rt::Status::invalidArgument(fmt::format(
         "--input {}={}: shape {}, expected {}", name, path,
@@ -94,11 +93,24 @@ rt::Status loadNpy(const std::string &name, const std::string &path,
   return rt::Status::ok();
 }
 
+rt::Status loadNpy(const std::string &name, const std::string &path,
+                   rt::DType dtype, const std::vector<int64_t> &shape,
+                   std::vector<unsigned char> &buf) {
+  rt::NpyArray a;
+  if (rt::Status s = rt::readNpy(path, a); !s)
+    return s;
+  return convertNpy(name, path, a, dtype, shape, buf);
+}
+
+/// The captures' --input files, each read once.
+using CaptureFiles = std::map<std::string, rt::NpyArray>;
+
 } // namespace
 
 rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
                              const std::map<std::string, double> &sets,
                              const std::map<std::string, std::string> &npy,
+                             const CaptureFiles &files,
                              const std::vector<std::vector<int64_t>> &capShapes,
                              std::mt19937_64 &rng, Inputs &in);
 
@@ -119,11 +131,12 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   std::map<std::string, int64_t> bound = {
       {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
   std::map<std::string, std::string> boundBy; // free dim -> "--input x=f"
+  CaptureFiles files;
   for (const rt::ParamSpec &p : v.params) {
     auto it = npy.find(p.name);
     if (!p.isTensor || it == npy.end())
       continue;
-    rt::NpyArray a;
+    rt::NpyArray &a = files[p.name];
     if (rt::Status st = rt::readNpy(it->second, a); !st)
       return st;
     if (a.shape.size() != p.dims.size())
@@ -176,7 +189,7 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
         "fp64 reference; this machine has {:.1f} GB)",
         bytes / 1e9, host / 1e9));
   try {
-    return makeInputsChecked(v, s, sets, npy, capShapes, rng, in);
+    return makeInputsChecked(v, s, sets, npy, files, capShapes, rng, in);
   } catch (const std::bad_alloc &) {
     return rt::Status::invalidArgument(fmt::format(
         "cannot allocate the inputs ({:.1f} GB)", bytes / 1e9));
@@ -186,6 +199,7 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
 rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
                              const std::map<std::string, double> &sets,
                              const std::map<std::string, std::string> &npy,
+                             const CaptureFiles &files,
                              const std::vector<std::vector<int64_t>> &capShapes,
                              std::mt19937_64 &rng, Inputs &in) {
   int64_t B = s.batch, H = s.heads, HK = s.kvHeads, Lq = s.qLen, Lk = s.kvLen,
@@ -254,8 +268,10 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
       n *= d;
     in.captures.emplace_back();
     std::vector<unsigned char> &buf = in.captures.back();
-    if (auto it = npy.find(p.name); it != npy.end()) {
-      if (rt::Status st = loadNpy(p.name, it->second, p.dtype, shape, buf); !st)
+    if (auto it = files.find(p.name); it != files.end()) {
+      if (rt::Status st = convertNpy(p.name, npy.at(p.name), it->second,
+                                     p.dtype, shape, buf);
+          !st)
         return st;
     } else if (p.dtype == rt::DType::F32 || p.dtype == rt::DType::F16 ||
                p.dtype == rt::DType::BF16) {

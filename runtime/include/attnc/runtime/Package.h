@@ -13,6 +13,7 @@
 #define ATTNC_RUNTIME_PACKAGE_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Tuning.h"
 
 #include <string>
 #include <vector>
@@ -57,6 +58,13 @@ struct Package {
   /// Writes atomically (temporary file + rename).
   Status write(const std::string &path) const;
 };
+
+/// "sm_90" -> 90, for targets sm_50 ... sm_999; 0 otherwise.
+int targetNumber(const std::string &target);
+
+/// A kernel's tile configuration: block_m, block_n and warps from the
+/// manifest, pipeline stages from its (checked) name.
+TileConfig tileConfigOf(const GpuKernelImage &k);
 
 /// The kernel of `v` for a device of compute capability `cc` (90 for
 /// sm_90) and these inputs: the highest target not above the device (PTX
