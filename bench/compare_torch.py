@@ -56,6 +56,15 @@ def cases(suite):
     return out
 
 
+def selected(args):
+    """The suite's cases, narrowed by --variants, --lengths and --head-dims."""
+    def keep(values, x):
+        return not values or str(x) in values.split(",")
+    return [c for c in cases(args.suite)
+            if keep(args.variants, c["variant"]) and keep(args.lengths, c["Lkv"])
+            and keep(args.head_dims, c["D"])]
+
+
 def modifiers(torch, variant, c, device):
     """(score_mod, mask_mod, captures, sets): FlexAttention closures matching
     examples/<variant>.attn, the tensors they capture (by the .attn
@@ -144,7 +153,9 @@ def run(args):
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
     flex = torch.compile(flex_attention)
     rows = []
-    for c in cases(args.suite):
+    progress = os.path.join(args.out, "progress-%s.jsonl" % args.suite)
+    os.makedirs(args.out, exist_ok=True)
+    for c in selected(args):
         torch.manual_seed(args.seed)
         q = torch.randn(c["B"], c["H"], c["Lq"], c["D"], device=dev, dtype=dtype)
         k = torch.randn(c["B"], c["HKV"], c["Lkv"], c["D"], device=dev, dtype=dtype)
@@ -215,6 +226,9 @@ def run(args):
                     row["attnc_error"] = str(e)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        # Each row is kept as it comes, so a run cut short still has them.
+        with open(progress, "a") as f:
+            f.write(json.dumps(row) + "\n")
     return rows
 
 
@@ -233,13 +247,16 @@ def main():
                    help="folder of <variant>.json kernel packages")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
                    help="folder for the recording, table and plots")
+    p.add_argument("--variants", help="comma-separated subset of the suite's variants")
+    p.add_argument("--lengths", help="comma-separated subset of its KV lengths")
+    p.add_argument("--head-dims", help="comma-separated subset of its head dims")
     p.add_argument("--dry-run", action="store_true",
                    help="list the cases; needs neither torch nor a GPU")
     args = p.parse_args()
     if args.warmup < 0 or args.iters < 1:
         p.error("--warmup must be >= 0 and --iters >= 1")
     if args.dry_run:
-        for c in cases(args.suite):
+        for c in selected(args):
             print("%(variant)s B=%(B)d H=%(H)d/%(HKV)d Lq=%(Lq)d Lkv=%(Lkv)d "
                   "D=%(D)d" % c)
         return 0

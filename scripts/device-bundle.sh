@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares .device/ (git-ignored) for a machine with a GPU but no LLVM/MLIR:
 # portable runtime-only binaries (attnc-run, the embedding example), one
-# kernel package per example for TARGET, and run-gpu-validation.sh, which
+# kernel package per example for TARGET (and one of its large head dims,
+# f16/bf16 D 256 and 192:128, under large/), and run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
 # and the tuner's inputs: candidate packages (every tile configuration of
@@ -16,7 +17,7 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
 cmake --build "$src/build-device"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/candidates"
+mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/large" "$out/candidates"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
 for f in "$src"/examples/*.attn; do
@@ -24,6 +25,8 @@ for f in "$src"/examples/*.attn; do
   [[ "$n" == tour ]] && continue
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
+  "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
+    --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
 done
 for n in full causal sliding_window document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \

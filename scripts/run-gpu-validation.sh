@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, with .device/ carried
 # (scripts/device-bundle.sh): the parity matrix (--matrix) of every packaged
-# example,
+# example and its large head dims (256, 192:128),
 # compute-sanitizer memcheck over a subset and racecheck over one kernel per
 # head dim. Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
@@ -20,7 +20,17 @@ status=0
 for p in "$dev"/packages/*.json; do
   n="$(basename "$p" .json)"
   "$run" "$p" --matrix > "$out/parity-$n.txt" 2>&1 || status=1
-  tail -1 "$out/parity-$n.txt"
+  # Large head dims (tensor cores only): GQA 8/2, one case per mode and dtype.
+  for dt in f16 bf16; do
+    for d in 256:256 192:128; do
+      for m in "prefill --q-len 77 --kv-len 77" "decode --kv-len 300" "chunk --q-len 33 --kv-len 200"; do
+        "$run" "$dev/large/$n.json" --dtype $dt --heads 8 --kv-heads 2 \
+          --head-dim "${d%:*}" --v-head-dim "${d#*:}" --mode $m \
+          >> "$out/parity-$n.txt" 2>&1 || status=1
+      done
+    done
+  done
+  echo "$n: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/parity-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}') (matrix + large head dims)"
 done
 "$dev/bin/attnc-embed-example" "$dev/packages/causal.json" > "$out/embed.txt" 2>&1 || status=1
 cat "$out/embed.txt"
