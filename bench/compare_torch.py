@@ -151,6 +151,11 @@ def run(args):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     dev = "cuda"
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[args.dtype]
+    # Every case is a new shape or closure, so flex recompiles each time;
+    # past dynamo's recompile limit (8) it silently falls back to the
+    # unfused implementation, which would be timed as flex.
+    torch._dynamo.config.recompile_limit = 1 << 20
+    torch._dynamo.config.accumulated_recompile_limit = 1 << 20
     flex = torch.compile(flex_attention)
     rows = []
     progress = os.path.join(args.out, "progress-%s.jsonl" % args.suite)
