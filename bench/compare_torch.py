@@ -227,6 +227,8 @@ def run(args):
                         row["attnc_ms"] = (a["ms_median"], a["ms_min"],
                                            a["ms_max"])
                         row["attnc_kernel"] = a["kernel"]
+                        if a.get("block_mask_ms"):
+                            row["attnc_block_mask_ms"] = a["block_mask_ms"]
                 except RuntimeError as e:
                     row["attnc_error"] = str(e)
         rows.append(row)

@@ -21,19 +21,24 @@ namespace {
 constexpr int64_t kStaticShared = 48 * 1024;
 
 /// The configuration table of the tensor-core form: block_m, block_n and
-/// warps per head-dim class, the first row that matches. 128-row tiles of
-/// 8 warps x 16 rows: the largest that ptxas assembles with no spills for
-/// every example (block_n 32 above D=64, where synaptic spills at 64;
-/// block_n 16 above D=192 before sm_90, where softcap and synaptic spill
+/// warps per head-dim class, the first row that matches. Off sm_90, 128-row
+/// tiles of 8 warps x 16 rows: the largest that ptxas assembles with no
+/// spills for every example (block_n 32 above D=64, where synaptic spills at
+/// 64; block_n 16 above D=192 before sm_90, where softcap and synaptic spill
 /// at 32 at D=256, and above D=224 on sm_90, where relative_bias spills at
 /// 32 at D=240; 2 m-tiles per warp, which halve the shared-memory reads per
-/// row, spill at block_n 64). Chosen from ptxas's figures, not yet timed on
-/// a device (docs/kernels.md).
+/// row, spill at block_n 64). On sm_90 up to D=64, 64-row tiles of 4 warps:
+/// timed on an H100 (bf16, causal and document mask, prefill 2k/8k and
+/// decode 8k; docs/performance.md) they took 1.16x the best candidate's
+/// time against 1.41x for 128x64 with 8 warps; the fastest there (64x128,
+/// 128x64 with 4 warps) spill for synaptic. Other rows: ptxas's figures,
+/// not yet timed on a device (docs/kernels.md).
 struct TileChoice {
   int64_t maxDim, blockM, blockN, warps;
   bool sm90Only;
 };
 constexpr TileChoice kTensorCoreTable[] = {
+    {64, 64, 64, 4, true},
     {64, 128, 64, 8, false},
     {192, 128, 32, 8, false},
     {224, 128, 32, 8, true},

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 
@@ -45,11 +46,21 @@ double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
 
 rt::Status timeKernel(const Context &ctx, const GpuKernel &k,
                       const rt::AttentionArgs &host, int warmup, int iters,
-                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms) {
+                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms,
+                      double &blockMaskMs) {
   const rt::cuda::DriverApi &api = ctx.driver().api();
   ms.clear();
+  blockMaskMs = 0;
   rt::Status st = rt::cuda::DeviceMirror::create(ctx, host, mirror);
-  const rt::AttentionArgs &dev = mirror.args();
+  rt::AttentionArgs dev = mirror.args();
+  rt::BlockMask blockMask;
+  if (st && k.variant().maskKind == rt::MaskKind::Data) {
+    auto t0 = std::chrono::steady_clock::now();
+    st = k.buildBlockMask(dev, blockMask);
+    blockMaskMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - t0).count();
+    dev.blockMask = &blockMask;
+  }
   for (int i = 0; st && i < warmup; ++i)
     st = k.run(dev);
   if (st)
@@ -116,8 +127,10 @@ int runGpuBench(const Context &ctx,
       }
       rt::cuda::DeviceMirror mirror;
       std::vector<float> ms;
+      double blockMaskMs = 0;
       if (st)
-        st = timeKernel(ctx, *k, in.args, o.warmup, o.iters, mirror, ms);
+        st = timeKernel(ctx, *k, in.args, o.warmup, o.iters, mirror, ms,
+                        blockMaskMs);
       size_t freeB = 0, totalB = 0;
       api.cuMemGetInfo(&freeB, &totalB);
       // The output comes back for a finiteness check (and --output).
@@ -152,11 +165,13 @@ int runGpuBench(const Context &ctx,
             "\"ms_median\": {:.5f}, \"ms_min\": {:.5f}, \"ms_max\": {:.5f}, "
             "\"tflops_dense\": {:.4f}, \"tflops_useful\": {:.4f}, "
             "\"tokens_per_s\": {:.1f}, \"kv_gbs\": {:.2f}, "
-            "\"device_mb_used\": {:.1f}, \"warmup\": {}, \"iters\": {}}}\n",
+            "\"device_mb_used\": {:.1f}, \"block_mask_ms\": {:.4f}, "
+            "\"warmup\": {}, \"iters\": {}}}\n",
             v->info.name, image->kernel, ctx.device().name(), p.B, p.Hq, p.Hkv,
             p.Lq, p.Lkv, p.Dqk, p.Dv, rt::dtypeName(s.dtype), med, ms.front(),
             ms.back(), dense / sec / 1e12, useful / sec / 1e12,
-            p.B * p.Lq / sec, kvBytes / sec / 1e9, devMB, o.warmup, o.iters);
+            p.B * p.Lq / sec, kvBytes / sec / 1e9, devMB, blockMaskMs, o.warmup,
+            o.iters);
       else
         std::cout << fmt::format(
             "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9.4f} {:>9.4f} {:>9.4f} "

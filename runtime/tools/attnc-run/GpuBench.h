@@ -14,10 +14,15 @@ namespace attnc::tools {
 /// Mirrors `host` onto the device and times `k` on it with CUDA events:
 /// `warmup` launches, then `iters` timed one by one; `ms` comes back
 /// sorted. The outputs stay on the device (mirror.downloadOutputs).
+/// A data-dependent mask's block mask is built once before the timed
+/// launches, as a caller reusing it across layers would (FlexAttention's
+/// create_block_mask is timed apart too); its build time, host wall clock
+/// with the device synchronized, goes to `blockMaskMs` (0 without one).
 rt::Status timeKernel(const rt::cuda::Context &ctx,
                       const rt::cuda::GpuKernel &k,
                       const rt::AttentionArgs &host, int warmup, int iters,
-                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms);
+                      rt::cuda::DeviceMirror &mirror, std::vector<float> &ms,
+                      double &blockMaskMs);
 
 /// Times each variant's kernel over `shapes` with CUDA events (o.warmup
 /// launches, then o.iters, each timed alone: median, min, max) and prints

@@ -101,9 +101,11 @@ int runGpuTune(const rt::cuda::Context &ctx,
           Inputs in;
           rt::cuda::DeviceMirror mirror;
           std::vector<float> ms;
+          double blockMaskMs = 0;
           st = makeInputs(v->info, s, o.sets, o.inputs, in);
           if (st)
-            st = timeKernel(ctx, *k, in.args, o.warmup, o.iters, mirror, ms);
+            st = timeKernel(ctx, *k, in.args, o.warmup, o.iters, mirror, ms,
+                            blockMaskMs);
           if (st) {
             r.passed = true;
             r.msMedian = ms[ms.size() / 2];

@@ -62,7 +62,9 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           (dense, and useful: scaled by the sampled mask
                           density), K+V GB/s, device memory in use; --json
                           for one object per row; --output FILE.npy writes
-                          the (last) output for cross-checks
+                          the (last) output for cross-checks. A data-
+                          dependent mask's block mask is built once, before
+                          the timed launches (its ms in --json)
   --sweep T1,T2,...       with --bench or --tune: sequence lengths (prefill
                           Lq = Lkv = T; decode Lkv = T)
   --tune                  time every tile configuration the package has for
