@@ -271,11 +271,18 @@ def main():
     import torch
     gpu = torch.cuda.get_device_name().replace(" ", "-")
     date = datetime.date.today().isoformat()
-    try:
-        commit = subprocess.check_output(["git", "-C", ROOT, "rev-parse",
-                                          "--short", "HEAD"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    # The packages' commit (device-bundle.sh writes it beside them; the
+    # device's copy of the repository may not carry an up-to-date .git).
+    stamp = os.path.join(os.path.dirname(os.path.abspath(args.packages)), "COMMIT")
+    commit = "unknown"
+    if os.path.exists(stamp):
+        commit = open(stamp).read().strip()
+    else:
+        try:
+            commit = subprocess.check_output(["git", "-C", ROOT, "rev-parse",
+                                              "--short", "HEAD"], text=True).strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
     record = {"suite": "gpu-" + args.suite, "date": date, "commit": commit,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cuda": torch.version.cuda, "dtype": args.dtype,

@@ -34,5 +34,6 @@ for n in full causal sliding_window document_mask synaptic; do
     -o "$out/candidates/$n.json"
 done
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" "$out/"
-git -C "$src" rev-parse HEAD > "$out/COMMIT"
+# The packages are built from the working tree: -dirty says it had changes.
+git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
 du -sh "$out"
