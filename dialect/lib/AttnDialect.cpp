@@ -280,7 +280,7 @@ void VariantOp::getCanonicalizationPatterns(RewritePatternSet &results,
 }
 
 //===----------------------------------------------------------------------===//
-// GatherOp, ScalarOp
+// GatherOp, ScalarOp, SizeOp
 //===----------------------------------------------------------------------===//
 
 /// The compute type of a tensor element: f16/bf16 widen to f32, i64 narrows
@@ -337,6 +337,27 @@ LogicalResult ScalarOp::verify() {
     return emitOpError("'@") << getParam() << "' is "
                             << p.getElementType() << ", not " << getType();
   return success();
+}
+
+void SizeOp::getAsmResultNames(OpAsmSetValueNameFn setNameFn) {
+  setNameFn(getResult(), getDim());
+}
+
+LogicalResult SizeOp::verify() {
+  auto variant = (*this)->getParentOfType<VariantOp>();
+  if (!variant)
+    return emitOpError("must be nested in an attn.variant");
+  StringRef d = getDim();
+  if (d == "B" || d == "H" || d == "HKV" || d == "Q" || d == "KV")
+    return success();
+  for (Attribute a : variant.getParams())
+    for (Attribute dim : cast<ParamAttr>(a).getDims())
+      if (auto s = dyn_cast<StringAttr>(dim); s && s.getValue() == d)
+        return success();
+  return emitOpError("'") << d
+                          << "' is neither B, H, HKV, Q, KV nor a free "
+                             "dimension of a capture of '@"
+                          << variant.getSymName() << "'";
 }
 
 #define GET_OP_CLASSES

@@ -124,6 +124,14 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
     bp.shape = t.shape;
     bp.strides = t.strides;
   }
+  // The problem sizes a modifier may read (`size B` ...), after the
+  // declared parameters, in kProblemSizeNames' order.
+  for (int64_t n : {p.B, p.Hq, p.Hkv, p.Lq, p.Lkv}) {
+    BoundParam size;
+    size.dtype = DType::I32;
+    size.scalar = static_cast<double>(n);
+    p.params.push_back(size);
+  }
   return Status::ok();
 }
 

@@ -6,8 +6,9 @@
 // operations themselves are exact or correctly rounded in double) and
 // wrapping 32-bit arithmetic for integers. Opcodes are the MLIR op names
 // (arith.addf, math.tanh, ...); `gather` and `scalar` read the variant's
-// parameters. A program is input (packages are files): every line, operand
-// count, operand type and constant is checked before it is run.
+// parameters, `size` a problem size or a free dimension. A program is
+// input (packages are files): every line, operand count, operand type and
+// constant is checked before it is run.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Variant.h"
@@ -33,7 +34,7 @@ enum class Op {
   Select, SIToFP, UIToFP, FPToSI, ExtUI, TruncI,
   Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Floor, Ceil, AbsF, AbsI, Fma,
   Sin, Cos, Erf, Log1p, Expm1,
-  Gather, Scalar, Yield,
+  Gather, Scalar, Size, Yield,
 };
 
 /// A value's type in the program: i32, f32 or i1.
@@ -44,7 +45,9 @@ struct Instr {
   VType type = VType::None; // of the result
   int dst = -1;
   std::vector<int> args;
-  int64_t imm = 0;   // ConstI/ConstB value, predicate code, param index
+  int64_t imm = 0;   // ConstI/ConstB value, predicate code, param index;
+                     // Size: k < 5 for kProblemSizeNames[k], else
+                     // 5 + 8 * param + dim for a free dimension
   double fimm = 0.0; // ConstF
 };
 
@@ -82,6 +85,7 @@ const std::map<std::string, Op> &opTable() {
       {"math.ceil", Op::Ceil},        {"math.absf", Op::AbsF},
       {"math.absi", Op::AbsI},        {"math.fma", Op::Fma},
       {"gather", Op::Gather},         {"scalar", Op::Scalar},
+      {"size", Op::Size},
       {"const.i32", Op::ConstI},      {"const.f32", Op::ConstF},
       {"const.i1", Op::ConstB},
   };
@@ -188,6 +192,7 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
         ok = arity(0);
         r = v.params[in.imm].dtype == DType::F32 ? T::F32 : T::I32;
         break;
+      case Op::Size: ok = arity(0); r = T::I32; break;
       case Op::Gather: {
         ok = all(T::I32); // the rank was checked when parsed
         DType dt = v.params[in.imm].dtype;
@@ -344,6 +349,23 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
         if (p == names.end())
           return err("bad predicate");
         in.imm = p - names.begin();
+        ++i;
+        break;
+      }
+      case Op::Size: {
+        if (!need(1))
+          return err("missing size name");
+        in.imm = -1;
+        for (int k = 0; k < 5; ++k)
+          if (w[i] == kProblemSizeNames[k])
+            in.imm = k;
+        for (size_t pi = 0; in.imm < 0 && pi < out.params.size(); ++pi)
+          for (size_t d = 0; in.imm < 0 && d < out.params[pi].dims.size(); ++d)
+            if (out.params[pi].dims[d].symbol == w[i])
+              in.imm = 5 + 8 * static_cast<int64_t>(pi) + static_cast<int64_t>(d);
+        if (in.imm < 0)
+          return err("'" + w[i] + "' is neither a problem size nor a free "
+                     "dimension of a parameter");
         ++i;
         break;
       }
@@ -537,6 +559,17 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
         r.f = s;
       else
         r.i = wrap(static_cast<int64_t>(s));
+      break;
+    }
+    case Op::Size: {
+      if (in.imm < 5) {
+        size_t at = v.params.size() + static_cast<size_t>(in.imm);
+        r.i = at < params.size() ? wrap(static_cast<int64_t>(params[at].scalar)) : 0;
+      } else {
+        const BoundParam &bp = params[(in.imm - 5) / 8];
+        size_t d = static_cast<size_t>((in.imm - 5) % 8);
+        r.i = d < bp.shape.size() ? wrap(bp.shape[d]) : 0;
+      }
       break;
     }
     case Op::Gather: {

@@ -221,3 +221,15 @@ attn.variant @no_dims(t: f32[]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %k
   %t = arith.constant true
   attn.yield %t : i1
 }
+
+// -----
+
+attn.variant @unknown_size(t: f32[N]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  // expected-error @+1 {{'M' is neither B, H, HKV, Q, KV nor a free dimension of a capture of '@unknown_size'}}
+  %0 = attn.size "M" : i32
+  %1 = arith.sitofp %0 : i32 to f32
+  attn.yield %1 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}

@@ -44,3 +44,22 @@ attn.variant @identity() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32)
   %t = arith.constant true
   attn.yield %t : i1
 }
+
+// Problem sizes and free dimensions.
+// CHECK-LABEL: attn.variant @sizes(t: f32[N])
+attn.variant @sizes(t: f32[N])
+    score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  // CHECK: %N = attn.size "N" : i32
+  %n = attn.size "N" : i32
+  // CHECK: %HKV = attn.size "HKV" : i32
+  %hkv = attn.size "HKV" : i32
+  %0 = arith.addi %n, %hkv : i32
+  %1 = arith.sitofp %0 : i32 to f32
+  %2 = arith.addf %score, %1 : f32
+  attn.yield %2 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  // CHECK: %KV = attn.size "KV" : i32
+  %kvn = attn.size "KV" : i32
+  %0 = arith.cmpi slt, %kv, %kvn : i32
+  attn.yield %0 : i1
+}

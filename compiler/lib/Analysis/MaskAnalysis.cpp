@@ -238,6 +238,8 @@ private:
 std::string valueName(Value v) {
   if (auto s = v.getDefiningOp<attn::ScalarOp>())
     return s.getParam().str();
+  if (auto z = v.getDefiningOp<attn::SizeOp>())
+    return z.getDim().str();
   if (auto arg = dyn_cast<BlockArgument>(v))
     return arg.getArgNumber() == 0 ? "b" : "h";
   return "<invariant>";
@@ -255,6 +257,14 @@ std::optional<int64_t> evalInvariant(Value v,
   Operation *op = v.getDefiningOp();
   if (auto s = dyn_cast<attn::ScalarOp>(op)) {
     auto it = sc.find(s.getParam().str());
+    if (it == sc.end())
+      return std::nullopt;
+    return it->second;
+  }
+  // A problem size, by its name (a parameter of that name would have
+  // shadowed it in the source, so the names cannot collide).
+  if (auto z = dyn_cast<attn::SizeOp>(op)) {
+    auto it = sc.find(z.getDim().str());
     if (it == sc.end())
       return std::nullopt;
     return it->second;

@@ -54,10 +54,29 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
     while (info_.params[pi].name != s.getParam())
       ++pi;
     r = scalars_[pi];
-  } else
+  } else if (auto z = dyn_cast<attn::SizeOp>(op))
+    r = problemSize(z.getDim());
+  else
     r = b_.clone(*op, map)->getResult(0);
   map.map(v, r);
   return r;
+}
+
+/// A problem size as i32: from the fixed part of `ip`, or a free dimension
+/// from the first capture whose shape names it (the runtime has checked
+/// that every capture naming it agrees).
+Value ProgramBuilder::problemSize(StringRef dim) {
+  static const std::pair<StringRef, int64_t> fixed[] = {
+      {"B", abi::kB}, {"H", abi::kHq}, {"HKV", abi::kHkv},
+      {"Q", abi::kLq}, {"KV", abi::kLkv}};
+  for (auto [name, slot] : fixed)
+    if (dim == name)
+      return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(slot)));
+  for (size_t i = 0; i < info_.params.size(); ++i)
+    for (size_t d = 0; d < info_.params[i].dims.size(); ++d)
+      if (info_.params[i].dims[d].symbol == dim)
+        return arith::IndexCastOp::create(b_, i32_, capDims_[i][d]);
+  llvm_unreachable("attn.size of a dimension the verifier rejects");
 }
 
 Value ProgramBuilder::emitModifier(Block &block, ValueRange args,

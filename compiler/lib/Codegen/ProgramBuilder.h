@@ -95,7 +95,14 @@ public:
       ps.name = p.getName().getValue().str();
       ps.isTensor = p.isTensor();
       ps.dtype = paramDType(p.getElementType());
-      ps.dims.resize(p.getRank());
+      for (Attribute d : p.getDims()) {
+        rt::DimSpec dim;
+        if (auto sym = dyn_cast<StringAttr>(d))
+          dim.symbol = sym.getValue().str();
+        else
+          dim.size = cast<IntegerAttr>(d).getInt();
+        ps.dims.push_back(dim);
+      }
       info_.params.push_back(ps);
     }
     layout_ = abi::computeLayout(info_);
@@ -129,6 +136,8 @@ protected:
   Value toIdx(Value i) {
     return arith::IndexCastOp::create(b_, b_.getIndexType(), i);
   }
+  /// attn.size: B, H, HKV, Q, KV or a free dimension, as i32.
+  Value problemSize(StringRef dim);
   Value ipAt(int64_t slot) { return toIdx(load(ip_, cIdx(slot))); }
   Value ipAt(Value slot) { return toIdx(load(ip_, slot)); }
   Value toF32(Value x) {

@@ -58,6 +58,8 @@ void printRegion(Block &block, bool isScore, std::ostringstream &os) {
         os << " " << use(i);
     } else if (auto s = dyn_cast<attn::ScalarOp>(op)) {
       os << "scalar " << s.getParam().str();
+    } else if (auto z = dyn_cast<attn::SizeOp>(op)) {
+      os << "size " << z.getDim().str();
     } else {
       os << op.getName().getStringRef().str();
       if (auto c = dyn_cast<arith::CmpIOp>(op))

@@ -179,6 +179,10 @@ rt::Status Session::countTiles(const std::string &variant,
     return rt::Status::invalidArgument(
         "variant '" + variant + "' has a data-dependent mask: count the "
         "tiles of its BlockMask instead");
+  // The sizes this call knows (the KV capacity and HKV are not given:
+  // atoms that read them count as partial).
+  std::map<std::string, int64_t> known = scalars;
+  known.insert({{"B", int64_t(kvLen.size())}, {"H", heads}, {"Q", qLen}});
   counts = {0, 0, 0};
   for (size_t b = 0; b < kvLen.size(); ++b)
     for (int64_t h = 0; h < heads; ++h)
@@ -188,7 +192,7 @@ rt::Status Session::countTiles(const std::string &variant,
         for (int64_t kt = 0; kt * spec.blockN < kvLen[b]; ++kt) {
           int64_t klo = kt * spec.blockN;
           int64_t khi = std::min<int64_t>(kvLen[b], klo + spec.blockN) - 1;
-          counts[classifyTile(m, scalars, int64_t(b), h, qlo, qhi, klo, khi)]++;
+          counts[classifyTile(m, known, int64_t(b), h, qlo, qhi, klo, khi)]++;
         }
       }
   return rt::Status::ok();

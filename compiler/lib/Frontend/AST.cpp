@@ -106,7 +106,7 @@ void printExpr(const Expr &e, std::ostream &os, int depth) {
   case Expr::Kind::InfLit: os << "Inf"; break;
   case Expr::Kind::Name: {
     static const char *kinds[] = {"?", "modparam", "let", "fnparam", "scalar",
-                                  "tensor"};
+                                  "tensor", "size"};
     os << "Name " << e.name << " (" << kinds[static_cast<int>(e.ref)] << ")";
     break;
   }

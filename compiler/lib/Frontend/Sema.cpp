@@ -91,10 +91,11 @@ private:
   /// Adds a binding unless the name is taken in this scope or is a builtin.
   void declare(const std::string &name, SourceLoc loc, RefKind kind, int index,
                Type type, const char *what) {
-    if (const Binding *prev = lookup(name)) {
+    // A problem size may be shadowed (by a let or a modifier parameter).
+    if (const Binding *prev = lookup(name); prev && prev->kind != RefKind::Size) {
       static const char *kinds[] = {"", "a modifier parameter", "a let binding",
                                     "a parameter", "a scalar parameter",
-                                    "a tensor parameter"};
+                                    "a tensor parameter", "a problem size"};
       diag_.error(loc, std::string("redefinition of ") + what + " '" + name +
                            "' (already " +
                            kinds[static_cast<int>(prev->kind)] + ")");
@@ -144,6 +145,11 @@ private:
           declare(p.name, p.loc, RefKind::Scalar, static_cast<int>(i),
                   p.scalarType, "parameter");
       }
+      // The problem sizes and the free dimensions of the captures' shapes,
+      // as i32 values (a parameter of the same name takes precedence).
+      for (const std::string &d : sizeNames(v))
+        if (!lookup(d))
+          scope_.push_back({d, RefKind::Size, -1, Type::I32});
       size_t base = scope_.size();
       checkModifier(v.scoreMod, true);
       scope_.resize(base);
@@ -151,6 +157,17 @@ private:
       scope_.resize(base);
     }
     variant_ = nullptr;
+  }
+
+  /// B, H, HKV, Q, KV, then each free dimension once, in order of use.
+  static std::vector<std::string> sizeNames(const Variant &v) {
+    std::vector<std::string> names = {"B", "H", "HKV", "Q", "KV"};
+    for (const VariantParam &p : v.params)
+      for (const Dim &d : p.dims)
+        if (!d.symbol.empty() &&
+            std::find(names.begin(), names.end(), d.symbol) == names.end())
+          names.push_back(d.symbol);
+    return names;
   }
 
   void checkModifier(Modifier &mod, bool isScore) {
@@ -233,7 +250,12 @@ private:
   Type checkName(Expr &e) {
     const Binding *b = lookup(e.name);
     if (!b) {
-      if (lookupBuiltin(e.name) != Builtin::None || findFn(e.name) >= 0)
+      static const std::set<std::string> sizes = {"B", "H", "HKV", "Q", "KV"};
+      if (!variant_ && sizes.count(e.name))
+        diag_.error(e.loc, "the problem size '" + e.name +
+                               "' is visible in a variant's modifiers only; "
+                               "pass it to the fn as an argument");
+      else if (lookupBuiltin(e.name) != Builtin::None || findFn(e.name) >= 0)
         diag_.error(e.loc, "'" + e.name + "' is a function; call it as " +
                                e.name + "(...)");
       else

@@ -168,6 +168,9 @@ private:
         return attn::ScalarOp::create(b_, l, mlirType(p.scalarType),
                                       FlatSymbolRefAttr::get(&ctx_, p.name));
       }
+      if (e.ref == RefKind::Size)
+        return attn::SizeOp::create(b_, l, b_.getI32Type(),
+                                    b_.getStringAttr(e.name));
       return env_.at(e.name);
     }
     case Expr::Kind::Index: {

@@ -35,6 +35,10 @@ Exit status 0 only if every case passes.
   --head-dim N --v-head-dim N
   --kv-lens L1,L2,...     per-sequence KV lengths (a ragged batch; one per
                           --batch entry, each <= --kv-len)
+  --q-offsets P[,P2,...]  absolute position of each sequence's first query
+                          (one for all, or one per --batch entry; default:
+                          the end of its keys). With them --q-len may
+                          exceed --kv-len (FlexAttention's convention: 0)
   --dtype f32|f16|bf16    input/output dtype (default f32)
   --layout bhsd|bshd      memory layout of q, k, v, out (default bhsd)
   --mode prefill|decode|chunk

@@ -250,13 +250,15 @@ void printMaskGrid(mlir::attn::VariantOp v, const CompileOptions &o,
     os << " " << k << "=" << val;
   os << ":  F full, P partial, . empty\n";
   int64_t q0 = o.kvLen - o.qLen;
+  std::map<std::string, int64_t> known = o.sets;
+  known.insert({{"B", 1}, {"Q", o.qLen}, {"KV", o.kvLen}});
   std::array<int64_t, 3> counts{0, 0, 0};
   for (int64_t qt = 0; qt * bm < o.qLen; ++qt) {
     os << "    ";
     for (int64_t kt = 0; kt * bn < o.kvLen; ++kt) {
       int64_t qlo = q0 + qt * bm, qhi = q0 + std::min(o.qLen, (qt + 1) * bm) - 1;
       int64_t klo = kt * bn, khi = std::min(o.kvLen, (kt + 1) * bn) - 1;
-      auto c = attnc::classifyTile(m, o.sets, 0, 0, qlo, qhi, klo, khi);
+      auto c = attnc::classifyTile(m, known, 0, 0, qlo, qhi, klo, khi);
       counts[c]++;
       os << (c == attnc::rt::abi::kFull      ? 'F'
              : c == attnc::rt::abi::kPartial ? 'P'

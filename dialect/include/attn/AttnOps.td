@@ -98,4 +98,24 @@ def Attn_ScalarOp : Attn_Op<"scalar", [Pure,
   let hasVerifier = 1;
 }
 
+def Attn_SizeOp : Attn_Op<"size", [Pure,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmResultNames"]>]> {
+  let summary = "Reads a problem size: B, H, HKV, Q, KV or a free dimension";
+  let description = [{
+    The call's batch size (`B`), query heads (`H`), key/value heads (`HKV`),
+    query length (`Q`: the queries of this call) and key/value capacity
+    (`KV`: the length of the K/V sequence axis), or the run-time value of a
+    free dimension named in a captured tensor's shape, as an `i32`. These
+    are the same sizes the shapes of the captures use.
+
+    ```mlir
+    %n = attn.size "KV" : i32
+    ```
+  }];
+  let arguments = (ins StrAttr:$dim);
+  let results = (outs I32:$result);
+  let assemblyFormat = "$dim attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 #endif // ATTN_OPS_TD

@@ -54,6 +54,10 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
   --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout bhsd|bshd
   --kv-lens L1,L2,...     per-sequence KV lengths (a ragged batch; one per
                           --batch entry, each <= --kv-len)
+  --q-offsets P[,P2,...]  absolute position of each sequence's first query
+                          (one for all, or one per --batch entry; default:
+                          the end of its keys). With them --q-len may
+                          exceed --kv-len (FlexAttention's convention: 0)
   --mode prefill|decode|chunk --seed N --set NAME=VALUE --checked
   --input NAME=FILE.npy   q, k, v or a capture from a file
   --bench                 time instead of check: CUDA events, --warmup N

@@ -70,19 +70,22 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     else if (a == "--kv-len") { if (!intOpt(shape.kvLen, 0, 1 << 24)) return false; }
     else if (a == "--head-dim") { if (!intOpt(shape.headDim, 8, 256)) return false; }
     else if (a == "--v-head-dim") { if (!intOpt(shape.vHeadDim, 8, 256)) return false; }
-    else if (a == "--kv-lens") {
+    else if (a == "--kv-lens" || a == "--q-offsets") {
       if (!next())
         return false;
-      shape.kvLens.clear();
+      bool lens = a == "--kv-lens";
+      std::vector<int64_t> &list = lens ? shape.kvLens : shape.qOffsets;
+      list.clear();
       size_t start = 0;
       while (start <= val.size()) {
         size_t end = val.find(',', start);
         std::string item = val.substr(start, end == std::string::npos ? std::string::npos : end - start);
-        if (!toInt(item, 0, 1 << 24, tmp)) {
-          err = "--kv-lens expects lengths separated by commas, got '" + val + "'";
+        if (!toInt(item, 0, lens ? 1 << 24 : INT32_MAX, tmp)) {
+          err = a + " expects " + (lens ? "lengths" : "non-negative positions") +
+                " separated by commas, got '" + val + "'";
           return false;
         }
-        shape.kvLens.push_back(tmp);
+        list.push_back(tmp);
         if (end == std::string::npos)
           break;
         start = end + 1;

@@ -57,6 +57,8 @@ std::string Shape::describe() const {
   std::string lens;
   for (size_t i = 0; i < kvLens.size(); ++i)
     lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
+  for (size_t i = 0; i < qOffsets.size(); ++i)
+    lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
   return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
@@ -248,6 +250,15 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
           "--kv-lens gives {} lengths for a batch of {}", s.kvLens.size(), B));
     for (int64_t l : s.kvLens)
       a.kvLens.push_back(static_cast<int32_t>(l));
+  }
+  if (!s.qOffsets.empty()) {
+    if (s.qOffsets.size() != 1 && static_cast<int64_t>(s.qOffsets.size()) != B)
+      return rt::Status::invalidArgument(fmt::format(
+          "--q-offsets gives {} positions for a batch of {} (give one, or one "
+          "per sequence)", s.qOffsets.size(), B));
+    for (int64_t b = 0; b < B; ++b)
+      a.qOffsets.push_back(static_cast<int32_t>(
+          s.qOffsets[s.qOffsets.size() == 1 ? 0 : b]));
   }
 
   in.captures.reserve(v.params.size());

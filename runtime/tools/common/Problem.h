@@ -23,6 +23,10 @@ struct Shape {
   /// Per-sequence KV lengths (a ragged batch), each <= kvLen; empty: all
   /// kvLen. Queries sit at the end of each sequence's keys.
   std::vector<int64_t> kvLens;
+  /// Absolute position of each sequence's first query (one value: every
+  /// sequence); empty: the end of its keys (kvLen - qLen). With explicit
+  /// positions Lq may exceed Lkv (FlexAttention's convention is 0).
+  std::vector<int64_t> qOffsets;
   /// Fills in the defaults that depend on the mode: lengths that are not
   /// multiples of any tile size.
   void resolve();

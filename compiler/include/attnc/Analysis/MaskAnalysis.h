@@ -77,7 +77,8 @@ struct MaskAnalysis {
 MaskAnalysis analyzeMask(mlir::attn::VariantOp variant);
 
 /// Classifies one tile of a closed-form mask with concrete values for the
-/// scalars (by name), b and h. Invariants that are not computable from
+/// scalars and the problem sizes (both by name: `window`, `Q`, `KV`...), b
+/// and h. Invariants that are not computable from
 /// those (e.g. gathers) make their atoms partial. q and kv ranges are
 /// inclusive.
 rt::abi::TileClass classifyTile(const MaskAnalysis &m,

@@ -52,8 +52,10 @@ std::vector<std::string> builtinNames();
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
-/// What a name in an expression refers to (filled by Sema).
-enum class RefKind { Unresolved, ModParam, Let, FnParam, Scalar, Tensor };
+/// What a name in an expression refers to (filled by Sema). Size: a problem
+/// size (B, H, HKV, Q, KV) or a free dimension of a capture, inside a
+/// variant's modifiers.
+enum class RefKind { Unresolved, ModParam, Let, FnParam, Scalar, Tensor, Size };
 
 struct Expr {
   enum class Kind { IntLit, FloatLit, BoolLit, InfLit, Name, Unary, Binary,

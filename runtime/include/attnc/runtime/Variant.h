@@ -75,7 +75,9 @@ struct VariantInfo {
 };
 
 /// The values a modifier reads at run time: captured tensors and scalars,
-/// indexed like VariantInfo::params.
+/// indexed like VariantInfo::params, then the problem sizes
+/// (kProblemSizeNames) as i32 scalars where the caller binds them
+/// (resolveProblem does; a size not bound reads as 0).
 struct BoundParam {
   const void *data = nullptr;      // tensors
   DType dtype = DType::F32;
@@ -83,6 +85,12 @@ struct BoundParam {
   std::vector<int64_t> strides;    // tensors, elements
   double scalar = 0.0;             // scalars
 };
+
+/// The fixed problem sizes a modifier can read (`attn.size`), in the order
+/// they follow the declared parameters in a bound parameter list (batch,
+/// query heads, key/value heads, query length, key/value capacity). Free
+/// dimensions are read from the shape of a capture that names them.
+inline constexpr const char *kProblemSizeNames[] = {"B", "H", "HKV", "Q", "KV"};
 
 /// A gather outside its tensor, as seen by the checked mode.
 struct GatherViolation {
