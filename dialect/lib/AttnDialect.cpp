@@ -58,7 +58,7 @@ static bool isTensorElementType(Type t) {
          t.isSignlessInteger(64) || t.isSignlessInteger(1);
 }
 static bool isScalarParamType(Type t) {
-  return t.isF32() || t.isSignlessInteger(32);
+  return t.isF32() || t.isSignlessInteger(32) || t.isSignlessInteger(1);
 }
 
 LogicalResult VariantOp::verify() {
@@ -73,7 +73,7 @@ LogicalResult VariantOp::verify() {
     if (!p.isTensor()) {
       if (!isScalarParamType(p.getElementType()))
         return emitOpError("scalar parameter '")
-               << p.getName().getValue() << "' must be f32 or i32, got "
+               << p.getName().getValue() << "' must be f32, i32 or i1, got "
                << p.getElementType();
       continue;
     }

@@ -72,6 +72,9 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
           (x != std::trunc(x) || x < -2147483648.0 || x > 2147483647.0))
         return Status::invalidArgument(fmt::format(
             "scalar '{}' is i32 but was given {}", ps.name, x));
+      if (ps.dtype == DType::Bool && x != 0.0 && x != 1.0)
+        return Status::invalidArgument(fmt::format(
+            "scalar '{}' is bool but was given {} (expected 0 or 1)", ps.name, x));
       bp.scalar = x;
       continue;
     }

@@ -58,7 +58,7 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
     const ParamSpec &ps = v.params[i];
     const BoundParam &bp = p.params[i];
     if (!ps.isTensor) {
-      if (ps.dtype == DType::I32)
+      if (ps.dtype == DType::I32 || ps.dtype == DType::Bool)
         ip[L.paramBase + i] = static_cast<int64_t>(bp.scalar);
       else
         o.fp[1 + i] = static_cast<float>(bp.scalar);

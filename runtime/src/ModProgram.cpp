@@ -190,7 +190,9 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
       case Op::Fma: ok = arity(3) && all(T::F32); r = T::F32; break;
       case Op::Scalar:
         ok = arity(0);
-        r = v.params[in.imm].dtype == DType::F32 ? T::F32 : T::I32;
+        r = v.params[in.imm].dtype == DType::F32    ? T::F32
+            : v.params[in.imm].dtype == DType::Bool ? T::I1
+                                                    : T::I32;
         break;
       case Op::Size: ok = arity(0); r = T::I32; break;
       case Op::Gather: {
@@ -263,7 +265,8 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
       if (p.isTensor ? (p.dtype == DType::F32 || p.dtype == DType::F16 ||
                         p.dtype == DType::BF16 || p.dtype == DType::I32 ||
                         p.dtype == DType::I64 || p.dtype == DType::Bool) == false
-                     : (p.dtype != DType::F32 && p.dtype != DType::I32))
+                     : (p.dtype != DType::F32 && p.dtype != DType::I32 &&
+                        p.dtype != DType::Bool))
         return err("parameter '" + p.name + "' has a dtype it cannot have");
       if (w.size() - 4 > 8)
         return err("parameter '" + p.name + "' has more than 8 dimensions");
@@ -557,6 +560,8 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
       double s = params[in.imm].scalar;
       if (ps.dtype == DType::F32)
         r.f = s;
+      else if (ps.dtype == DType::Bool)
+        r.i = s != 0.0;
       else
         r.i = wrap(static_cast<int64_t>(s));
       break;

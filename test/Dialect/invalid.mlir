@@ -11,7 +11,7 @@ attn.variant @dup(a: f32, a: i32) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, 
 
 // -----
 
-// expected-error @+1 {{scalar parameter 'x' must be f32 or i32, got 'f16'}}
+// expected-error @+1 {{scalar parameter 'x' must be f32, i32 or i1, got 'f16'}}
 attn.variant @scalar_type(x: f16) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
   attn.yield %s : f32
 } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {

@@ -377,7 +377,7 @@ TEST_CASE("sema: fn bodies cannot see variant parameters", "[sema]") {
 
 TEST_CASE("sema rejects bad variant parameter types", "[sema]") {
   CHECK(hasError(compile("variant v(x: f16) {}"),
-                 "scalar parameters are f32 or i32"));
+                 "scalar parameters are f32, i32 or bool"));
   CHECK(hasError(compile("variant v(x: f8[H]) {}"),
                  "unknown tensor element type 'f8'"));
   CHECK(hasError(compile("variant v(x: f32[0]) {}"), "must be positive"));

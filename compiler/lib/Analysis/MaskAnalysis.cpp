@@ -269,6 +269,19 @@ std::optional<int64_t> evalInvariant(Value v,
       return std::nullopt;
     return it->second;
   }
+  if (isa<arith::AndIOp, arith::OrIOp, arith::XOrIOp>(op)) {
+    // On i1 (bool scalars, !c) or i32; an i1 constant true reads as -1.
+    auto x = evalInvariant(op->getOperand(0), sc, b, h);
+    auto y = evalInvariant(op->getOperand(1), sc, b, h);
+    if (!x || !y)
+      return std::nullopt;
+    int64_t r = isa<arith::AndIOp>(op)  ? (*x & *y)
+                : isa<arith::OrIOp>(op) ? (*x | *y)
+                                        : (*x ^ *y);
+    if (op->getResult(0).getType().isInteger(1))
+      r &= 1;
+    return r;
+  }
   if (isa<arith::AddIOp, arith::SubIOp, arith::MulIOp>(op)) {
     auto x = evalInvariant(op->getOperand(0), sc, b, h);
     auto y = evalInvariant(op->getOperand(1), sc, b, h);

@@ -23,6 +23,10 @@ void ProgramBuilder::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
     if (!p.isTensor) {
       if (p.dtype == rt::DType::F32)
         scalars_.back() = load(fp_, cIdx(1 + i));
+      else if (p.dtype == rt::DType::Bool)
+        scalars_.back() = arith::CmpIOp::create(
+            b_, arith::CmpIPredicate::ne, load(ip_, cIdx(layout_.paramBase + i)),
+            arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
       else
         scalars_.back() = arith::TruncIOp::create(
             b_, i32_, load(ip_, cIdx(layout_.paramBase + i)));

@@ -232,13 +232,15 @@ private:
       p.scalarType = Type::F32;
     else if (ty == "i32")
       p.scalarType = Type::I32;
-    else if (ty == "f16" || ty == "bf16" || ty == "i64" || ty == "bool") {
-      error(tyLoc, "scalar parameters are f32 or i32; '" + ty +
+    else if (ty == "bool")
+      p.scalarType = Type::Bool;
+    else if (ty == "f16" || ty == "bf16" || ty == "i64") {
+      error(tyLoc, "scalar parameters are f32, i32 or bool; '" + ty +
                        "' is only allowed as a tensor element type");
       return false;
     } else {
-      error(tyLoc, "unknown type '" + ty + "'; expected f32, i32 or a tensor "
-                                           "such as f32[H]");
+      error(tyLoc, "unknown type '" + ty + "'; expected f32, i32, bool or a "
+                                           "tensor such as f32[H]");
       return false;
     }
     return true;

@@ -411,10 +411,13 @@ int runCompile(const std::vector<std::string> &args) {
     if (value("--set", num)) {
       size_t eq = num.find('=');
       int64_t v = 0;
-      if (eq == std::string::npos || eq == 0 ||
-          !attnc::rt::parseInt(num.substr(eq + 1), INT32_MIN, INT32_MAX, v))
-        return usageError("--set expects NAME=INTEGER (an i32) for the mask "
-                          "grid, got '" + num + "'");
+      std::string rhs = eq == std::string::npos ? "" : num.substr(eq + 1);
+      if (rhs == "true" || rhs == "false")
+        v = rhs == "true"; // bool scalars
+      else if (eq == std::string::npos || eq == 0 ||
+               !attnc::rt::parseInt(rhs, INT32_MIN, INT32_MAX, v))
+        return usageError("--set expects NAME=INTEGER (an i32) or NAME=true|"
+                          "false for the mask grid, got '" + num + "'");
       o.sets[num.substr(0, eq)] = v;
       continue;
     }

@@ -90,10 +90,11 @@ def Attn_ScalarOp : Attn_Op<"scalar", [Pure,
   let description = [{
     ```mlir
     %w = attn.scalar @window : i32
+    %c = attn.scalar @causal : i1
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$param);
-  let results = (outs AnyTypeOf<[F32, I32]>:$result);
+  let results = (outs AnyTypeOf<[F32, I32, I1]>:$result);
   let assemblyFormat = "$param attr-dict `:` type($result)";
   let hasVerifier = 1;
 }

@@ -139,7 +139,9 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       std::string name = val.substr(0, e), rhs = val.substr(e + 1);
       if (isSet) {
         double d = 0;
-        if (!rt::parseFinite(rhs, d)) {
+        if (rhs == "true" || rhs == "false") {
+          d = rhs == "true"; // bool scalars
+        } else if (!rt::parseFinite(rhs, d)) {
           err = "--set " + name + ": '" + rhs + "' is not a finite number";
           return false;
         }

@@ -267,7 +267,7 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
     if (!p.isTensor) {
       auto it = sets.find(p.name);
       double val = it != sets.end() ? it->second
-                   : p.dtype == rt::DType::F32
+                   : p.dtype == rt::DType::F32 || p.dtype == rt::DType::Bool
                        ? 1.0
                        : double(std::max<int64_t>(1, Lk / 3));
       a.scalars.push_back({p.name, val});

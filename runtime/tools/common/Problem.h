@@ -46,7 +46,7 @@ struct Inputs {
 /// Fills Q, K, V from the seed and every capture with its default fill
 /// (docs/check.md): floats uniform in [0.5, 1.5] (so log of a product of
 /// fills is finite), integers as non-decreasing segment ids along the last
-/// axis (document-like), bools 70% true. Scalars default to 1.0 (f32) or
+/// axis (document-like), bools 70% true. Scalars default to 1.0 (f32), true (bool) or
 /// max(1, Lkv / 3) (i32). `sets` overrides scalars; `npy` names files for
 /// q, k, v or captures.
 rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,

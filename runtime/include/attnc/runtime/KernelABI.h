@@ -56,7 +56,7 @@ enum TileClass : int8_t { kEmpty = 0, kPartial = 1, kFull = 2 };
 
 /// Where each variable-size part of `ip` starts, for one variant.
 struct Layout {
-  int64_t paramBase = kFixedEnd; // ip[paramBase + i] = i32 scalar param i
+  int64_t paramBase = kFixedEnd; // ip[paramBase + i] = i32 or bool (0/1) scalar param i
   /// ip[captureBase[i] + d] = size of dim d; + rank + d = stride of dim d.
   std::vector<int64_t> captureBase; // per param (-1 for scalars)
   int64_t seqBase = 0; // ip[seqBase + b] = kv length, [seqBase + B + b] = q pos0
