@@ -129,10 +129,10 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
   }
   // The problem sizes a modifier may read (`size B` ...), after the
   // declared parameters, in kProblemSizeNames' order.
-  for (int64_t n : {p.B, p.Hq, p.Hkv, p.Lq, p.Lkv}) {
+  for (const char *name : kProblemSizeNames) {
     BoundParam size;
     size.dtype = DType::I32;
-    size.scalar = static_cast<double>(n);
+    size.scalar = static_cast<double>(bound.at(name));
     p.params.push_back(size);
   }
   return Status::ok();

@@ -264,6 +264,60 @@ TEST_CASE("modifier program: malformed text is an error, not a crash",
   CHECK_FALSE(VariantInfo::parse("variant x\nscore\n %0 = gather nope %b\n", v).isOk());
 }
 
+TEST_CASE("interpreter: sizes come from the bound problem, bools are i1",
+          "[interp]") {
+  // score = B*10000 + H*1000 + HKV*100 + Q*10 + N (bias's free dim, 5),
+  // read through `size`; mask = the bool scalar `on`.
+  VariantInfo v = variant(R"(variant sizes
+param bias tensor f32 H N
+param on scalar bool
+score
+  %0 = size B
+  %1 = const.i32 10
+  %2 = arith.muli %0 %1
+  %3 = size H
+  %4 = arith.addi %2 %3
+  %5 = arith.muli %4 %1
+  %6 = size HKV
+  %7 = arith.addi %5 %6
+  %8 = arith.muli %7 %1
+  %9 = size Q
+  %10 = arith.addi %8 %9
+  %11 = arith.muli %10 %1
+  %12 = size N
+  %13 = arith.addi %11 %12
+  %14 = arith.sitofp %13
+  yield %14
+mask
+  %0 = scalar on
+  yield %0
+end
+)");
+  Fixture f; // B=2, Hq=4, Hkv=2, L=12
+  f.a.scalars = {{"on", 1.0}};
+  f.a.tensors = {{"bias", TensorView::contiguous(f.bias.data(), DType::F32,
+                                                 {4, 5})}};
+  Problem p;
+  Status st = resolveProblem(v, nullptr, f.a, p);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  // Q is the call's query length (12), N the free dim bound by bias (5).
+  CHECK(evalScoreMod(v, p.params, 0, 0, 0, 0, 0) ==
+        ((2 * 10 + 4) * 10 + 2) * 100 + 12 * 10 + 5);
+  CHECK(evalMaskMod(v, p.params, 0, 0, 0, 0));
+  f.a.scalars = {{"on", 0.0}};
+  REQUIRE(resolveProblem(v, nullptr, f.a, p).isOk());
+  CHECK_FALSE(evalMaskMod(v, p.params, 0, 0, 0, 0));
+  f.a.scalars = {{"on", 2.0}};
+  CHECK(resolveProblem(v, nullptr, f.a, p).message() ==
+        "scalar 'on' is bool but was given 2 (expected 0 or 1)");
+  // A size that is neither fixed nor a free dimension is refused.
+  VariantInfo bad;
+  CHECK(VariantInfo::parse("variant x\nscore\n  %0 = size M\n", bad).message() ==
+        "modifier program line 3: 'M' is neither a problem size nor a free "
+        "dimension of a parameter");
+}
+
 TEST_CASE("reference: identical keys average the values", "[reference]") {
   Fixture f;
   std::fill(f.k.begin(), f.k.end(), 0.25f); // every score equal

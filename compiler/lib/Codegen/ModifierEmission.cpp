@@ -66,12 +66,12 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
 /// from the first capture whose shape names it (the runtime has checked
 /// that every capture naming it agrees).
 Value ProgramBuilder::problemSize(StringRef dim) {
-  static const std::pair<StringRef, int64_t> fixed[] = {
-      {"B", abi::kB}, {"H", abi::kHq}, {"HKV", abi::kHkv},
-      {"Q", abi::kLq}, {"KV", abi::kLkv}};
-  for (auto [name, slot] : fixed)
-    if (dim == name)
-      return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(slot)));
+  // ip's first five slots hold the sizes in kProblemSizeNames' order.
+  static_assert(abi::kB == 0 && abi::kHq == 1 && abi::kHkv == 2 &&
+                abi::kLq == 3 && abi::kLkv == 4);
+  for (int64_t k = 0; k < 5; ++k)
+    if (dim == rt::kProblemSizeNames[k])
+      return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(abi::kB + k)));
   for (size_t i = 0; i < info_.params.size(); ++i)
     for (size_t d = 0; d < info_.params[i].dims.size(); ++d)
       if (info_.params[i].dims[d].symbol == dim)

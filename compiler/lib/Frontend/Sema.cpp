@@ -55,6 +55,9 @@ std::string suggest(const std::string &name,
   return best.empty() ? "" : "; did you mean '" + best + "'?";
 }
 
+/// The problem sizes every variant's modifiers see (then its free dims).
+const std::vector<std::string> kProblemSizes = {"B", "H", "HKV", "Q", "KV"};
+
 struct Binding {
   std::string name;
   RefKind kind;
@@ -161,7 +164,7 @@ private:
 
   /// B, H, HKV, Q, KV, then each free dimension once, in order of use.
   static std::vector<std::string> sizeNames(const Variant &v) {
-    std::vector<std::string> names = {"B", "H", "HKV", "Q", "KV"};
+    std::vector<std::string> names = kProblemSizes;
     for (const VariantParam &p : v.params)
       for (const Dim &d : p.dims)
         if (!d.symbol.empty() &&
@@ -250,8 +253,8 @@ private:
   Type checkName(Expr &e) {
     const Binding *b = lookup(e.name);
     if (!b) {
-      static const std::set<std::string> sizes = {"B", "H", "HKV", "Q", "KV"};
-      if (!variant_ && sizes.count(e.name))
+      if (!variant_ && std::find(kProblemSizes.begin(), kProblemSizes.end(),
+                                 e.name) != kProblemSizes.end())
         diag_.error(e.loc, "the problem size '" + e.name +
                                "' is visible in a variant's modifiers only; "
                                "pass it to the fn as an argument");

@@ -251,7 +251,7 @@ void printMaskGrid(mlir::attn::VariantOp v, const CompileOptions &o,
   os << ":  F full, P partial, . empty\n";
   int64_t q0 = o.kvLen - o.qLen;
   std::map<std::string, int64_t> known = o.sets;
-  known.insert({{"B", 1}, {"Q", o.qLen}, {"KV", o.kvLen}});
+  known.insert({{"Q", o.qLen}, {"KV", o.kvLen}}); // B, H, HKV: not given
   std::array<int64_t, 3> counts{0, 0, 0};
   for (int64_t qt = 0; qt * bm < o.qLen; ++qt) {
     os << "    ";
