@@ -54,6 +54,15 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       return true;
     };
     int64_t tmp;
+    static const char *kShapeOptions[] = {
+        "--batch",  "--heads",      "--kv-heads",   "--q-len",
+        "--kv-len", "--head-dim",   "--v-head-dim", "--kv-lens",
+        "--q-offsets", "--dtype",   "--layout",     "--mode"};
+    if (std::find(std::begin(kShapeOptions), std::end(kShapeOptions), a) !=
+            std::end(kShapeOptions) &&
+        std::find(shapeOptions.begin(), shapeOptions.end(), a) ==
+            shapeOptions.end())
+      shapeOptions.push_back(a);
     if (a == "--help" || a == "-h") help = true;
     else if (a == "--suite") suite = true;
     else if (a == "--matrix") matrix = true;
@@ -165,6 +174,14 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
   }
   if (matrix && suite) {
     err = "--matrix and --suite are two case lists: choose one";
+    return false;
+  }
+  // A case list sets every shape option itself.
+  if ((suite || matrix) && !shapeOptions.empty()) {
+    err = shapeOptions.front() + " sets a shape, but " +
+          (suite ? "--suite" : "--matrix") +
+          " runs its own list of shapes (every dtype, mode and head layout): "
+          "drop one of them";
     return false;
   }
   if (shape.kvHeads > 0 && shape.heads % shape.kvHeads != 0) {

@@ -23,6 +23,9 @@ struct Options {
   int64_t blockM = 0, blockN = 0; // 0: the kernel's defaults
   int64_t warps = 0;              // GPU tensor-core form (0: the table's)
   bool baseline = true;
+  /// The shape options given (--dtype, --mode, ...), in order: a case list
+  /// (--suite, --matrix) refuses them rather than ignore them.
+  std::vector<std::string> shapeOptions;
   /// Parses `args`; on error, `err` says which option and why.
   bool parse(const std::vector<std::string> &args, std::string &err);
 };
