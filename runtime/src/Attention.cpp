@@ -84,7 +84,14 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
       return Status::invalidArgument(
           fmt::format("missing capture '{}' ({}) of variant '{}'", ps.name,
                       describeParam(ps), v.name));
-    const TensorView &t = it->second;
+    TensorView t = it->second;
+    // A 0-d tensor (torch's, NumPy's) is accepted for a one-element
+    // capture: `x: f32[]` is held as [1].
+    if (t.shape.empty() && ps.dims.size() == 1 && ps.dims[0].symbol.empty() &&
+        ps.dims[0].size == 1) {
+      t.shape = {1};
+      t.strides = {1};
+    }
     if (t.dtype != ps.dtype)
       return Status::invalidArgument(
           fmt::format("capture '{}' has dtype {}, expected {}", ps.name,
@@ -139,6 +146,35 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
 }
 
 } // namespace
+
+Status checkCaptureValues(const VariantInfo &v, const Problem &p) {
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    const BoundParam &bp = p.params[i];
+    if (!v.params[i].isTensor || bp.dtype != DType::I64 || !bp.data)
+      continue;
+    // Every element, in row-major order, through the strides.
+    std::vector<int64_t> idx(bp.shape.size(), 0);
+    const auto *data = static_cast<const int64_t *>(bp.data);
+    for (;;) {
+      int64_t off = 0;
+      for (size_t d = 0; d < idx.size(); ++d)
+        off += idx[d] * bp.strides[d];
+      int64_t x = data[off];
+      if (x < std::numeric_limits<int32_t>::min() ||
+          x > std::numeric_limits<int32_t>::max())
+        return Status::invalidArgument(fmt::format(
+            "capture '{}' is i64 and is read as i32, but element {} is {} "
+            "(outside [-2147483648, 2147483647])",
+            v.params[i].name, TensorView::formatDims(idx), x));
+      size_t d = idx.size();
+      while (d > 0 && ++idx[d - 1] == bp.shape[d - 1])
+        idx[--d] = 0;
+      if (d == 0)
+        break;
+    }
+  }
+  return Status::ok();
+}
 
 Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
                       const AttentionArgs &a, Problem &p) {
@@ -253,6 +289,8 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
                           std::vector<double> *rowScale) {
   Problem p;
   if (Status s = resolveProblem(v, nullptr, a, p); !s)
+    return s;
+  if (Status s = checkCaptureValues(v, p); !s)
     return s;
   if (!v.program)
     return Status::invalidArgument("the variant has no modifier program");
@@ -410,6 +448,8 @@ Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
     return s;
+  if (Status s = checkCaptureValues(variant_, p); !s)
+    return s;
   fillBlockMask(a, p, bm);
   return Status::ok();
 }
@@ -431,6 +471,8 @@ void CpuKernel::fillBlockMask(const AttentionArgs &a, const Problem &p,
 Status CpuKernel::run(const AttentionArgs &a) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
+    return s;
+  if (Status s = checkCaptureValues(variant_, p); !s)
     return s;
   if (variant_.maskKind != MaskKind::Data)
     return launch(a, p, nullptr);

@@ -318,6 +318,39 @@ end
         "dimension of a parameter");
 }
 
+TEST_CASE("binding: a 0-d tensor stands for a one-element capture",
+          "[bind]") {
+  // `cap: f32[]` in the language: held as [1], bound from 0-d or [1].
+  VariantInfo v = variant(R"(variant r0
+param cap tensor f32 1
+score
+  %0 = const.i32 0
+  %1 = gather cap %0
+  %2 = arith.mulf %score %1
+  yield %2
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)");
+  Fixture f;
+  float cap = 0.25f;
+  f.a.tensors = {{"cap", TensorView::contiguous(&cap, DType::F32, {})}};
+  f.a.scalars.clear();
+  Problem p;
+  Status st = resolveProblem(v, nullptr, f.a, p);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  CHECK(p.params[0].shape == std::vector<int64_t>{1});
+  CHECK(evalScoreMod(v, p.params, 2.0, 0, 0, 0, 0) == 0.5);
+  f.a.tensors = {{"cap", TensorView::contiguous(&cap, DType::F32, {1})}};
+  REQUIRE(resolveProblem(v, nullptr, f.a, p).isOk());
+  float two[2] = {1, 2};
+  f.a.tensors = {{"cap", TensorView::contiguous(two, DType::F32, {2})}};
+  CHECK(resolveProblem(v, nullptr, f.a, p).message() ==
+        "capture 'cap' has shape [2], expected [1] (f32[1])");
+}
+
 TEST_CASE("reference: identical keys average the values", "[reference]") {
   Fixture f;
   std::fill(f.k.begin(), f.k.end(), 0.25f); // every score equal

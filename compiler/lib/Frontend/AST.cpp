@@ -168,7 +168,7 @@ void printAST(const Module &m, std::ostream &os) {
         continue;
       }
       os << elemTypeName(p.elem) << "[";
-      for (size_t i = 0; i < p.dims.size(); ++i) {
+      for (size_t i = 0; i < p.dims.size() && !p.rank0; ++i) {
         os << (i ? ", " : "");
         if (p.dims[i].symbol.empty())
           os << p.dims[i].value;

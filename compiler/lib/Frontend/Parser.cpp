@@ -210,6 +210,16 @@ private:
         return false;
       }
       advance(); // '['
+      if (at(Tok::RBracket)) {
+        // A rank-0 tensor (torch's 0-d tensor): one element, held as [1].
+        Dim one;
+        one.value = 1;
+        one.loc = cur().loc;
+        p.dims.push_back(std::move(one));
+        p.rank0 = true;
+        advance();
+        return true;
+      }
       do {
         Dim d;
         d.loc = cur().loc;

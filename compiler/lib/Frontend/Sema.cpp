@@ -269,6 +269,8 @@ private:
     e.ref = b->kind;
     e.refIndex = b->index;
     if (b->kind == RefKind::Tensor) {
+      if (variant_ && variant_->params[b->index].rank0)
+        return b->type; // a rank-0 tensor reads as its one element
       diag_.error(e.loc, "'" + e.name + "' is a tensor; read an element with " +
                              e.name + "[...]");
       return Type::Error;
@@ -534,6 +536,11 @@ private:
     const VariantParam *decl =
         variant_ ? &variant_->params[b->index] : nullptr;
     size_t rank = decl ? decl->dims.size() : 0;
+    if (decl && decl->rank0) {
+      diag_.error(e.loc, "'" + e.name + "' is a rank-0 tensor; read it as " +
+                             e.name + ", without an index");
+      return Type::Error;
+    }
     if (decl && idx.size() != rank) {
       diag_.error(e.loc, "'" + e.name + "' has " + std::to_string(rank) +
                              " dimension(s) but is indexed with " +

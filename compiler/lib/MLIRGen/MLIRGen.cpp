@@ -171,6 +171,12 @@ private:
       if (e.ref == RefKind::Size)
         return attn::SizeOp::create(b_, l, b_.getI32Type(),
                                     b_.getStringAttr(e.name));
+      if (e.ref == RefKind::Tensor) { // rank 0: held as [1]
+        const VariantParam &p = variant_->params[e.refIndex];
+        return attn::GatherOp::create(b_, l, mlirType(e.type),
+                                      FlatSymbolRefAttr::get(&ctx_, p.name),
+                                      ValueRange{constI32(0, l)});
+      }
       return env_.at(e.name);
     }
     case Expr::Kind::Index: {

@@ -69,7 +69,9 @@ def Attn_GatherOp : Attn_Op<"gather", [Pure]> {
     Reads `capture[indices...]` from the enclosing variant's captured tensor.
     There must be one `i32` index per dimension. The result is the element
     widened for computing: f32 for f32/f16/bf16 tensors, i32 for i32/i64
-    tensors (i64 elements are truncated), i1 for bool tensors.
+    tensors (i64 elements are truncated; the runtime refuses host data
+    outside i32's range before a run), i1 for bool tensors. A rank-0 tensor
+    of the language is a `[1]` tensor here, read at index 0.
     Out-of-range indices are clamped into the tensor by the backends; a
     gather never reads outside its buffer.
 

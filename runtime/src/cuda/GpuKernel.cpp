@@ -461,6 +461,8 @@ Status runFromHost(const Context &ctx, const GpuKernel &kernel,
   if (Status s = resolveProblem(kernel.variant(), &kernel.image().spec, host, p);
       !s)
     return s;
+  if (Status s = checkCaptureValues(kernel.variant(), p); !s)
+    return s;
   DeviceMirror dev;
   if (Status s = DeviceMirror::create(ctx, host, dev); !s)
     return s;

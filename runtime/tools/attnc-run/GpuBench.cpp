@@ -121,6 +121,8 @@ int runGpuBench(const Context &ctx,
       rt::Problem p;
       if (st)
         st = rt::resolveProblem(v->info, &image->spec, in.args, p);
+      if (st)
+        st = rt::checkCaptureValues(v->info, p);
       if (!st) {
         fail(st.message());
         continue;

@@ -81,7 +81,9 @@ rt::Status convertNpy(const std::string &name, const std::string &path,
                       const rt::NpyArray &a, rt::DType dtype,
                       const std::vector<int64_t> &shape,
                       std::vector<unsigned char> &buf) {
-  if (a.shape != shape)
+  // A 0-d array stands for a one-element capture (`x: f32[]`).
+  bool scalar = a.shape.empty() && shape == std::vector<int64_t>{1};
+  if (a.shape != shape && !scalar)
     return rt::Status::invalidArgument(fmt::format(
         "--input {}={}: shape {}, expected {}", name, path,
         rt::TensorView::formatDims(a.shape), rt::TensorView::formatDims(shape)));

@@ -126,6 +126,8 @@ struct VariantParam {
   bool isTensor = false;
   ElemType elem = ElemType::F32; // tensors
   std::vector<Dim> dims;         // tensors
+  bool rank0 = false;            // `f32[]`: one element, dims = [1], read
+                                 // by its bare name
   Type scalarType = Type::Error; // scalars: F32 or I32
 };
 

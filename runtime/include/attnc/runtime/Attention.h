@@ -66,6 +66,15 @@ struct Problem {
 Status resolveProblem(const VariantInfo &variant, const KernelSpec *spec,
                       const AttentionArgs &args, Problem &out);
 
+/// Checks that every element of each i64 capture fits i32, as the kernels
+/// read them as i32 (a wider id would silently wrap). Reads the captures'
+/// memory, so the views must be host memory: CpuKernel::run,
+/// buildBlockMask, referenceAttention and cuda::runFromHost call it;
+/// GpuKernel::run does not read device memory on the host, so a caller
+/// with device-resident i64 captures checks them where they are written.
+/// O(elements of the i64 captures).
+Status checkCaptureValues(const VariantInfo &variant, const Problem &p);
+
 /// Per-(Q tile, KV tile) classes of a data-dependent mask, built once by
 /// evaluating mask_mod per element and reusable while the mask's inputs
 /// (captures, lengths, offsets) are unchanged. O(tiles) memory.
