@@ -360,5 +360,39 @@ LogicalResult SizeOp::verify() {
                           << variant.getSymName() << "'";
 }
 
+//===----------------------------------------------------------------------===//
+// SumOp
+//===----------------------------------------------------------------------===//
+
+void SumOp::getAsmBlockArgumentNames(Region &region,
+                                     OpAsmSetValueNameFn setNameFn) {
+  for (BlockArgument arg : region.getArguments())
+    setNameFn(arg, "i");
+}
+
+LogicalResult SumOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != 1 || !body.getArgument(0).getType().isInteger(32))
+    return emitOpError("body must take one i32 index, got ")
+           << describeTypes(body.getArgumentTypes());
+  auto yield = body.empty() ? YieldOp() : dyn_cast<YieldOp>(body.back());
+  if (!yield)
+    return emitOpError("body must end with attn.yield");
+  if (yield.getValue().getType() != getType())
+    return yield.emitOpError("in an attn.sum of ")
+           << getType() << " must yield " << getType() << ", got "
+           << yield.getValue().getType();
+  return success();
+}
+
+void mlir::attn::forEachValueRead(Operation *op,
+                                  llvm::function_ref<void(Value)> fn) {
+  op->walk([&](Operation *inner) {
+    for (Value v : inner->getOperands())
+      if (!op->isAncestor(v.getParentRegion()->getParentOp()))
+        fn(v);
+  });
+}
+
 #define GET_OP_CLASSES
 #include "attn/AttnOps.cpp.inc"

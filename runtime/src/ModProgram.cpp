@@ -6,7 +6,9 @@
 // operations themselves are exact or correctly rounded in double) and
 // wrapping 32-bit arithmetic for integers. Opcodes are the MLIR op names
 // (arith.addf, math.tanh, ...); `gather` and `scalar` read the variant's
-// parameters, `size` a problem size or a free dimension. A program is
+// parameters, `size` a problem size or a free dimension, and
+// `%R = sum %N %I` ... `endsum %T` sums the body's term %T over the index
+// %I in [0, %N) (f32 sums rounded per addition, i32 sums wrapping). A program is
 // input (packages are files): every line, operand count, operand type and
 // constant is checked before it is run.
 //
@@ -34,7 +36,7 @@ enum class Op {
   Select, SIToFP, UIToFP, FPToSI, ExtUI, TruncI,
   Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Floor, Ceil, AbsF, AbsI, Fma,
   Sin, Cos, Erf, Log1p, Expm1,
-  Gather, Scalar, Size, Yield,
+  Gather, Scalar, Size, Sum, Yield,
 };
 
 /// A value's type in the program: i32, f32 or i1.
@@ -49,6 +51,9 @@ struct Instr {
                      // Size: k < 5 for kProblemSizeNames[k], else
                      // 5 + 8 * param + dim for a free dimension
   double fimm = 0.0; // ConstF
+  // Sum: args = {count}, imm = the index's value slot; the body ends with
+  // a Yield of the term.
+  std::vector<Instr> body;
 };
 
 class ModProgram {
@@ -85,7 +90,7 @@ const std::map<std::string, Op> &opTable() {
       {"math.ceil", Op::Ceil},        {"math.absf", Op::AbsF},
       {"math.absi", Op::AbsI},        {"math.fma", Op::Fma},
       {"gather", Op::Gather},         {"scalar", Op::Scalar},
-      {"size", Op::Size},
+      {"size", Op::Size},             {"sum", Op::Sum},
       {"const.i32", Op::ConstI},      {"const.f32", Op::ConstF},
       {"const.i1", Op::ConstB},
   };
@@ -130,25 +135,24 @@ namespace {
 /// The operand types an op takes and the type it gives; every program is
 /// checked against these before it runs, so the interpreter never reads a
 /// missing operand or a value of the wrong kind.
-Status typeCheck(ModProgram &prog, const VariantInfo &v) {
+/// Type-checks `code` (a modifier, or a sum's body at depth > 0): every
+/// operand defined before use and of the type its op takes. `term` gets the
+/// type a body yields.
+Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
+                     const VariantInfo &v, bool isMask, int depth,
+                     VType *term) {
   using T = VType;
-  for (bool isMask : {false, true}) {
-    std::vector<Instr> &code = isMask ? prog.mask : prog.score;
-    const char *where = isMask ? "mask" : "score";
-    std::vector<T> type(prog.numValues, T::None);
-    if (!isMask)
-      type[0] = T::F32; // %score
-    for (int a = 1; a < 5; ++a)
-      type[a] = T::I32; // %b %h %q %kv
-    for (size_t k = 0; k < code.size(); ++k) {
+  const char *where = isMask ? "mask" : "score";
+  for (size_t k = 0; k < code.size(); ++k) {
       Instr &in = code[k];
       auto fail = [&](const std::string &what) {
         return Status::invalidArgument(fmt::format(
-            "modifier program ({} op {}): {}", where, k + 1, what));
+            "modifier program ({} op {}{}): {}", where, k + 1,
+            depth ? " of a sum" : "", what));
       };
       std::vector<T> at;
       for (int a : in.args) {
-        if (a >= prog.numValues || type[a] == T::None)
+        if (a >= static_cast<int>(type.size()) || type[a] == T::None)
           return fail("a value is used before it is defined");
         at.push_back(type[a]);
       }
@@ -202,7 +206,36 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
             : (dt == DType::I32 || dt == DType::I64) ? T::I32 : T::F32;
         break;
       }
+      case Op::Sum: {
+        if (!arity(1) || at[0] != T::I32)
+          return fail("a sum's count must be one i32");
+        if (depth >= 16)
+          return fail("sums are nested more than 16 deep");
+        if (in.imm == in.dst || type[in.imm] != T::None)
+          return fail("a sum's index must be a new value");
+        type[in.imm] = T::I32;
+        T t = T::None;
+        if (Status s = typeCheckCode(in.body, type, v, isMask, depth + 1, &t);
+            !s)
+          return s;
+        // The body's values (and the index) are not visible after it.
+        type[in.imm] = T::None;
+        for (const Instr &b : in.body)
+          if (b.dst >= 0)
+            type[b.dst] = T::None;
+        if (t != T::F32 && t != T::I32)
+          return fail("a sum's term must be f32 or i32");
+        r = t;
+        break;
+      }
       case Op::Yield:
+        if (depth > 0) {
+          ok = arity(1) && at[0] != T::None;
+          if (!ok || k + 1 != code.size())
+            return fail("a sum's body must end with 'endsum' of one value");
+          *term = at[0];
+          continue;
+        }
         ok = arity(1) && at[0] == (isMask ? T::I1 : T::F32);
         if (!ok)
           return fail(std::string("the ") + where + " modifier must yield " +
@@ -213,9 +246,29 @@ Status typeCheck(ModProgram &prog, const VariantInfo &v) {
       }
       if (!ok)
         return fail("wrong number or types of operands");
+      if (type[in.dst] != T::None)
+        return fail("a value is defined twice");
       in.type = r;
       type[in.dst] = r;
-    }
+  }
+  if (depth > 0 && (code.empty() || code.back().op != Op::Yield))
+    return Status::invalidArgument(fmt::format(
+        "modifier program ({}): a sum's body does not end with 'endsum'", where));
+  return Status::ok();
+}
+
+Status typeCheck(ModProgram &prog, const VariantInfo &v) {
+  using T = VType;
+  for (bool isMask : {false, true}) {
+    std::vector<T> type(prog.numValues, T::None);
+    if (!isMask)
+      type[0] = T::F32; // %score
+    for (int a = 1; a < 5; ++a)
+      type[a] = T::I32; // %b %h %q %kv
+    if (Status s = typeCheckCode(isMask ? prog.mask : prog.score, type, v,
+                                 isMask, 0, nullptr);
+        !s)
+      return s;
   }
   return Status::ok();
 }
@@ -237,6 +290,7 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
   std::string line;
   int lineNo = 0;
   std::vector<Instr> *section = nullptr;
+  std::vector<std::vector<Instr> *> enclosing; // sections around open sums
   constexpr int kMaxValues = 1 << 20;
   auto err = [&](const std::string &m) {
     return Status::invalidArgument(
@@ -296,6 +350,9 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
     } else if (w[0] == "mask-uses") {
       out.maskUsesBatch = std::find(w.begin(), w.end(), "b") != w.end();
       out.maskUsesHead = std::find(w.begin(), w.end(), "h") != w.end();
+    } else if ((w[0] == "score" || w[0] == "mask" || w[0] == "end") &&
+               !enclosing.empty()) {
+      return err("a sum is not closed with 'endsum'");
     } else if (w[0] == "score" && w.size() == 1) {
       section = &prog->score;
     } else if (w[0] == "mask" && w.size() == 1) {
@@ -303,7 +360,12 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
     } else if (w[0] == "end") {
       ended = true;
       break;
-    } else if (section && w[0] == "yield" && w.size() == 2) {
+    } else if (section && (w[0] == "yield" || w[0] == "endsum") &&
+               w.size() == 2) {
+      bool endsum = w[0] == "endsum";
+      if (endsum == enclosing.empty())
+        return err(endsum ? "'endsum' without a sum"
+                          : "'yield' inside a sum (close it with 'endsum')");
       Instr in;
       in.op = Op::Yield;
       int v = valueIndex(w[1], kMaxValues);
@@ -311,6 +373,10 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
         return err("bad value '" + w[1] + "'");
       in.args.push_back(v);
       section->push_back(in);
+      if (endsum) {
+        section = enclosing.back();
+        enclosing.pop_back();
+      }
     } else if (section && w.size() >= 3 && w[1] == "=") {
       Instr in;
       in.dst = valueIndex(w[0], kMaxValues);
@@ -388,6 +454,17 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
           return err("gather of '" + p->name + "' has the wrong rank");
         break;
       }
+      case Op::Sum: {
+        if (w.size() != i + 2)
+          return err("a sum is '%R = sum COUNT %INDEX'");
+        int idx = valueIndex(w[i + 1], kMaxValues);
+        if (idx < 5)
+          return err("bad sum index '" + w[i + 1] + "'");
+        in.imm = idx;
+        prog->numValues = std::max(prog->numValues, idx + 1);
+        w.pop_back();
+        break;
+      }
       default:
         break;
       }
@@ -398,7 +475,14 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
         in.args.push_back(v);
       }
       prog->numValues = std::max(prog->numValues, in.dst + 1);
+      bool opens = in.op == Op::Sum;
       section->push_back(std::move(in));
+      if (opens) {
+        if (enclosing.size() >= 16)
+          return err("sums are nested more than 16 deep");
+        enclosing.push_back(section);
+        section = &section->back().body;
+      }
     } else {
       return err("cannot parse '" + line + "'");
     }
@@ -469,12 +553,10 @@ double nanMax(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
 }
 
-Val run(const VariantInfo &v, const std::vector<Instr> &code,
-        const std::vector<BoundParam> &params, Val args[5],
-        GatherViolation *violation) {
-  const ModProgram &p = *v.program;
-  std::vector<Val> vals(p.numValues);
-  std::copy(args, args + 5, vals.begin());
+/// Runs `code` over `vals` up to its Yield; returns the yielded value.
+Val runCode(const VariantInfo &v, const std::vector<Instr> &code,
+            const std::vector<BoundParam> &params, std::vector<Val> &vals,
+            GatherViolation *violation) {
   for (const Instr &in : code) {
     auto A = [&](int k) -> const Val & { return vals[in.args[k]]; };
     Val r;
@@ -606,6 +688,19 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
         r.i = static_cast<int64_t>(x);
       break;
     }
+    case Op::Sum: {
+      // In index order from 0, as the kernels add.
+      int64_t n = static_cast<int32_t>(A(0).i);
+      for (int64_t i = 0; i < n; ++i) {
+        vals[in.imm].i = i;
+        Val t = runCode(v, in.body, params, vals, violation);
+        if (in.type == VType::F32)
+          r.f = static_cast<float>(r.f + t.f);
+        else
+          r.i = wrap(r.i + t.i);
+      }
+      break;
+    }
     case Op::Yield: return A(0);
     }
     if (in.type == VType::F32)
@@ -613,6 +708,14 @@ Val run(const VariantInfo &v, const std::vector<Instr> &code,
     vals[in.dst] = r;
   }
   return Val();
+}
+
+Val run(const VariantInfo &v, const std::vector<Instr> &code,
+        const std::vector<BoundParam> &params, Val args[5],
+        GatherViolation *violation) {
+  std::vector<Val> vals(v.program->numValues);
+  std::copy(args, args + 5, vals.begin());
+  return runCode(v, code, params, vals, violation);
 }
 
 } // namespace

@@ -208,7 +208,7 @@ func.func @scalar_outside() -> f32 {
 // -----
 
 func.func @yield_outside(%x: f32) {
-  // expected-error @+1 {{expects parent op 'attn.variant'}}
+  // expected-error @+1 {{expects parent op to be one of 'attn.variant, attn.sum'}}
   attn.yield %x : f32
 }
 
@@ -229,6 +229,36 @@ attn.variant @unknown_size(t: f32[N]) score_mod(%s: f32, %b: i32, %h: i32, %q: i
   %0 = attn.size "M" : i32
   %1 = arith.sitofp %0 : i32 to f32
   attn.yield %1 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
+
+// -----
+
+attn.variant @sum_yield(t: f32[N]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %c = arith.constant 3 : i32
+  %r = attn.sum %c : f32 {
+  ^bb0(%i: i32):
+    // expected-error @+1 {{in an attn.sum of 'f32' must yield 'f32', got 'i32'}}
+    attn.yield %i : i32
+  }
+  attn.yield %r : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
+
+// -----
+
+attn.variant @sum_index(t: f32[N]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %c = arith.constant 3 : i32
+  // expected-error @+1 {{body must take one i32 index, got (f32)}}
+  %r = attn.sum %c : f32 {
+  ^bb0(%i: f32):
+    attn.yield %i : f32
+  }
+  attn.yield %r : f32
 } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
   %t = arith.constant true
   attn.yield %t : i1

@@ -63,3 +63,35 @@ attn.variant @sizes(t: f32[N])
   %0 = arith.cmpi slt, %kv, %kvn : i32
   attn.yield %0 : i1
 }
+
+// Sums: a body over an i32 index, reading enclosing values; nested.
+// CHECK-LABEL: attn.variant @sums(t: f32[B, KV, R])
+attn.variant @sums(t: f32[B, KV, R])
+    score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %r = attn.size "R" : i32
+  // CHECK: %[[S:.*]] = attn.sum %R : f32 {
+  // CHECK-NEXT: ^bb0(%[[I:.*]]: i32):
+  // CHECK-NEXT: attn.gather @t[%b, %kv, %[[I]]] : f32
+  // CHECK: attn.yield %{{.*}} : f32
+  %s = attn.sum %r : f32 {
+  ^bb0(%i: i32):
+    %x = attn.gather @t[%b, %kv, %i] : f32
+    attn.yield %x : f32
+  }
+  %0 = arith.addf %score, %s : f32
+  attn.yield %0 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  // CHECK: attn.sum %{{.*}} : i32 {
+  // CHECK: attn.sum %{{.*}} : i32 {
+  %c4 = arith.constant 4 : i32
+  %n = attn.sum %c4 : i32 {
+  ^bb0(%i: i32):
+    %m = attn.sum %i : i32 {
+    ^bb0(%j: i32):
+      attn.yield %j : i32
+    }
+    attn.yield %m : i32
+  }
+  %0 = arith.cmpi slt, %n, %q : i32
+  attn.yield %0 : i1
+}

@@ -318,6 +318,74 @@ end
         "dimension of a parameter");
 }
 
+TEST_CASE("interpreter: sums run their body per index, in order",
+          "[interp]") {
+  // score = sum(i < 4: 2^30) (wraps to 0) + sum(i < q: i) + sum(i < -3: 1).
+  VariantInfo v = variant(R"(variant s
+score
+  %0 = const.i32 4
+  %1 = sum %0 %2
+  %3 = const.i32 1073741824
+  endsum %3
+  %4 = sum %q %5
+  endsum %5
+  %6 = const.i32 -3
+  %7 = sum %6 %8
+  %9 = const.i32 1
+  endsum %9
+  %10 = arith.addi %1 %4
+  %11 = arith.addi %10 %7
+  %12 = arith.sitofp %11
+  yield %12
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)");
+  std::vector<BoundParam> none;
+  CHECK(evalScoreMod(v, none, 0, 0, 0, 10, 0) == 45.0);
+  CHECK(evalScoreMod(v, none, 0, 0, 0, 0, 0) == 0.0);
+  // An f32 sum rounds each addition to f32: 1 + 2^-24 + 2^-24 stays 1.
+  VariantInfo f = variant(R"(variant f
+score
+  %0 = const.i32 3
+  %1 = sum %0 %2
+  %3 = const.i32 0
+  %4 = arith.cmpi eq %2 %3
+  %5 = const.f32 1
+  %6 = const.f32 5.96046448e-08
+  %7 = arith.select %4 %5 %6
+  endsum %7
+  yield %1
+mask
+  %0 = const.i1 1
+  yield %0
+end
+)");
+  CHECK(evalScoreMod(f, none, 0, 0, 0, 0, 0) == 1.0);
+  // Malformed sums are refused with the line or op.
+  VariantInfo bad;
+  CHECK(VariantInfo::parse("variant x\nscore\n  endsum %score\n", bad)
+            .message() == "modifier program line 3: 'endsum' without a sum");
+  CHECK(VariantInfo::parse("variant x\nscore\n  %0 = sum %b %1\nmask\n", bad)
+            .message() == "modifier program line 4: a sum is not closed with "
+                           "'endsum'");
+  CHECK(VariantInfo::parse("variant x\nscore\n  %0 = sum %b %1\n  %2 = "
+                           "arith.cmpi eq %1 %1\n  endsum %2\n  %3 = "
+                           "arith.sitofp %0\n  yield %3\nmask\n  %0 = "
+                           "const.i1 1\n  yield %0\nend\n",
+                           bad)
+            .message() == "modifier program (score op 1): a sum's term must be "
+                          "f32 or i32");
+  CHECK(VariantInfo::parse("variant x\nscore\n  %0 = sum %b %1\n  endsum %1\n"
+                           "  %2 = arith.addi %1 %0\n  %3 = arith.sitofp %2\n"
+                           "  yield %3\nmask\n  %0 = const.i1 1\n  yield %0\n"
+                           "end\n",
+                           bad)
+            .message() == "modifier program (score op 2): a value is used "
+                          "before it is defined");
+}
+
 TEST_CASE("binding: a 0-d tensor stands for a one-element capture",
           "[bind]") {
   // `cap: f32[]` in the language: held as [1], bound from 0-d or [1].

@@ -21,13 +21,13 @@ public:
     kv_ = block_.getArgument(3);
     dependent_.insert(q_);
     dependent_.insert(kv_);
-    for (Operation &op : block_)
-      for (Value operand : op.getOperands())
-        if (dependent_.contains(operand)) {
-          for (Value r : op.getResults())
-            dependent_.insert(r);
-          break;
-        }
+    for (Operation &op : block_) {
+      bool dep = false;
+      attn::forEachValueRead(&op, [&](Value v) { dep |= dependent_.contains(v); });
+      if (dep)
+        for (Value r : op.getResults())
+          dependent_.insert(r);
+    }
   }
 
   MaskAnalysis run() {

@@ -138,15 +138,16 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
           maskUni.map(maskBlock.getArgument(2), qpos);
           llvm::DenseSet<Value> scoreU = uniformValues(scoreBlock, {0, 4});
           llvm::DenseSet<Value> maskU = uniformValues(maskBlock, {3});
-          // Hoist: every uniform value that a lane-varying op (or the yield)
-          // uses is computed here, once per row.
+          // Hoist: every uniform value that a lane-varying op (or the yield,
+          // or a lane-varying sum's body) uses is computed here, once per row.
           auto hoist = [&](Block &block, const llvm::DenseSet<Value> &uni,
                            IRMapping &map) {
             for (Operation &op : block)
-              for (Value operand : op.getOperands())
+              attn::forEachValueRead(&op, [&](Value operand) {
                 if (uni.contains(operand) &&
                     (isa<attn::YieldOp>(op) || !uni.contains(op.getResult(0))))
                   materialize(operand, map);
+              });
           };
           hoist(scoreBlock, scoreU, scoreUni);
           hoist(maskBlock, maskU, maskUni);

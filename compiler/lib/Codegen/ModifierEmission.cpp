@@ -56,10 +56,72 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
     r = scalars_[pi];
   } else if (auto z = dyn_cast<attn::SizeOp>(op))
     r = problemSize(z.getDim());
+  else if (auto s = dyn_cast<attn::SumOp>(op))
+    r = sum(s, map);
   else
     r = b_.clone(*op, map)->getResult(0);
   map.map(v, r);
   return r;
+}
+
+Value ProgramBuilder::sum(attn::SumOp s, IRMapping &map) {
+  attn::forEachValueRead(s, [&](Value v) { materialize(v, map); });
+  Block &body = s.getBody().front();
+  bool isF = s.getType().isF32();
+  Value zero = isF ? cF32(0) : cI32(0);
+  Value ub = toIdx(maxI(map.lookup(s.getCount()), cI32(0)));
+  auto f = loop(cIdx(0), ub, 1, {zero}, [&](Value i, ValueRange acc) {
+    IRMapping inner = map; // the body's values stay inside the loop
+    inner.map(body.getArgument(0), arith::IndexCastOp::create(b_, i32_, i));
+    Value t = materialize(
+        cast<attn::YieldOp>(body.getTerminator()).getValue(), inner);
+    Value next = isF ? Value(arith::AddFOp::create(b_, acc[0], t))
+                     : Value(arith::AddIOp::create(b_, acc[0], t));
+    return SmallVector<Value>{next};
+  });
+  return f.getResult(0);
+}
+
+Value ProgramBuilder::sumVec(attn::SumOp s,
+                             const llvm::DenseMap<Value, Value> &vec,
+                             const llvm::DenseSet<Value> &uniformSet,
+                             IRMapping &uniform, int64_t W) {
+  // What the body reads from outside: uniform values as scalars here (not
+  // once per iteration); lane-varying ones are already vectors.
+  attn::forEachValueRead(s, [&](Value v) {
+    if (uniformSet.contains(v))
+      materialize(v, uniform);
+  });
+  Block &body = s.getBody().front();
+  bool isF = s.getType().isF32();
+  VectorType vt = VectorType::get({W}, s.getType());
+  VectorType vI = VectorType::get({W}, i32_);
+  Value zero = arith::ConstantOp::create(
+      b_, DenseElementsAttr::get(vt, b_.getZeroAttr(s.getType())));
+  Value count, countVec;
+  if (uniformSet.contains(s.getCount())) {
+    count = uniform.lookup(s.getCount());
+  } else {
+    countVec = vec.lookup(s.getCount());
+    count = vector::ReductionOp::create(b_, vector::CombiningKind::MAXSI,
+                                        countVec);
+  }
+  Value ub = toIdx(maxI(count, cI32(0)));
+  auto f = loop(cIdx(0), ub, 1, {zero}, [&](Value i, ValueRange acc) {
+    IRMapping inner = uniform;
+    Value iI32 = arith::IndexCastOp::create(b_, i32_, i);
+    inner.map(body.getArgument(0), iI32);
+    Value t = emitModifierVec(body, vec, uniformSet, inner, W);
+    if (countVec) // lanes past their own count add nothing
+      t = select(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt,
+                                       vector::BroadcastOp::create(b_, vI, iI32),
+                                       countVec),
+                 t, zero);
+    Value next = isF ? Value(arith::AddFOp::create(b_, acc[0], t))
+                     : Value(arith::AddIOp::create(b_, acc[0], t));
+    return SmallVector<Value>{next};
+  });
+  return f.getResult(0);
 }
 
 /// A problem size as i32: from the fixed part of `ip`, or a free dimension
@@ -108,15 +170,25 @@ llvm::DenseSet<Value> ProgramBuilder::uniformValues(Block &block,
   llvm::DenseSet<Value> dependent, uniform;
   for (unsigned a : varying)
     dependent.insert(block.getArgument(a));
-  for (BlockArgument a : block.getArguments())
-    if (!dependent.contains(a))
-      uniform.insert(a);
-  for (Operation &op : block) {
-    bool dep = llvm::any_of(op.getOperands(),
-                            [&](Value v) { return dependent.contains(v); });
-    for (Value r : op.getResults())
-      (dep ? dependent : uniform).insert(r);
-  }
+  // Sums' bodies too: their index is uniform, and a body value is uniform
+  // when nothing it reads is dependent (a sum is, when its body reads
+  // something that is).
+  std::function<void(Block &)> visit = [&](Block &blk) {
+    for (BlockArgument a : blk.getArguments())
+      if (!dependent.contains(a))
+        uniform.insert(a);
+    for (Operation &op : blk) {
+      bool dep = false;
+      attn::forEachValueRead(&op,
+                             [&](Value v) { dep |= dependent.contains(v); });
+      for (Value r : op.getResults())
+        (dep ? dependent : uniform).insert(r);
+      for (Region &region : op.getRegions())
+        for (Block &inner : region)
+          visit(inner);
+    }
+  };
+  visit(block);
   return uniform;
 }
 
@@ -190,6 +262,12 @@ Value ProgramBuilder::emitModifierVec(Block &block,
       for (Value i : g.getIndices())
         idx.push_back(vecOf(i));
       r = gatherVec(g, idx, W);
+    } else if (auto s = dyn_cast<attn::SumOp>(op)) {
+      attn::forEachValueRead(s, [&](Value v) {
+        if (!uniformSet.contains(v))
+          vecOf(v);
+      });
+      r = sumVec(s, vec, uniformSet, uniform, W);
     } else {
       // arith/math ops are elementwise-mappable: the same op on vectors.
       OperationState st(op.getLoc(), op.getName());

@@ -247,6 +247,14 @@ protected:
                        Value l, function_ref<Value(Value)> acc);
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
+  /// attn.sum on scalars: a loop over the index, the body's values local
+  /// to it (what it reads from outside is computed before the loop).
+  Value sum(attn::SumOp s, IRMapping &map);
+  /// attn.sum over W lanes; a count that varies across lanes runs to the
+  /// largest and drops each lane's terms past its own count.
+  Value sumVec(attn::SumOp s, const llvm::DenseMap<Value, Value> &vec,
+               const llvm::DenseSet<Value> &uniformSet, IRMapping &uniform,
+               int64_t W);
   /// The modifier on scalars; values already in `hoisted` (computed once,
   /// outside the loop) are reused.
   Value emitModifier(Block &block, ValueRange args,

@@ -29,22 +29,28 @@ std::string floatText(double d) {
   return buf;
 }
 
-void printRegion(Block &block, bool isScore, std::ostringstream &os) {
-  llvm::DenseMap<Value, std::string> names;
-  const char *scoreArgs[] = {"%score", "%b", "%h", "%q", "%kv"};
-  const char *maskArgs[] = {"%b", "%h", "%q", "%kv"};
-  for (BlockArgument a : block.getArguments())
-    names[a] = isScore ? scoreArgs[a.getArgNumber()] : maskArgs[a.getArgNumber()];
-  int next = 0;
+/// Prints the ops of `block`, naming results %0, %1, ... in order. A sum
+/// is `%R = sum COUNT %I` (its index %I), its body, then `endsum TERM`.
+void printOps(Block &block, llvm::DenseMap<Value, std::string> &names,
+              int &next, std::ostringstream &os) {
   auto use = [&](Value v) { return names.lookup(v); };
   for (Operation &op : block) {
     if (auto y = dyn_cast<attn::YieldOp>(op)) {
-      os << "  yield " << use(y.getValue()) << "\n";
+      os << (isa<attn::SumOp>(op.getParentOp()) ? "  endsum " : "  yield ")
+         << use(y.getValue()) << "\n";
       continue;
     }
     std::string dst = "%" + std::to_string(next++);
     names[op.getResult(0)] = dst;
     os << "  " << dst << " = ";
+    if (auto s = dyn_cast<attn::SumOp>(op)) {
+      Block &body = s.getBody().front();
+      std::string index = "%" + std::to_string(next++);
+      names[body.getArgument(0)] = index;
+      os << "sum " << use(s.getCount()) << " " << index << "\n";
+      printOps(body, names, next, os);
+      continue;
+    }
     if (auto c = dyn_cast<arith::ConstantOp>(op)) {
       if (auto f = dyn_cast<FloatAttr>(c.getValue()))
         os << "const.f32 " << floatText(f.getValueAsDouble());
@@ -71,6 +77,16 @@ void printRegion(Block &block, bool isScore, std::ostringstream &os) {
     }
     os << "\n";
   }
+}
+
+void printRegion(Block &block, bool isScore, std::ostringstream &os) {
+  llvm::DenseMap<Value, std::string> names;
+  const char *scoreArgs[] = {"%score", "%b", "%h", "%q", "%kv"};
+  const char *maskArgs[] = {"%b", "%h", "%q", "%kv"};
+  for (BlockArgument a : block.getArguments())
+    names[a] = isScore ? scoreArgs[a.getArgNumber()] : maskArgs[a.getArgNumber()];
+  int next = 0;
+  printOps(block, names, next, os);
 }
 
 } // namespace

@@ -106,7 +106,7 @@ void printExpr(const Expr &e, std::ostream &os, int depth) {
   case Expr::Kind::InfLit: os << "Inf"; break;
   case Expr::Kind::Name: {
     static const char *kinds[] = {"?", "modparam", "let", "fnparam", "scalar",
-                                  "tensor", "size"};
+                                  "tensor", "size", "sum index"};
     os << "Name " << e.name << " (" << kinds[static_cast<int>(e.ref)] << ")";
     break;
   }
@@ -117,6 +117,7 @@ void printExpr(const Expr &e, std::ostream &os, int depth) {
     os << "Call " << e.name << (e.fnIndex >= 0 ? " (fn)" : "");
     break;
   case Expr::Kind::Index: os << "Gather " << e.name; break;
+  case Expr::Kind::Sum: os << "Sum " << e.name << " <"; break;
   }
   os << " : " << typeName(e.type) << "\n";
   for (const ExprPtr &o : e.operands)

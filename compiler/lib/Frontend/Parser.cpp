@@ -558,6 +558,29 @@ private:
     return g;
   }
 
+  /// The rest of `sum(i < N: term)` after `i < N`, at the colon.
+  ExprPtr parseSum(SourceLoc loc, ExprPtr head) {
+    if (head->kind != Expr::Kind::Binary || head->op != Tok::Lt ||
+        head->operands[0]->kind != Expr::Kind::Name) {
+      error(head->begin, "a sum is written sum(i < N: term), with a new index "
+                         "name i and a count N");
+      return nullptr;
+    }
+    advance(); // ':'
+    ExprPtr term = parseExpr();
+    if (!term || !expect(Tok::RParen, "to close the sum"))
+      return nullptr;
+    std::vector<ExprPtr> ops;
+    ops.push_back(std::move(head->operands[1]));
+    ops.push_back(std::move(term));
+    ExprPtr e = make(Expr::Kind::Sum, loc, std::move(ops));
+    if (e) {
+      e->name = head->operands[0]->name;
+      e->varLoc = head->operands[0]->loc;
+    }
+    return e;
+  }
+
   ExprPtr parsePrimary() {
     const Token &t = cur();
     SourceLoc loc = t.loc;
@@ -590,8 +613,24 @@ private:
       if (at(Tok::LParen)) {
         advance();
         std::vector<ExprPtr> args;
-        if (!parseArgs(args, Tok::RParen, "to close the call's arguments"))
+        if (name == "sum" && !at(Tok::RParen)) {
+          // `sum(i < N: term)` is a reduction; any other `sum(...)` a call.
+          ExprPtr first = parseExpr();
+          if (!first)
+            return nullptr;
+          if (at(Tok::Colon))
+            return parseSum(loc, std::move(first));
+          args.push_back(std::move(first));
+          if (consume(Tok::Comma)) {
+            if (!parseArgs(args, Tok::RParen, "to close the call's arguments"))
+              return nullptr;
+          } else if (!expect(Tok::RParen, "to close the call's arguments")) {
+            return nullptr;
+          }
+        } else if (!parseArgs(args, Tok::RParen,
+                              "to close the call's arguments")) {
           return nullptr;
+        }
         ExprPtr e = make(Expr::Kind::Call, loc, std::move(args));
         if (e)
           e->name = name;

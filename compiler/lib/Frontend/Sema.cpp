@@ -98,7 +98,8 @@ private:
     if (const Binding *prev = lookup(name); prev && prev->kind != RefKind::Size) {
       static const char *kinds[] = {"", "a modifier parameter", "a let binding",
                                     "a parameter", "a scalar parameter",
-                                    "a tensor parameter", "a problem size"};
+                                    "a tensor parameter", "a problem size",
+                                    "a sum's index"};
       diag_.error(loc, std::string("redefinition of ") + what + " '" + name +
                            "' (already " +
                            kinds[static_cast<int>(prev->kind)] + ")");
@@ -246,6 +247,7 @@ private:
     case Expr::Kind::Ternary: return checkTernary(e);
     case Expr::Kind::Call: return checkCall(e);
     case Expr::Kind::Index: return checkIndex(e);
+    case Expr::Kind::Sum: return checkSum(e);
     }
     return Type::Error;
   }
@@ -513,6 +515,31 @@ private:
                  : Type::F32;
     default: return Type::F32; // exp, log, tanh, ...: float functions
     }
+  }
+
+  /// `sum(i < N: term)`: N is i32, the term f32 or i32 (the sum's type);
+  /// `i` is an i32 visible in the term only.
+  Type checkSum(Expr &e) {
+    Type n = check(*e.operands[0]);
+    size_t base = scope_.size();
+    declare(e.name, e.varLoc, RefKind::SumIndex, -1, Type::I32, "sum index");
+    Type t = check(*e.operands[1]);
+    scope_.resize(base);
+    if (n == Type::Error || t == Type::Error)
+      return Type::Error;
+    if (n != Type::I32) {
+      diag_.error(e.operands[0]->begin,
+                  std::string("the count of a sum must be i32, got ") +
+                      typeName(n) + (n == Type::F32 ? " (convert it with i32(...))" : ""));
+      return Type::Error;
+    }
+    if (t == Type::Bool) {
+      diag_.error(e.operands[1]->begin,
+                  "the term of a sum must be f32 or i32, got bool (count with "
+                  "i32(...))");
+      return Type::Error;
+    }
+    return t;
   }
 
   Type checkIndex(Expr &e) {

@@ -200,6 +200,20 @@ private:
       return arith::SubIOp::create(b_, l, constI32(0, l), v);
     }
     case Expr::Kind::Binary: return emitBinary(e);
+    case Expr::Kind::Sum: {
+      Value n = emit(*e.operands[0]);
+      mlir::Type t = mlirType(e.type);
+      auto sum = attn::SumOp::create(b_, l, t, n);
+      OpBuilder::InsertionGuard guard(b_);
+      Block *body = b_.createBlock(&sum.getBody(), {}, {b_.getI32Type()},
+                                   {loc(e.varLoc)});
+      std::map<std::string, Value> saved = env_;
+      env_[e.name] = body->getArgument(0);
+      Value term = convert(emit(*e.operands[1]), e.type, e.operands[1]->loc);
+      attn::YieldOp::create(b_, l, term);
+      env_ = std::move(saved);
+      return sum.getResult();
+    }
     case Expr::Kind::Ternary: {
       Value c = emit(*e.operands[0]);
       Value a = emit(*e.operands[1]);

@@ -71,7 +71,7 @@ compile options:
                               and head dims; docs/runtime.md)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
                     GPU stages (tensor-core form for f16/bf16, SIMT for
-                    f32; run on the GPU emulator, not yet on a GPU); a comma
+                    f32; emulated in CI, validated on an H100); a comma
                     list for --emit=package (default sm_80,sm_90)
   --dtypes=LIST --head-dims=LIST
                     what --emit=package compiles: dtypes (default

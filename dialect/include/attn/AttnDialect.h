@@ -21,4 +21,11 @@
 #define GET_OP_CLASSES
 #include "attn/AttnOps.h.inc"
 
+namespace mlir::attn {
+/// Calls `fn` on every value `op` reads from outside itself: its operands
+/// and, for an op with a body (attn.sum), what the body reads from the
+/// enclosing regions. Analyses that ask "does this depend on kv?" use it.
+void forEachValueRead(Operation *op, llvm::function_ref<void(Value)> fn);
+} // namespace mlir::attn
+
 #endif

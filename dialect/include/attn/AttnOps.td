@@ -49,11 +49,11 @@ def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove,
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
-                                     HasParent<"VariantOp">]> {
-  let summary = "Yields a modifier's result";
+                                     ParentOneOf<["VariantOp", "SumOp"]>]> {
+  let summary = "Yields a modifier's result, or a sum's term";
   let description = [{
-    Ends a `score_mod` region with an `f32` or a `mask_mod` region with an
-    `i1`.
+    Ends a `score_mod` region with an `f32`, a `mask_mod` region with an
+    `i1`, or the body of an `attn.sum` with the term of one index.
 
     ```mlir
     attn.yield %r : f32
@@ -118,6 +118,33 @@ def Attn_SizeOp : Attn_Op<"size", [Pure,
   let arguments = (ins StrAttr:$dim);
   let results = (outs I32:$result);
   let assemblyFormat = "$dim attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Attn_SumOp : Attn_Op<"sum", [RecursiveMemoryEffects,
+    DeclareOpInterfaceMethods<OpAsmOpInterface, ["getAsmBlockArgumentNames"]>]> {
+  let summary = "Sums a term over an index 0 <= i < count";
+  let description = [{
+    The language's `sum(i < N: term)`. The body takes the index `i` (i32)
+    and yields the term (f32 or i32); the result is the sum of the terms in
+    index order, starting from 0 (f32 additions rounded one by one; i32
+    additions wrapping). A count of 0 or less sums nothing. The body may
+    use values of the enclosing region; the count is i32.
+
+    ```mlir
+    %r = attn.sum %n : f32 {
+    ^bb0(%i: i32):
+      %a = attn.gather @qr[%b, %h, %q, %i] : f32
+      %c = attn.gather @kr[%b, %kv, %i] : f32
+      %t = arith.mulf %a, %c : f32
+      attn.yield %t : f32
+    }
+    ```
+  }];
+  let arguments = (ins I32:$count);
+  let results = (outs AnyTypeOf<[F32, I32]>:$result);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$count `:` type($result) $body attr-dict";
   let hasVerifier = 1;
 }
 

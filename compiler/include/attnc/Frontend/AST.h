@@ -55,11 +55,14 @@ using ExprPtr = std::unique_ptr<Expr>;
 /// What a name in an expression refers to (filled by Sema). Size: a problem
 /// size (B, H, HKV, Q, KV) or a free dimension of a capture, inside a
 /// variant's modifiers.
-enum class RefKind { Unresolved, ModParam, Let, FnParam, Scalar, Tensor, Size };
+enum class RefKind { Unresolved, ModParam, Let, FnParam, Scalar, Tensor, Size,
+                     SumIndex };
 
 struct Expr {
+  /// Sum: `sum(i < N: term)`; `name` is the index, operands are (N, term),
+  /// `varLoc` where the index is named.
   enum class Kind { IntLit, FloatLit, BoolLit, InfLit, Name, Unary, Binary,
-                    Ternary, Call, Index };
+                    Ternary, Call, Index, Sum };
   Kind kind;
   SourceLoc loc;   // the operator, callee or literal: where errors point
   SourceLoc begin; // the first token of the whole expression
@@ -67,7 +70,8 @@ struct Expr {
   int64_t intValue = 0;      // IntLit
   double floatValue = 0.0;   // FloatLit
   bool boolValue = false;    // BoolLit
-  std::string name;          // Name, Call (callee), Index (tensor)
+  std::string name;          // Name, Call (callee), Index (tensor), Sum (index)
+  SourceLoc varLoc;          // Sum
   Tok op = Tok::Eof;         // Unary, Binary
   std::vector<ExprPtr> operands;
   // Sema's resolution.
