@@ -425,8 +425,11 @@ def random_shape(r, gpu):
         lq = r.randint(2, lk)
     shape = {"mode": mode, "batch": batch, "heads": heads[0], "kv-heads": heads[1],
              "q-len": lq, "kv-len": lk, "head-dim": d[0], "v-head-dim": d[1],
-             "dtype": dtype, "layout": r.choice(["bhsd", "bshd"]),
+             "dtype": dtype,
+             "layout": r.choice(["bhsd", "bshd", "bshd", "sbhd", "bhds", "hsdb"]),
              "seed": r.randint(0, 1000)}
+    if r.random() < 0.2:
+        shape["pad"] = r.choice([1, 3, 8])
     if mode != "prefill" and r.random() < 0.3:
         shape["kv-lens"] = ",".join(str(r.randint(lq, lk)) for _ in range(batch))
     return shape
@@ -588,6 +591,8 @@ def minimize(runner, prog, shape, gpu, kind, budget):
                     s["kv-len"] = v
                 if k == "batch":
                     s.pop("kv-lens", None)
+                if k == "layout":
+                    s.pop("pad", None)
                 if fails(prog, s, gpu):
                     shape, changed = s, True
     return prog, shape, gpu

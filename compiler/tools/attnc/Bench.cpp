@@ -343,7 +343,7 @@ int runBench(const std::vector<std::string> &argvIn) {
     for (Row &row : rows) {
       const Shape &s = row.shape;
       if (!bench::hasUnfusedBaseline(row.variant) || s.dtype != rt::DType::F32 ||
-          s.mode != Mode::Prefill || s.bshd) {
+          s.mode != Mode::Prefill || !s.defaultLayout()) {
         row.note = "no unfused baseline for this case";
         continue;
       }

@@ -40,7 +40,11 @@ Exit status 0 only if every case passes.
                           the end of its keys). With them --q-len may
                           exceed --kv-len (FlexAttention's convention: 0)
   --dtype f32|f16|bf16    input/output dtype (default f32)
-  --layout bhsd|bshd      memory layout of q, k, v, out (default bhsd)
+  --layout ORDER          memory order of q, k, v, out, outermost first: any
+                          order of b, h, s, d (default bhsd; bshd is
+                          token-major; d need not be innermost)
+  --pad N                 N elements after each innermost row (no view is
+                          contiguous; default 0)
   --mode prefill|decode|chunk
   --seed N                input seed (default 42)
   --set NAME=VALUE        a scalar parameter

@@ -51,7 +51,7 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           decode, chunk} x {f32, f16, bf16}, plus GQA 6:1,
                           D=80, Dv != Dqk and BSHD cases
   --batch N --heads N --kv-heads N --q-len N --kv-len N
-  --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout bhsd|bshd
+  --head-dim N --v-head-dim N --dtype f32|f16|bf16 --layout ORDER --pad N
   --kv-lens L1,L2,...     per-sequence KV lengths (a ragged batch; one per
                           --batch entry, each <= --kv-len)
   --q-offsets P[,P2,...]  absolute position of each sequence's first query

@@ -57,7 +57,7 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     static const char *kShapeOptions[] = {
         "--batch",  "--heads",      "--kv-heads",   "--q-len",
         "--kv-len", "--head-dim",   "--v-head-dim", "--kv-lens",
-        "--q-offsets", "--dtype",   "--layout",     "--mode"};
+        "--q-offsets", "--dtype",   "--layout",     "--mode", "--pad"};
     if (std::find(std::begin(kShapeOptions), std::end(kShapeOptions), a) !=
             std::end(kShapeOptions) &&
         std::find(shapeOptions.begin(), shapeOptions.end(), a) ==
@@ -116,11 +116,16 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       shape.dtype = *t;
     } else if (a == "--layout") {
       if (!next()) return false;
-      if (val != "bhsd" && val != "bshd") {
-        err = "--layout must be bhsd or bshd, got '" + val + "'";
+      std::string sorted = val;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted != "bdhs") {
+        err = "--layout must order the letters b, h, s, d (outermost first: "
+              "bhsd, bshd, sbhd, bhds, ...), got '" + val + "'";
         return false;
       }
-      shape.bshd = val == "bshd";
+      shape.layout = val;
+    } else if (a == "--pad") {
+      if (!intOpt(shape.pad, 0, 1024)) return false;
     } else if (a == "--mode") {
       if (!next()) return false;
       if (val == "prefill") shape.mode = Mode::Prefill;

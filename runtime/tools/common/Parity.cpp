@@ -154,7 +154,7 @@ std::vector<Shape> suiteShapes(const Shape &base,
   extra([](Shape &s) { s.heads = 6; s.kvHeads = 1; });            // GQA 6:1
   extra([](Shape &s) { s.headDim = 80; s.vHeadDim = 80; });       // D = 80
   extra([](Shape &s) { s.headDim = 64; s.vHeadDim = 32; });       // Dv != Dqk
-  extra([](Shape &s) { s.bshd = true; s.mode = Mode::Chunk; });   // BSHD
+  extra([](Shape &s) { s.layout = "bshd"; s.mode = Mode::Chunk; }); // BSHD
   extra([](Shape &s) { s.dtype = rt::DType::F16; s.mode = Mode::Chunk; });
   return out;
 }
@@ -188,7 +188,7 @@ std::vector<Shape> matrixShapes(const Shape &base,
                                          : chunk[i % 4];
           s.qLen = len.first;
           s.kvLen = len.second;
-          s.bshd = i % 2 == 1;
+          s.layout = i % 2 == 1 ? "bshd" : "bhsd";
           // One sequence for the long chunks keeps the matrix quick to
           // emulate; ragged: three sequences with their own KV lengths,
           // each at least Lq (the queries are the last Lq of each).

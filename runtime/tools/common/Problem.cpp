@@ -59,10 +59,25 @@ std::string Shape::describe() const {
     lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
   for (size_t i = 0; i < qOffsets.size(); ++i)
     lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
-  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}", heads, kvHeads,
+  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
-                     bshd ? " bshd" : "", lens);
+                     layout != "bhsd" ? " " + layout : "",
+                     pad ? fmt::format(" pad{}", pad) : "", lens);
+}
+
+std::vector<int64_t> Shape::stridesFor(const std::vector<int64_t> &dims,
+                                       int64_t &span) const {
+  static const std::string letters = "bhsd";
+  std::vector<int64_t> strides(4, 0);
+  int64_t next = 1;
+  for (int k = 3; k >= 0; --k) { // innermost first
+    int axis = static_cast<int>(letters.find(layout[k]));
+    strides[axis] = next;
+    next *= dims[axis] + (k == 3 ? pad : 0);
+  }
+  span = next;
+  return strides;
 }
 
 namespace {
@@ -208,18 +223,36 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
                              std::mt19937_64 &rng, Inputs &in) {
   int64_t B = s.batch, H = s.heads, HK = s.kvHeads, Lq = s.qLen, Lk = s.kvLen,
           D = s.headDim, DV = s.vHeadDim;
+  // Buffers span the layout's padded extent; the padding holds seeded
+  // values too (never read through a correct view).
   auto tensor = [&](std::vector<unsigned char> &buf, const char *name,
                     int64_t h, int64_t len, int64_t d) -> rt::Status {
     std::vector<int64_t> logical = {B, h, len, d};
+    int64_t span = 0;
+    std::vector<int64_t> strides = s.stridesFor(logical, span);
     auto it = npy.find(name);
-    if (it != npy.end()) {
-      // .npy inputs are in the layout chosen by --layout.
-      std::vector<int64_t> file = s.bshd ? std::vector<int64_t>{B, len, h, d}
-                                         : logical;
-      if (rt::Status st = loadNpy(name, it->second, s.dtype, file, buf); !st)
-        return st;
-    } else {
-      buf = fillFloat(s.dtype, B * h * len * d, rng, -1.0, 1.0);
+    if (it == npy.end()) {
+      buf = fillFloat(s.dtype, span, rng, -1.0, 1.0);
+      return rt::Status::ok();
+    }
+    // .npy inputs hold the dims in --layout's order (bshd: [B, S, H, D]).
+    std::vector<int64_t> file;
+    for (char c : s.layout)
+      file.push_back(logical[std::string("bhsd").find(c)]);
+    std::vector<unsigned char> dense;
+    if (rt::Status st = loadNpy(name, it->second, s.dtype, file, dense); !st)
+      return st;
+    buf.assign(span * rt::dtypeSize(s.dtype), 0);
+    size_t es = rt::dtypeSize(s.dtype);
+    int64_t i = 0;
+    std::vector<int64_t> idx(4, 0); // in file order
+    for (int64_t n = 0; n < B * h * len * d; ++n) {
+      int64_t off = 0;
+      for (int k = 0; k < 4; ++k)
+        off += idx[k] * strides[std::string("bhsd").find(s.layout[k])];
+      std::memcpy(buf.data() + off * es, dense.data() + (i++) * es, es);
+      for (int k = 3; k >= 0 && ++idx[k] == file[k]; --k)
+        idx[k] = 0;
     }
     return rt::Status::ok();
   };
@@ -228,7 +261,9 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
   if (rt::Status st = tensor(in.v, "v", HK, Lk, DV); !st) return st;
   // NaN everywhere (all-ones bits in f32, f16 and bf16): whatever a backend
   // leaves unwritten fails the comparison.
-  in.out.assign(B * H * Lq * DV * rt::dtypeSize(s.dtype), 0xFF);
+  int64_t outSpan = 0;
+  s.stridesFor({B, H, Lq, DV}, outSpan);
+  in.out.assign(outSpan * rt::dtypeSize(s.dtype), 0xFF);
   in.lse.assign(B * H * Lq, std::numeric_limits<float>::quiet_NaN());
   auto view = [&](std::vector<unsigned char> &buf, int64_t h, int64_t len,
                   int64_t d) {
@@ -236,8 +271,8 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
     t.data = buf.data();
     t.dtype = s.dtype;
     t.shape = {B, h, len, d};
-    t.strides = s.bshd ? std::vector<int64_t>{len * h * d, d, h * d, 1}
-                       : rt::TensorView::rowMajorStrides(t.shape);
+    int64_t span = 0;
+    t.strides = s.stridesFor(t.shape, span);
     return t;
   };
   rt::AttentionArgs &a = in.args;

@@ -17,7 +17,17 @@ struct Shape {
   int64_t batch = 2, heads = 8, kvHeads = -1, qLen = -1, kvLen = -1;
   int64_t headDim = 64, vHeadDim = -1;
   rt::DType dtype = rt::DType::F32;
-  bool bshd = false;
+  /// Memory order of q, k, v and out, outermost first: a permutation of
+  /// the letters b, h, s, d (bhsd: contiguous [B, H, S, D]; bshd: the
+  /// token-major layout; d need not be innermost). `pad` elements follow
+  /// each innermost row, so no view is contiguous.
+  std::string layout = "bhsd";
+  int64_t pad = 0;
+  /// The element strides of a [B, h, len, d] view in this layout, and the
+  /// elements its buffer spans.
+  std::vector<int64_t> stridesFor(const std::vector<int64_t> &dims,
+                                  int64_t &span) const;
+  bool defaultLayout() const { return layout == "bhsd" && pad == 0; }
   Mode mode = Mode::Prefill;
   uint64_t seed = 42;
   /// Per-sequence KV lengths (a ragged batch), each <= kvLen; empty: all
