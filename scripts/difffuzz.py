@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Differential fuzzing of the whole attnc pipeline, in the manner of Csmith
 and YARPGen: random *type-correct* variants (affine and non-affine masks over
-q, kv, b, h, scalars and gathers; score_mods with every builtin, ternaries,
-lets, fn helpers, i32/f32 mixes, constants near the i32 limits) run with
+q, kv, b, h, scalars (i32, f32, bool) and gathers (rank-0 tensors too);
+the problem sizes B, H, HKV, Q, KV; sums over an index; score_mods with
+every builtin, ternaries, lets, fn helpers, i32/f32 mixes, constants near
+the i32 limits) run with
 random shapes (odd lengths, GQA, decode/chunk, ragged lengths, dtypes,
 layouts) through `attnc check` on the CPU and on the emulated GPU, against
 the fp64 reference. A crash, a hang, an internal error or a mismatch is
@@ -59,7 +61,9 @@ class N:
         if o == "call":
             return "%s(%s)" % (self.val, ", ".join(k))
         if o == "gather":
-            return "%s[%s]" % (self.val, ", ".join(k))
+            return "%s[%s]" % (self.val, ", ".join(k)) if k else self.val
+        if o == "sum":  # val: the index's name; kids: count, term
+            return "sum(%s < %s: %s)" % (self.val, k[0], k[1])
         raise ValueError(o)
 
     def size(self):
@@ -191,7 +195,31 @@ class Gen:
             return N("call", "i32", [self.exact_f32(d - 1)], val="i32")
         if c < 0.94 and "imix" in self.fn_used:
             return N("call", "i32", [self.i32(d - 1), self.i32(d - 1)], val="imix")
+        if c < 0.97:
+            return self.sum("i32", d)
         return N("call", "i32", [self.bool(d - 1)], val="i32")
+
+    def sum(self, t, d):
+        """sum(i < count: term): counts often small, zero, negative or
+        varying per key; an i32 term wraps exactly, an f32 term is kept
+        bounded and the sum clamped."""
+        r = self.r
+        idx = "i%d" % self.sums
+        self.sums += 1
+        k = r.random()
+        if k < 0.5:
+            count = lit_i(r.choice([0, 1, 2, 3, 5, -2]))
+        elif k < 0.8:
+            count = N("call", "i32", [N("bin", "i32", [N("name", "i32", val="q"), N("name", "i32", val="kv")], val="-"),
+                                      lit_i(r.choice([3, 5]))], val="floormod")
+        else:
+            count = N("call", "i32", [self.i32(d - 1), lit_i(0), lit_i(6)], val="clamp")
+        self.names.append((idx, "i32", True, 0))
+        term = self.i32(d - 1) if t == "i32" else self.approx(d - 1)
+        self.names.pop()
+        if t == "i32":
+            return N("sum", "i32", [count, term], val=idx)
+        return self.clamped(N("sum", "f32", [count, term], val=idx, exact=False))
 
     def index(self, d):
         r = self.r
@@ -339,6 +367,8 @@ class Gen:
             return N("tern", "f32", [self.bool(d - 1), x, self.approx(d - 1)], exact=False)
         if c < 0.9 and "squash" in self.fn_used:
             return N("call", "f32", [x], val="squash", exact=False)
+        if c < 0.92:
+            return self.sum("f32", d)
         if c < 0.95:
             return N("neg", "f32", [x], exact=False)
         return self.clamped(N("bin", "f32", [x, N("call", "f32", [self.i32(d - 1)], val="f32")],
@@ -351,26 +381,34 @@ class Gen:
         r = self.r
         p = Program()
         self.fn_used = set(k for k in FNS if r.random() < 0.3)
+        self.sums = 0
         for k in sorted(self.fn_used):
             p.fns.append(FNS[k][0])
         # Captures and scalars.
         self.float_caps, self.int_caps, self.bool_caps = [], [], []
         for i in range(r.randint(0, 3)):
-            kind = r.choice(["f32", "f16", "bf16", "i32", "i64", "bool", "si32", "sf32"])
+            kind = r.choice(["f32", "f16", "bf16", "i32", "i64", "bool", "si32", "sf32", "sbool"])
             name = "p%d" % i
-            if kind == "si32":
+            if kind == "sbool":
+                p.params.append((name, "bool", "scalar"))
+                p.sets[name] = r.choice(["true", "false"])
+            elif kind == "si32":
                 p.params.append((name, "i32", "scalar"))
                 p.sets[name] = r.choice([0, 1, 7, 50, -3, 2147483647, -2147483648, 1000])
             elif kind == "sf32":
                 p.params.append((name, "f32", "scalar"))
                 p.sets[name] = r.choice([0.0, 0.5, -2.0, 3.25])
             else:
-                dims = r.choice([["H"], ["B", "KV"], ["B", "Q"], ["HKV"], ["N"], ["B", "H", "Q"], ["KV", "4"]])
+                dims = r.choice([["H"], ["B", "KV"], ["B", "Q"], ["HKV"], ["N"], ["B", "H", "Q"], ["KV", "4"], []])
                 p.params.append((name, "%s[%s]" % (kind, ", ".join(dims)), "tensor"))
                 (self.float_caps if kind in ("f32", "f16", "bf16") else
                  self.bool_caps if kind == "bool" else self.int_caps).append((name, dims))
         scal_i = [(n, "i32", True, 0) for n, d, k in p.params if k == "scalar" and d == "i32"]
         scal_f = [(n, "f32", True, 0) for n, d, k in p.params if k == "scalar" and d == "f32"]
+        # Bool scalars, and the problem sizes (plus free dims) as i32 values.
+        scal_i += [(n, "bool", True, 0) for n, d, k in p.params if k == "scalar" and d == "bool"]
+        sizes = ["B", "H", "HKV", "Q", "KV"] + (["N"] if any("[N]" in d for _, d, _ in p.params) else [])
+        scal_i += [(z, "i32", True, 0) for z in sizes if r.random() < 0.3]
         depth = r.randint(1, 4)
         if r.random() < 0.8:
             self.names = [("score", "f32", False, 16), ("b", "i32", True, 0), ("h", "i32", True, 0),
