@@ -10,6 +10,8 @@ runtime_only=0
 [[ "${1:-}" == "--runtime-only" ]] && runtime_only=1
 
 packages=(cmake ninja-build g++ catch2 libfmt-dev nlohmann-json3-dev libssl-dev python3)
+# The Python package: headers for the extension, venv for its environment.
+[[ $runtime_only == 0 ]] && packages+=(python3-dev python3-venv)
 if [[ $runtime_only == 0 ]]; then
   packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib
              clang libclang-rt-dev)
@@ -35,7 +37,13 @@ fi
 if [[ $runtime_only == 1 ]]; then
   cmake -S . -B build-runtime -G Ninja -DATTNC_ENABLE_COMPILER=OFF
 else
+  # Python packages from PyPI into .venv: nanobind and scikit-build-core
+  # (the binding), numpy, pytest, torch (python/requirements-dev.txt).
+  [[ -x .venv/bin/python ]] || /usr/bin/python3 -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check \
+    -r python/requirements-dev.txt
   cmake -S . -B build -G Ninja \
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
-    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
+    -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit \
+    -DPython_EXECUTABLE="$PWD/.venv/bin/python"
 fi
