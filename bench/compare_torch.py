@@ -15,8 +15,8 @@ report, a Markdown table and plots (TFLOP/s vs length, one line per system).
   python3 bench/compare_torch.py --suite protocol --dry-run   # list cases
 
 Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
-seed 42. Not yet run on a GPU: the first session with one runs it and
-records the figures in docs/performance.md.
+seed 42. First run on an H100 on 2026-11-23 (docs/performance.md); the CPU
+counterpart, through the Python package, is compare_torch_cpu.py.
 """
 import argparse
 import datetime

@@ -1,13 +1,11 @@
 """The FlexAttention route: attnc.flex_attention / create_block_mask with
 ordinary Python score_mod / mask_mod, against torch's own flex_attention
 (eager, CPU) on the same inputs; tracing errors name the function and line."""
-import numpy as np
 import pytest
+import torch  # scripts/setup.sh installs it: these tests never skip
+from torch.nn.attention import flex_attention as tfa
 
-torch = pytest.importorskip("torch")
-from torch.nn.attention import flex_attention as tfa  # noqa: E402
-
-import attnc  # noqa: E402
+import attnc
 
 B, H, S, D = 2, 4, 96, 32
 
