@@ -130,34 +130,6 @@ class _Val:
         t = "f32" if "f32" in (a.t, b.t) else "i32"
         return self.trace.let("%s %s %s" % (a.text, op, b.text), t)
 
-    def __add__(self, x): return self._bin("+", x)
-    def __radd__(self, x): return self._bin("+", x, True)
-    def __sub__(self, x): return self._bin("-", x)
-    def __rsub__(self, x): return self._bin("-", x, True)
-    def __mul__(self, x): return self._bin("*", x)
-    def __rmul__(self, x): return self._bin("*", x, True)
-    def __truediv__(self, x): return self._bin("/", x)
-    def __rtruediv__(self, x): return self._bin("/", x, True)
-    def __floordiv__(self, x): return self._bin("//", x)
-    def __rfloordiv__(self, x): return self._bin("//", x, True)
-    def __mod__(self, x): return self._bin("%", x)
-    def __rmod__(self, x): return self._bin("%", x, True)
-    def __pow__(self, x): return self._bin("**", x)
-    def __rpow__(self, x): return self._bin("**", x, True)
-    def __and__(self, x): return self._bin("&", x)
-    def __rand__(self, x): return self._bin("&", x, True)
-    def __or__(self, x): return self._bin("|", x)
-    def __ror__(self, x): return self._bin("|", x, True)
-    def __xor__(self, x): return self._bin("^", x)
-    def __rxor__(self, x): return self._bin("^", x, True)
-    def __lshift__(self, x): return self._bin("<<", x)
-    def __rshift__(self, x): return self._bin(">>", x)
-    def __lt__(self, x): return self._bin("<", x)
-    def __le__(self, x): return self._bin("<=", x)
-    def __gt__(self, x): return self._bin(">", x)
-    def __ge__(self, x): return self._bin(">=", x)
-    def __eq__(self, x): return self._bin("==", x)
-    def __ne__(self, x): return self._bin("!=", x)
     __hash__ = object.__hash__
 
     def __neg__(self):
@@ -213,6 +185,19 @@ class _Val:
             trace.fail("torch.%s is not supported by the tracer (supported: %s)"
                        % (name, ", ".join(sorted(_TORCH_FUNCS))))
         return handler(trace, *args, **kwargs)
+
+
+# Python's operators on traced values: (method, operator, reflected form).
+_OPERATORS = [("add", "+", True), ("sub", "-", True), ("mul", "*", True),
+              ("truediv", "/", True), ("floordiv", "//", True), ("mod", "%", True),
+              ("pow", "**", True), ("and", "&", True), ("or", "|", True),
+              ("xor", "^", True), ("lshift", "<<", False), ("rshift", ">>", False),
+              ("lt", "<", False), ("le", "<=", False), ("gt", ">", False),
+              ("ge", ">=", False), ("eq", "==", False), ("ne", "!=", False)]
+for _name, _op, _reflected in _OPERATORS:
+    setattr(_Val, "__%s__" % _name, lambda self, x, op=_op: self._bin(op, x))
+    if _reflected:
+        setattr(_Val, "__r%s__" % _name, lambda self, x, op=_op: self._bin(op, x, True))
 
 
 def _flatten(xs):

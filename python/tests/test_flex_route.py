@@ -133,7 +133,6 @@ def test_gqa_lse_scale_and_more_queries_than_keys():
 
 
 def test_new_values_do_not_recompile():
-    state = {"scale": 1.0}
     t = torch.ones(H)
 
     def mod(score, b, h, q_idx, kv_idx):
@@ -146,7 +145,6 @@ def test_new_values_do_not_recompile():
     b = attnc.flex_attention(q, k, v, score_mod=mod)
     assert len(attnc.flex._kernels) == 1
     assert (a - b).abs().max() > 1e-3
-    del state
 
 
 def test_tracing_errors_name_the_function_and_line():
