@@ -12,8 +12,12 @@ bench/results/<date>-<cpu>-cpu-torch.json.
 
 Protocol: float32, B=1, H=8, D=64, prefill; wall clock (time.perf_counter),
 --warmup 2 and --iters 5 runs, median; flex's block mask is built once per
-case outside the timed region (as attnc's block mask is, inside its call:
-attnc's time includes it).
+case outside the timed region (attnc's block mask is built inside its call:
+attnc's time includes it). flex_attention is compiled afresh for each case
+(torch._dynamo.reset(): one compiled function shared by every case would
+hit Dynamo's recompile limit and fall back to the unfused eager path), and
+Inductor compiles in this process (TORCHINDUCTOR_COMPILE_THREADS=1), so no
+compile workers share the cores with the timed runs.
 """
 import argparse
 import datetime
@@ -62,18 +66,20 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
     from torch.nn.attention import flex_attention as tfa
     import attnc
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    flex = torch.compile(tfa.flex_attention, dynamic=False)
     rows = []
     for T in [int(x) for x in args.lengths.split(",")]:
         for variant in args.variants.split(","):
             c = dict(variant=variant, B=1, H=args.heads, HKV=args.heads, Lq=T, Lkv=T,
                      D=args.head_dim)
+            torch._dynamo.reset()
+            flex = torch.compile(tfa.flex_attention, dynamic=False)
             g = torch.Generator().manual_seed(42)
             q, k, v = (torch.randn(1, args.heads, T, args.head_dim, generator=g)
                        for _ in range(3))

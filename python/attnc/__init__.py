@@ -1,5 +1,5 @@
 """attnc: attention variants compiled from .attn closures, run on torch
-tensors or NumPy arrays.
+tensors, NumPy arrays or CUDA device arrays.
 
     import attnc
     kernel = attnc.compile("examples/synaptic.attn", variant="synaptic")
@@ -9,16 +9,52 @@ tensors or NumPy arrays.
 q, k, v are [B, H, S, D] (FlexAttention's layout), any strides, float32,
 float16 or bfloat16; the output is allocated like the query (or written
 into `out=`). Captured tensors and scalars are keyword arguments named as
-in the variant's signature; new values never recompile. CPU tensors run on
-the host JIT today; CUDA tensors are not yet accepted (docs/python.md).
+in the variant's signature; new values never recompile. CPU arrays run on
+the host JIT, CUDA arrays (torch CUDA tensors, any DLPack device array) on
+the device, on torch's current stream. Kernel packages compiled ahead of
+time (`attnc.compile_package`, `attnc compile --emit=package`) run on CUDA
+devices with the runtime alone (`attnc.load_package`).
 """
 import os as _os
+import sys as _sys
 
-from . import _attnc
+from . import _attnc, cuda
 from ._attnc import Error
 
-__all__ = ["compile", "Kernel", "Error", "flex_attention", "create_block_mask",
-           "BlockMask", "TraceError"]
+__all__ = ["compile", "compile_package", "load_package", "Kernel", "Package",
+           "Error", "flex_attention", "create_block_mask", "BlockMask",
+           "TraceError", "has_compiler", "cuda"]
+
+#: Whether this build of attnc compiles .attn (False: the runtime-only
+#: package, which runs kernel packages on CUDA devices).
+has_compiler = _attnc.has_compiler
+
+_CPU, _CUDA = 1, 2  # DLPack device types
+
+
+def _needs_compiler(what):
+    if not has_compiler:
+        raise Error("%s needs the compiler, and this attnc is the runtime-only "
+                    "package: compile ahead of time where the compiler is "
+                    "(attnc.compile_package) and use attnc.load_package here" % what)
+
+
+def _load_program(source, name=None):
+    _needs_compiler("compiling .attn")
+    if isinstance(source, _os.PathLike) or (
+            isinstance(source, str) and "\n" not in source and source.endswith(".attn")):
+        return _attnc.Program.load(_os.fspath(source))
+    return _attnc.Program.load(name or "<source>", source)
+
+
+def _pick_variant(names, variant):
+    if variant is None:
+        if len(names) != 1:
+            raise Error("the source has variants %s: pass variant=..." % ", ".join(names))
+        return names[0]
+    if variant not in names:
+        raise Error("no variant '%s' (the source has %s)" % (variant, ", ".join(names)))
+    return variant
 
 
 def compile(source, variant=None, *, name=None):
@@ -27,44 +63,110 @@ def compile(source, variant=None, *, name=None):
     `variant` picks one of the file's variants (required when it has
     several). Language errors raise attnc.Error with every
     `file:line:col: error:` message and its caret."""
-    if isinstance(source, _os.PathLike) or (
-            isinstance(source, str) and "\n" not in source and source.endswith(".attn")):
-        program = _attnc.Program.load(_os.fspath(source))
-    else:
-        program = _attnc.Program.load(name or "<source>", source)
-    names = program.variants
-    if variant is None:
-        if len(names) != 1:
-            raise Error("the source has variants %s: pass variant=..." % ", ".join(names))
-        variant = names[0]
-    elif variant not in names:
-        raise Error("no variant '%s' (the source has %s)" % (variant, ", ".join(names)))
-    return Kernel(program, variant)
+    program = _load_program(source, name)
+    return Kernel(program, _pick_variant(program.variants, variant))
+
+
+def compile_package(source, path, *, targets=("sm_80", "sm_90"),
+                    dtypes=("bf16", "f16", "f32"), head_dims=(64, 128), name=None):
+    """Compiles every variant of a .attn file (or source text) ahead of time
+    into a kernel package at `path`: PTX per target, dtype and head dims
+    (an int D, or a (D, Dv) pair), with each variant's signature and fp64
+    reference program. The runtime-only package runs it with no LLVM."""
+    program = _load_program(source, name)
+    dims = [(d, d) if isinstance(d, int) else (int(d[0]), int(d[1])) for d in head_dims]
+    program.write_package(_os.fspath(path), list(targets), list(dtypes), dims)
+
+
+class Package:
+    """A kernel package: `package.kernel(variant)` runs on CUDA devices."""
+
+    def __init__(self, path):
+        self.path = _os.fspath(path)
+        self._package = _attnc.Package.load(self.path)
+        self.variants = self._package.variants
+
+    def kernel(self, variant=None):
+        return Kernel(self._package, _pick_variant(self.variants, variant))
+
+
+_packages = []  # loaded with attnc.load_package: where flex_attention looks
+
+
+def load_package(path):
+    """Reads a kernel package (attnc.compile_package, or `attnc compile
+    --emit=package`). attnc.flex_attention also finds the traced modifiers
+    exported into it (attnc.flex.export_package)."""
+    p = Package(path)
+    _packages.append(p)
+    return p
 
 
 def _is_scalar(x):
     return isinstance(x, (bool, int, float))
 
 
-def _empty(like, shape, float32=False):
-    """An uninitialized array shaped `shape`, on `like`'s device, with its
-    dtype (or float32)."""
+def _is_torch_tensor(x):
+    """A torch tensor (without importing torch where no one has)."""
+    torch = _sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _device_of(x):
+    """(DLPack device type, ordinal) of an array."""
+    try:
+        t, i = x.__dlpack_device__()
+        return int(t), int(i)
+    except AttributeError:
+        return _CPU, 0
+
+
+def _empty(like, where, shape, float32=False):
+    """An uninitialized array shaped `shape` where `like` is, with its dtype
+    (or float32): a torch tensor for torch, else NumPy or a device array."""
     if hasattr(like, "new_empty"):  # torch
         import torch
         return like.new_empty(shape, dtype=torch.float32 if float32 else like.dtype)
+    if where[0] == _CUDA:
+        return cuda.empty(shape, "f32" if float32 else _attnc.dtype_of(like, "q"),
+                          where[1])
     import numpy as np
     return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
 
 
+def _stream_of(q, where, stream):
+    """The CUstream (an int) to run on: `stream` when given (an int, or an
+    object with .cuda_stream or .ptr), else torch's current stream for a
+    torch tensor, else the null stream."""
+    if stream is not None:
+        for attr in ("cuda_stream", "ptr"):
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        return int(stream)
+    if hasattr(q, "new_empty"):
+        import torch
+        return int(torch.cuda.current_stream(q.device).cuda_stream)
+    return 0
+
+
+def _host(x):
+    """A host copy of a CUDA array (the reference reads host memory)."""
+    if _is_scalar(x) or _device_of(x)[0] != _CUDA:
+        return x
+    if hasattr(x, "new_empty"):
+        return x.detach().cpu()
+    return cuda.to_host(x)
+
+
 class Kernel:
-    """A variant of a compiled program; specialized per (dtype, head dims)
-    on first use and cached."""
+    """A variant of a compiled program (or a package); specialized per
+    (device, dtype, head dims) on first use and cached."""
 
     def __init__(self, program, variant):
         self.program = program
         self.variant = variant
         self.signature = program.signature(variant)
-        self._cpu = {}
+        self._kernels = {}
 
     def _args(self, scale, kv_lens, q_offsets, params):
         a = _attnc.CallArgs()
@@ -81,34 +183,71 @@ class Kernel:
         a.scalars = scalars
         return a
 
+    def _kernel(self, where, dtype, d, dv):
+        key = (where, dtype, d, dv)
+        k = self._kernels.get(key)
+        if k is not None:
+            return k
+        if where[0] == _CUDA:
+            k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1])
+        elif where[0] == _CPU:
+            if not hasattr(self.program, "cpu_kernel"):
+                raise Error("a kernel package holds GPU kernels only: CPU arrays "
+                            "need attnc.compile (the compiler's host JIT)")
+            k = self.program.cpu_kernel(self.variant, dtype, d, dv)
+        else:
+            raise Error("'q' is on DLPack device type %d; attnc runs CPU and "
+                        "CUDA arrays" % where[0])
+        self._kernels[key] = k
+        return k
+
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                 out=None, return_lse=False, num_threads=0, **params):
+                 out=None, return_lse=False, num_threads=0, stream=None, **params):
         """Attention over q [B, H, Lq, D], k [B, Hkv, Lkv, D], v [B, Hkv,
         Lkv, Dv]; returns out [B, H, Lq, Dv] (and lse [B, H, Lq], float32,
         natural log, with return_lse=True). kv_lens: per-sequence key
         counts; q_offsets: per-sequence absolute position of the first
         query (default: the queries end at the last key; 0 is
-        FlexAttention's convention)."""
+        FlexAttention's convention). On CUDA the call is enqueued on
+        `stream` (default: torch's current stream, or the null stream) and
+        returns without waiting. torch tensors go through the operator
+        torch.ops.attnc.attention (torch.compile keeps it in its graph),
+        except with out=, num_threads= or stream=."""
+        if (out is None and not num_threads and stream is None
+                and _is_torch_tensor(q)):
+            from . import torch_op
+            return torch_op.call(self, q, k, v, scale, kv_lens, q_offsets,
+                                 return_lse, params)
+        return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
+                         out=out, return_lse=return_lse, num_threads=num_threads,
+                         stream=stream, params=params)
+
+    def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
+             num_threads, stream, params):
+        where = _device_of(q)
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        key = (dtype, d, dv)
-        if key not in self._cpu:
-            self._cpu[key] = self.program.compile_cpu(self.variant, dtype, d, dv)
+        kernel = self._kernel(where, dtype, d, dv)
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
         if out is None:
-            out = _empty(q, shape)
-        lse = _empty(q, shape[:3], float32=True) if return_lse else None
-        self._cpu[key].run(q, k, v, out, lse,
-                           self._args(scale, kv_lens, q_offsets, params),
-                           num_threads)
+            out = _empty(q, where, shape)
+        lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
+        args = self._args(scale, kv_lens, q_offsets, params)
+        if where[0] == _CUDA:
+            kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
+        else:
+            kernel.run(q, k, v, out, lse, args, num_threads)
         return (out, lse) if return_lse else out
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
                   **params):
-        """The fp64 oracle on the same arguments: (out, lse) as float64
-        NumPy arrays. Slow (naive attention); for tests and debugging."""
+        """The fp64 oracle on the same arguments (copied to the host when
+        on a device): (out, lse) as float64 NumPy arrays. Slow (naive
+        attention); for tests and debugging."""
+        params = {key: _host(x) for key, x in params.items()}
         return self.program.reference(
-            self.variant, q, k, v, self._args(scale, kv_lens, q_offsets, params))
+            self.variant, _host(q), _host(k), _host(v),
+            self._args(scale, kv_lens, q_offsets, params))
 
 
 from .flex import BlockMask, TraceError, create_block_mask, flex_attention  # noqa: E402

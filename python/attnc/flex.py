@@ -10,6 +10,7 @@ scalars (new values never recompile). The trace is written as a `.attn`
 variant and compiled once per program text; a construct that cannot be
 traced raises attnc.TraceError naming the function and the line.
 """
+import hashlib
 import math
 import os
 import sys
@@ -17,7 +18,8 @@ import types
 
 from . import _attnc
 
-__all__ = ["flex_attention", "create_block_mask", "BlockMask", "TraceError"]
+__all__ = ["flex_attention", "create_block_mask", "BlockMask", "TraceError",
+           "export_package"]
 
 
 class TraceError(_attnc.Error):
@@ -330,7 +332,7 @@ class _Capture:
             self.trace.fail("too many indices for '%s' (rank %d)" % (self.name, self._rank()))
         if len(idx) < self._rank():
             return _Capture(self.trace, self.name, self.tensor, idx)
-        t = _TORCH_TYPES[_dtype_name(self.tensor)]
+        t = _attn_type(self.tensor)
         t = "f32" if t in ("f32", "f16", "bf16") else "bool" if t == "bool" else "i32"
         return self.trace.let("%s[%s]" % (self.name, ", ".join(i.text for i in idx)), t)
 
@@ -341,7 +343,7 @@ class _Capture:
         if self._rank() != 0:
             self.trace.fail("'%s' is a tensor of rank %d used as a value; index it"
                             % (self.name, self._rank()))
-        t = _TORCH_TYPES[_dtype_name(self.tensor)]
+        t = _attn_type(self.tensor)
         t = "f32" if t in ("f32", "f16", "bf16") else "bool" if t == "bool" else "i32"
         return _Val(self.trace, self.name, t)
 
@@ -371,9 +373,11 @@ for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv",
 _Capture.__hash__ = object.__hash__
 
 
-def _dtype_name(t):
-    s = str(t.dtype)
-    return s.split(".")[-1]
+def _attn_type(t):
+    """The .attn element type of a torch tensor, NumPy array or
+    attnc.cuda.DeviceArray (None when the language has none)."""
+    s = str(t.dtype).split(".")[-1]
+    return _TORCH_TYPES.get(s, s if s in _TORCH_TYPES.values() else None)
 
 
 def _is_tensor(x):
@@ -396,7 +400,7 @@ class _Params:
             return self.by_id[key]
         name = "%s_%d" % (hint if hint.isidentifier() else "p", len(self.decls))
         if _is_tensor(obj):
-            dt = _TORCH_TYPES.get(_dtype_name(obj))
+            dt = _attn_type(obj)
             if dt is None:
                 raise TraceError("captured tensor '%s' has dtype %s; supported: %s"
                                  % (hint, obj.dtype, ", ".join(_TORCH_TYPES)))
@@ -472,14 +476,18 @@ def _trace_mod(fn, params, is_score):
 
 
 def _trace_variant(score_mod, mask_mod):
+    """(.attn source, params, variant name): the variant is named by a hash
+    of what was traced, so a package exported from one machine
+    (export_package) is found by the same closures on another."""
     params = _Params()
     bodies = []
     if score_mod is not None:
         bodies.append(_trace_mod(score_mod, params, True))
     if mask_mod is not None:
         bodies.append(_trace_mod(mask_mod, params, False))
-    src = "variant flex(%s) {\n%s\n}\n" % (", ".join(params.decls), "\n".join(bodies))
-    return src, params
+    text = "(%s) {\n%s\n}\n" % (", ".join(params.decls), "\n".join(bodies))
+    name = "flex_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    return "variant %s%s" % (name, text), params, name
 
 
 # ---- the API ------------------------------------------------------------------------
@@ -533,9 +541,43 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             mask_mod = None
     if score_mod is not None and _is_torch_default(score_mod, "_identity"):
         score_mod = None
-    src, params = _trace_variant(score_mod, mask_mod)
-    kernel = _kernels.get(src)
-    if kernel is None:
-        kernel = _kernels[src] = _compile(src, name="<flex_attention>")
+    src, params, name = _trace_variant(score_mod, mask_mod)
+    kernel = _kernel_for(src, name, query)
     return kernel(query, key, value, scale=scale, q_offsets=[0] * B,
                   return_lse=return_lse, **params.values)
+
+
+def _kernel_for(src, name, query):
+    """The traced variant's kernel: from a loaded package (CUDA arrays),
+    else compiled (once per traced program)."""
+    import attnc
+    on_cuda = attnc._device_of(query)[0] == attnc._CUDA
+    kernel = _kernels.get((src, on_cuda))
+    if kernel is not None:
+        return kernel
+    if on_cuda:
+        for p in reversed(attnc._packages):
+            if name in p.variants:
+                kernel = p.kernel(name)
+                break
+    if kernel is None:
+        if not attnc.has_compiler:
+            raise _attnc.Error(
+                "no loaded package has the traced variant %s, and this attnc has no "
+                "compiler: export it where the compiler is (attnc.flex.export_package) "
+                "and attnc.load_package the file here" % name)
+        kernel = attnc.compile(src, name="<flex_attention>")
+    _kernels[(src, on_cuda)] = kernel
+    return kernel
+
+
+def export_package(path, score_mod=None, mask_mod=None, **options):
+    """Traces score_mod / mask_mod and compiles them ahead of time into a
+    kernel package at `path` (options as attnc.compile_package: targets,
+    dtypes, head_dims). Where attnc.load_package has read it, the
+    runtime-only package runs flex_attention with the same closures.
+    Returns the variant's name."""
+    from . import compile_package
+    src, _, name = _trace_variant(score_mod, mask_mod)
+    compile_package(src, path, name="<flex_attention>", **options)
+    return name

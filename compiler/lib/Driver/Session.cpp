@@ -115,6 +115,18 @@ void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
   impl_->cacheChosen = true;
 }
 
+const char *Session::compilerId() { return kCompilerId; }
+
+std::string gpuTargetFor(int cc) {
+  if (cc >= 90)
+    return "sm_90";
+  if (cc >= 89)
+    return "sm_89";
+  if (cc >= 86)
+    return "sm_86";
+  return "sm_80";
+}
+
 rt::Status Session::compileGpu(const std::string &variant,
                                const rt::KernelSpec &spec,
                                const std::string &target,

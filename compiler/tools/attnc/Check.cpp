@@ -76,18 +76,6 @@ struct KernelKey {
   }
 };
 
-/// The newest target attnc compiles for that a device of compute
-/// capability `cc` runs.
-std::string targetFor(int cc) {
-  if (cc >= 90)
-    return "sm_90";
-  if (cc >= 89)
-    return "sm_89";
-  if (cc >= 86)
-    return "sm_86";
-  return "sm_80";
-}
-
 class Checker {
 public:
   Checker(const Session &s, int threads, const rt::cuda::Context *gpu,
@@ -140,7 +128,7 @@ private:
     auto it = gpuKernels_.find(key);
     if (it == gpuKernels_.end()) {
       rt::GpuKernelImage image;
-      std::string target = targetFor(gpu_->device().computeCapability());
+      std::string target = gpuTargetFor(gpu_->device().computeCapability());
       if (rt::Status s = session_.compileGpu(key.variant, spec, target, image);
           !s)
         return s;
@@ -181,7 +169,7 @@ int runCheck(const std::vector<std::string> &argv) {
     } else {
       std::cerr << "attnc: running on " << gpu->device().name() << " (sm_"
                 << gpu->device().computeCapability() << ", "
-                << targetFor(gpu->device().computeCapability())
+                << gpuTargetFor(gpu->device().computeCapability())
                 << " kernels)\n";
       if (gpu->device().computeCapability() < 80)
         return usage("attnc check", "the CUDA backend needs sm_80 or newer");

@@ -165,6 +165,10 @@ Status Device::open(const Driver &driver, int ordinal,
   return Status::ok();
 }
 
+Status Device::makeCurrent() const {
+  return driver_->check(driver_->api().cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+}
+
 Status Context::open(std::unique_ptr<Context> &out, int ordinal,
                      const std::string &libraryPath) {
   auto c = std::unique_ptr<Context>(new Context());

@@ -52,6 +52,8 @@ Status DeviceBuffer::allocate(const Context &ctx, size_t bytes,
                               DeviceBuffer &out) {
   out = DeviceBuffer();
   out.ctx_ = &ctx;
+  if (Status s = ctx.makeCurrent(); !s)
+    return s;
   // Zero-byte requests still get a valid, distinct address.
   if (Status s = ctx.driver().check(
           ctx.driver().api().cuMemAlloc(&out.ptr_, std::max<size_t>(bytes, 8)),
@@ -70,6 +72,8 @@ Status DeviceBuffer::upload(const void *src, size_t bytes, size_t offset) {
         offset, size_));
   if (!bytes)
     return Status::ok();
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
   return ctx_->driver().check(
       ctx_->driver().api().cuMemcpyHtoD(ptr_ + offset, src, bytes),
       "cuMemcpyHtoD");
@@ -82,12 +86,16 @@ Status DeviceBuffer::download(void *dst, size_t bytes, size_t offset) const {
         bytes, offset, size_));
   if (!bytes)
     return Status::ok();
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
   return ctx_->driver().check(
       ctx_->driver().api().cuMemcpyDtoH(dst, ptr_ + offset, bytes),
       "cuMemcpyDtoH");
 }
 
 Status DeviceBuffer::fill(unsigned char byte) {
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
   return ctx_->driver().check(
       ctx_->driver().api().cuMemsetD8(ptr_, byte, std::max<size_t>(size_, 8)),
       "cuMemsetD8");
@@ -147,6 +155,8 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
                        const GpuKernelImage &image,
                        std::unique_ptr<GpuKernel> &out) {
   const Driver &drv = ctx.driver();
+  if (Status s = ctx.makeCurrent(); !s)
+    return s;
   int64_t target = 0;
   if (image.target.rfind("sm_", 0) != 0 ||
       !parseInt(image.target.substr(3), 50, 999, target))
@@ -341,6 +351,8 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
     return s;
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
   std::lock_guard<std::mutex> lock(mu_);
   Operands ops;
   BlockMask built;
@@ -381,6 +393,8 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
         variant_.name));
   Problem p;
   if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
+    return s;
+  if (Status s = ctx_->makeCurrent(); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
   BlockMask bm;

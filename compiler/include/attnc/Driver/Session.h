@@ -20,6 +20,10 @@
 
 namespace attnc {
 
+/// The newest GPU target attnc compiles for that a device of compute
+/// capability `cc` (90 for sm_90) runs: sm_90, sm_89, sm_86 or sm_80.
+std::string gpuTargetFor(int cc);
+
 class Session {
 public:
   ~Session();
@@ -32,6 +36,8 @@ public:
                                std::string &diagnostics,
                                std::unique_ptr<Session> &out);
   const std::vector<std::string> &variants() const;
+  /// "attnc 0.1.0 (LLVM/MLIR 22.1.0)": what packages record as their compiler.
+  static const char *compilerId();
   /// The variant's signature and modifier program (for the reference).
   rt::Status info(const std::string &variant, rt::VariantInfo &out) const;
   /// JIT-compiles `variant` for the host CPU.

@@ -102,6 +102,9 @@ public:
   /// Shared memory a block may opt in to (bytes).
   int sharedOptIn() const { return sharedOptIn_; }
   const Driver &driver() const { return *driver_; }
+  /// Makes the primary context current on the calling thread (the runtime
+  /// does so before each call, so any thread may run kernels).
+  Status makeCurrent() const;
 
 private:
   Device() = default;
@@ -125,6 +128,8 @@ public:
   const Device &device() const { return *device_; }
   /// Waits for all work of the context.
   Status synchronize() const;
+  /// Makes this context current on the calling thread.
+  Status makeCurrent() const { return device_->makeCurrent(); }
 
 private:
   std::unique_ptr<Driver> driver_;

@@ -1,0 +1,69 @@
+"""attnc as a torch operator: `torch.ops.attnc.attention`, registered with
+torch.library with a fake (meta) implementation, so that torch.compile
+traces models calling attnc kernels on torch tensors into one graph (no
+graph break) and runs the kernel at that point of the compiled program.
+
+Kernel.__call__ goes through it for torch tensors (eager too, so both run
+the same path); NumPy and attnc.cuda arrays skip it. A Kernel is named in
+the graph by a registry number (kernels live for the process).
+"""
+from typing import List, Optional, Tuple
+
+import torch
+
+_kernels = []  # registry number -> Kernel
+
+
+def register(kernel):
+    """The registry number of `kernel` (registered once)."""
+    n = getattr(kernel, "_op_id", None)
+    if n is None:
+        n = kernel._op_id = len(_kernels)
+        _kernels.append(kernel)
+    return n
+
+
+@torch.library.custom_op("attnc::attention", mutates_args=())
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
+              tensor_names: str, tensors: List[torch.Tensor],
+              scalar_names: str, scalars: List[float],
+              scale: Optional[float], kv_lens: Optional[List[int]],
+              q_offsets: Optional[List[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, H, Lq, Dv] in q's dtype, lse [B, H, Lq] float32). The
+    names are comma-separated (the schema has no list of strings)."""
+    params = dict(zip(_names(tensor_names), tensors))
+    params.update(zip(_names(scalar_names), scalars))
+    return _kernels[kernel]._run(q, k, v, scale=scale, kv_lens=kv_lens,
+                                 q_offsets=q_offsets, out=None, return_lse=True,
+                                 num_threads=0, stream=None, params=params)
+
+
+def _names(joined):
+    return joined.split(",") if joined else []
+
+
+@attention.register_fake
+def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
+      kv_lens, q_offsets):
+    B, H, L = q.shape[0], q.shape[1], q.shape[2]
+    return (q.new_empty((B, H, L, v.shape[3])),
+            q.new_empty((B, H, L), dtype=torch.float32))
+
+
+def call(kernel, q, k, v, scale, kv_lens, q_offsets, return_lse, params):
+    """Kernel.__call__ on torch tensors, through the operator."""
+    tensor_names, tensors, scalar_names, scalars = [], [], [], []
+    for name, value in params.items():
+        if isinstance(value, torch.Tensor):
+            tensor_names.append(name)
+            tensors.append(value)
+        else:
+            scalar_names.append(name)
+            scalars.append(float(value))
+    out, lse = torch.ops.attnc.attention(
+        q, k, v, register(kernel), ",".join(tensor_names), tensors,
+        ",".join(scalar_names), scalars,
+        None if scale is None else float(scale),
+        None if kv_lens is None else [int(x) for x in kv_lens],
+        None if q_offsets is None else [int(x) for x in q_offsets])
+    return (out, lse) if return_lse else out

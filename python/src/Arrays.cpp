@@ -1,0 +1,126 @@
+//===- Arrays.cpp - Arrays in, errors out, and the fp64 reference ---------===//
+//
+// How the extension turns DLPack arrays (NumPy, torch, device arrays) into
+// the runtime's TensorViews without copying, a Status into attnc.Error, and
+// a call's arguments into the fp64 reference's.
+//
+//===----------------------------------------------------------------------===//
+#include "Bindings.h"
+
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+
+namespace attnc::python {
+
+using rt::DType;
+
+void check(const rt::Status &s) {
+  if (!s)
+    throw Error(s.message());
+}
+
+std::string Where::str() const {
+  if (type == nb::device::cpu::value)
+    return "cpu";
+  if (isCuda())
+    return "cuda:" + std::to_string(id);
+  return "DLPack device type " + std::to_string(type);
+}
+
+DType dtypeOf(nb::dlpack::dtype t, const std::string &name) {
+  using C = nb::dlpack::dtype_code;
+  if (t.lanes == 1) {
+    if (t.code == uint8_t(C::Float) && t.bits == 32) return DType::F32;
+    if (t.code == uint8_t(C::Float) && t.bits == 16) return DType::F16;
+    if (t.code == uint8_t(C::Bfloat) && t.bits == 16) return DType::BF16;
+    if (t.code == uint8_t(C::Int) && t.bits == 32) return DType::I32;
+    if (t.code == uint8_t(C::Int) && t.bits == 64) return DType::I64;
+    if (t.code == uint8_t(C::Bool) && t.bits == 8) return DType::Bool;
+  }
+  throw Error("'" + name + "' has an unsupported dtype (code " +
+              std::to_string(t.code) + ", " + std::to_string(t.bits) +
+              " bits); expected float32, float16, bfloat16, int32, int64 or "
+              "bool");
+}
+
+nb::dlpack::dtype dlpackOf(DType t) {
+  using C = nb::dlpack::dtype_code;
+  switch (t) {
+  case DType::F32: return {uint8_t(C::Float), 32, 1};
+  case DType::F16: return {uint8_t(C::Float), 16, 1};
+  case DType::BF16: return {uint8_t(C::Bfloat), 16, 1};
+  case DType::I32: return {uint8_t(C::Int), 32, 1};
+  case DType::I64: return {uint8_t(C::Int), 64, 1};
+  case DType::Bool: return {uint8_t(C::Bool), 8, 1};
+  }
+  throw Error("unknown dtype");
+}
+
+rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
+                           const CallArgs &c) {
+  Where at = whereOf(q);
+  rt::AttentionArgs a;
+  a.q = viewOf(q, "q", at);
+  a.k = viewOf(k, "k", at);
+  a.v = viewOf(v, "v", at);
+  a.scale = c.scale.value_or(0.0);
+  if (c.kvLens)
+    a.kvLens = *c.kvLens;
+  if (c.qOffsets)
+    a.qOffsets = *c.qOffsets;
+  for (const auto &[name, t] : c.tensors)
+    a.tensors.emplace_back(name, viewOf(t, name, at));
+  for (const auto &[name, x] : c.scalars)
+    a.scalars.emplace_back(name, x);
+  return a;
+}
+
+Signature signatureOf(const rt::VariantInfo &info) {
+  Signature out;
+  for (const auto &p : info.params) {
+    std::vector<std::string> dims;
+    for (const auto &d : p.dims)
+      dims.push_back(d.symbol.empty() ? std::to_string(d.size) : d.symbol);
+    out.emplace_back(p.name, p.isTensor ? "tensor" : "scalar",
+                     rt::dtypeName(p.dtype), dims);
+  }
+  return out;
+}
+
+std::pair<Float64Array, Float64Array>
+referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
+            const Array &v, const CallArgs &c) {
+  if (whereOf(q).isCuda())
+    throw Error("the fp64 reference reads host arrays; 'q' is on " +
+                whereOf(q).str());
+  rt::AttentionArgs a = makeArgs(q, k, v, c);
+  // The reference validates an output view (it writes its own arrays).
+  if (q.ndim() != 4 || v.ndim() != 4)
+    throw Error("q and v must be 4-d [B, H, S, D]");
+  size_t B = q.shape(0), H = q.shape(1), L = q.shape(2), DV = v.shape(3);
+  std::vector<unsigned char> scratch(
+      std::max<size_t>(1, B * H * L * DV * rt::dtypeSize(a.q.dtype)));
+  a.out = rt::TensorView::contiguous(
+      scratch.data(), a.q.dtype,
+      {int64_t(B), int64_t(H), int64_t(L), int64_t(DV)});
+  auto out = std::make_unique<std::vector<double>>();
+  auto lse = std::make_unique<std::vector<double>>();
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = rt::referenceAttention(info, a, *out, *lse);
+  }
+  check(st);
+  double *outData = out->data(), *lseData = lse->data();
+  nb::capsule ownOut(out.release(), [](void *p) noexcept {
+    delete static_cast<std::vector<double> *>(p);
+  });
+  nb::capsule ownLse(lse.release(), [](void *p) noexcept {
+    delete static_cast<std::vector<double> *>(p);
+  });
+  return {Float64Array(outData, {B, H, L, DV}, ownOut),
+          Float64Array(lseData, {B, H, L}, ownLse)};
+}
+
+} // namespace attnc::python

@@ -1,0 +1,156 @@
+//===- Compiler.cpp - Compiling .attn programs from Python ----------------===//
+//
+// A Program is a .attn file (or source text) parsed, checked and lowered
+// once by the compiler built into the extension; its variants compile to
+// CPU kernels (host JIT) and to GPU kernels for a device (PTX, through the
+// kernel cache). Absent from runtime-only builds.
+//
+//===----------------------------------------------------------------------===//
+#include "Bindings.h"
+#include "attnc/Driver/Session.h"
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+namespace attnc::python {
+
+namespace {
+
+using namespace nb::literals;
+
+rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
+                      int64_t vHeadDim) {
+  auto dt = rt::parseDType(dtype);
+  if (!dt || (*dt != rt::DType::F32 && *dt != rt::DType::F16 &&
+              *dt != rt::DType::BF16))
+    throw Error("dtype must be f32, f16 or bf16, got '" + dtype + "'");
+  rt::KernelSpec spec;
+  spec.dtype = *dt;
+  spec.headDim = headDim;
+  spec.vHeadDim = vHeadDim;
+  return spec;
+}
+
+class Program {
+public:
+  Program(std::unique_ptr<Session> s, std::string name)
+      : session_(std::move(s)), name_(std::move(name)) {}
+
+  static std::unique_ptr<Program> load(const std::string &name,
+                                       std::optional<std::string> source) {
+    std::string diagnostics;
+    std::unique_ptr<Session> s;
+    rt::Status st = source ? Session::loadSource(name, *source, diagnostics, s)
+                           : Session::load(name, diagnostics, s);
+    if (!st)
+      throw Error(diagnostics.empty() ? st.message() : diagnostics);
+    return std::make_unique<Program>(std::move(s), name);
+  }
+
+  std::vector<std::string> variants() const { return session_->variants(); }
+
+  rt::VariantInfo info(const std::string &variant) const {
+    rt::VariantInfo info;
+    check(session_->info(variant, info));
+    return info;
+  }
+
+  std::unique_ptr<rt::CpuKernel> compileCpu(const std::string &variant,
+                                            const std::string &dtype,
+                                            int64_t headDim,
+                                            int64_t vHeadDim) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+    std::unique_ptr<rt::CpuKernel> k;
+    nb::gil_scoped_release release;
+    check(session_->compileCpu(variant, spec, k));
+    return k;
+  }
+
+  /// PTX for the device's newest target attnc knows, loaded on the device.
+  std::unique_ptr<DeviceKernel> compileGpu(const std::string &variant,
+                                           const std::string &dtype,
+                                           int64_t headDim, int64_t vHeadDim,
+                                           int device) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+    const rt::cuda::Context &ctx = contextFor(device);
+    int cc = ctx.device().computeCapability();
+    if (cc < 80)
+      throw Error("attnc's GPU kernels need sm_80 or newer; " +
+                  ctx.device().name() + " is sm_" + std::to_string(cc));
+    rt::VariantInfo vi = info(variant);
+    auto k = std::make_unique<DeviceKernel>();
+    k->device = device;
+    nb::gil_scoped_release release;
+    rt::GpuKernelImage image;
+    check(session_->compileGpu(variant, spec, gpuTargetFor(cc), image));
+    check(rt::cuda::GpuKernel::load(ctx, vi, image, k->kernel));
+    return k;
+  }
+
+  /// Every variant for every target, dtype and (D, Dv), with the
+  /// configuration table's tiles (as `attnc compile --emit=package`), in
+  /// one package file.
+  void writePackage(const std::string &path,
+                    const std::vector<std::string> &targets,
+                    const std::vector<std::string> &dtypes,
+                    const std::vector<std::pair<int64_t, int64_t>> &dims) const {
+    if (targets.empty() || dtypes.empty() || dims.empty())
+      throw Error("a package needs at least one target, dtype and head dim");
+    rt::Package pkg;
+    pkg.compiler = Session::compilerId();
+    pkg.source = name_.substr(name_.find_last_of('/') + 1);
+    for (const std::string &variant : variants()) {
+      rt::PackageVariant pv;
+      pv.info = info(variant);
+      for (const std::string &target : targets)
+        for (const std::string &dtype : dtypes)
+          for (auto [d, dv] : dims) {
+            rt::KernelSpec spec = specOf(dtype, d, dv);
+            rt::GpuKernelImage image;
+            rt::Status st;
+            {
+              nb::gil_scoped_release release;
+              st = session_->compileGpu(variant, spec, target, image);
+            }
+            check(st);
+            pv.kernels.push_back(std::move(image));
+          }
+      pkg.variants.push_back(std::move(pv));
+    }
+    check(pkg.write(path));
+  }
+
+private:
+  std::unique_ptr<Session> session_;
+  std::string name_;
+};
+
+} // namespace
+
+void bindCompiler(nb::module_ &m) {
+  nb::class_<Program>(m, "Program")
+      .def_static("load", &Program::load, "name"_a, "source"_a.none() = nb::none(),
+                  "Parses, checks and lowers a .attn file (or `source` text, "
+                  "named `name` in diagnostics).")
+      .def_prop_ro("variants", &Program::variants)
+      .def("signature", [](const Program &p, const std::string &variant) {
+        return signatureOf(p.info(variant));
+      }, "variant"_a)
+      .def("cpu_kernel", &Program::compileCpu, "variant"_a, "dtype"_a,
+           "head_dim"_a, "v_head_dim"_a)
+      .def("gpu_kernel", &Program::compileGpu, "variant"_a, "dtype"_a,
+           "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+      .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
+           "dtypes"_a, "head_dims"_a)
+      .def("reference", [](const Program &p, const std::string &variant,
+                           const Array &q, const Array &k, const Array &v,
+                           const CallArgs &c) {
+        return referenceOf(p.info(variant), q, k, v, c);
+      }, "variant"_a, "q"_a, "k"_a, "v"_a, "args"_a);
+}
+
+} // namespace attnc::python
