@@ -11,7 +11,8 @@ bench/results/<date>-<cpu>-cpu-torch.json.
   ... --variants causal,synaptic --lengths 1024 --threads 2
 
 Protocol: float32, B=1, H=8, D=64, prefill; wall clock (time.perf_counter),
---warmup 2 and --iters 5 runs, median; flex's block mask is built once per
+--warmup 2 and --iters 7 rounds, each calling every implementation once
+(interleaved, 50 ms pause before each call), median per implementation; flex's block mask is built once per
 case outside the timed region (attnc's block mask is built inside its call:
 attnc's time includes it). flex_attention is compiled afresh for each case
 (torch._dynamo.reset(): one compiled function shared by every case would
@@ -33,15 +34,22 @@ sys.path.insert(0, HERE)
 from compare_torch import GYM, modifiers  # noqa: E402  the same closures
 
 
-def wall_ms(fn, warmup, iters):
+def wall_ms(fns, warmup, iters):
+    """Median wall time (ms) of each function, timed in interleaved rounds
+    (one call of each per round, after `warmup` rounds) so that drift of
+    the machine's speed hits all alike; a short pause before each call
+    lets the other library's worker threads stop spinning."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for _ in range(iters):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            time.sleep(0.05)
+            t = time.perf_counter()
+            fn()
+            times[i].append((time.perf_counter() - t) * 1e3)
+    return [statistics.median(t) for t in times]
 
 
 def cpu_name():
@@ -61,7 +69,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--threads", type=int, default=0, help="0: every core")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -99,15 +107,17 @@ def main():
                 rows.append(row)
                 print(row, file=sys.stderr)
                 continue
-            row["attnc_ms"] = wall_ms(run_ours, args.warmup, args.iters)
-            row["flex_ms"] = wall_ms(run_flex, args.warmup, args.iters)
+            fns = [run_ours, run_flex]
             if variant in ("full", "causal"):
                 causal = variant == "causal"
                 sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
                     q, k, v, is_causal=causal)
-                sdpa_err = (sdpa() - theirs).abs().max().item()
-                row["sdpa_max_abs_vs_flex"] = sdpa_err
-                row["sdpa_ms"] = wall_ms(sdpa, args.warmup, args.iters)
+                row["sdpa_max_abs_vs_flex"] = (sdpa() - theirs).abs().max().item()
+                fns.append(sdpa)
+            ms = wall_ms(fns, args.warmup, args.iters)
+            row["attnc_ms"], row["flex_ms"] = ms[0], ms[1]
+            if len(ms) > 2:
+                row["sdpa_ms"] = ms[2]
             rows.append(row)
             print("%-15s T=%-5d attnc %8.2f ms  flex %8.2f ms%s" % (
                 variant, T, row["attnc_ms"], row["flex_ms"],

@@ -6,7 +6,9 @@
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
 # and the tuner's inputs: candidate packages (every tile configuration of
-# bf16 D=64 and D=128) for run-gpu-tune.sh.
+# bf16 D=64 and D=128) for run-gpu-tune.sh; and what build-python.sh needs to
+# build the runtime-only Python package there (the runtime as a static PIC
+# library, libcrypto.a, nanobind's source tree from .venv).
 # Pass `.device` in the device tool's `carry`.
 #   usage: scripts/device-bundle.sh [TARGET]       (default sm_90)
 set -euo pipefail
@@ -34,6 +36,12 @@ for n in full causal sliding_window document_mask synaptic; do
     -o "$out/candidates/$n.json"
 done
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" "$out/"
+cp "$src/scripts/device-python.sh" "$out/build-python.sh"
+cp "$src/build-device/lib/libAttncRuntime.a" "$out/lib/"
+cp "$(sed -n 's/^OPENSSL_CRYPTO_LIBRARY:FILEPATH=//p' "$src/build-device/CMakeCache.txt")" \
+   "$out/lib/libcrypto.a"
+nanobind="$("$src/.venv/bin/python" -c 'import nanobind, os; print(os.path.dirname(nanobind.__file__))')"
+cp -r "$nanobind" "$out/nanobind"
 # The packages are built from the working tree: -dirty says it had changes.
 git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
 du -sh "$out"

@@ -158,6 +158,9 @@ def _host(x):
     return cuda.to_host(x)
 
 
+_registry = []  # every Kernel, by the number torch.ops.attnc.attention names
+
+
 class Kernel:
     """A variant of a compiled program (or a package); specialized per
     (device, dtype, head dims) on first use and cached."""
@@ -167,6 +170,8 @@ class Kernel:
         self.variant = variant
         self.signature = program.signature(variant)
         self._kernels = {}
+        self._op_id = len(_registry)
+        _registry.append(self)
 
     def _args(self, scale, kv_lens, q_offsets, params):
         a = _attnc.CallArgs()
@@ -216,8 +221,8 @@ class Kernel:
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q)):
             from . import torch_op
-            return torch_op.call(self, q, k, v, scale, kv_lens, q_offsets,
-                                 return_lse, params)
+            return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
+                                 q_offsets, return_lse, params)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
                          out=out, return_lse=return_lse, num_threads=num_threads,
                          stream=stream, params=params)

@@ -393,8 +393,10 @@ class _Params:
         self.values = {}    # name -> tensor or number
         self.by_id = {}     # id(object) -> name
         self.kinds = {}     # name -> "tensor" | "scalar"
+        self.sources = {}   # name -> (modifier: 0 score_mod, 1 mask_mod,
+                            #          "cell" or "global", cell index or name)
 
-    def bind(self, obj, hint):
+    def bind(self, obj, hint, source):
         key = id(obj)
         if key in self.by_id:
             return self.by_id[key]
@@ -413,6 +415,7 @@ class _Params:
             self.kinds[name] = "scalar"
         self.values[name] = obj
         self.by_id[key] = name
+        self.sources[name] = source
         return name
 
 
@@ -420,35 +423,43 @@ def _is_number(x):
     return isinstance(x, (bool, int, float))
 
 
-def _rebind(fn, trace, params):
+def _rebind(fn, trace, params, which):
     """`fn` with every tensor and number it closes over (closure cells and
-    globals it names) replaced by a traced stand-in."""
-    def stand_in(obj, hint):
+    globals it names) replaced by a traced stand-in; `which` (0: score_mod,
+    1: mask_mod) and where each came from are recorded (_read)."""
+    def stand_in(obj, hint, source):
         if _is_tensor(obj):
-            name = params.bind(obj, hint)
+            name = params.bind(obj, hint, source)
             return _Capture(trace, name, obj)
         if _is_number(obj):
             if isinstance(obj, int) and not isinstance(obj, bool) and not -2**31 <= obj < 2**31:
                 return obj
-            name = params.bind(obj, hint)
+            name = params.bind(obj, hint, source)
             return _Val(trace, name, "bool" if isinstance(obj, bool) else
                         "i32" if isinstance(obj, int) else "f32")
         return obj
 
     cells = None
     if fn.__closure__:
-        cells = tuple(types.CellType(stand_in(c.cell_contents, n))
-                      for n, c in zip(fn.__code__.co_freevars, fn.__closure__))
+        cells = tuple(types.CellType(stand_in(c.cell_contents, n, (which, "cell", i)))
+                      for i, (n, c) in enumerate(zip(fn.__code__.co_freevars,
+                                                     fn.__closure__)))
     g = dict(fn.__globals__)
     for n in fn.__code__.co_names:
         if n in g and (_is_tensor(g[n])):
-            g[n] = stand_in(g[n], n)
+            g[n] = stand_in(g[n], n, (which, "global", n))
     return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
+
+
+def _read(fns, which, kind, key):
+    """A parameter's current value, from where _rebind found it."""
+    fn = fns[which]
+    return fn.__closure__[key].cell_contents if kind == "cell" else fn.__globals__[key]
 
 
 def _trace_mod(fn, params, is_score):
     trace = _Trace(fn, params)
-    f = _rebind(fn, trace, params)
+    f = _rebind(fn, trace, params, 0 if is_score else 1)
     names = ["score", "b", "h", "q_idx", "kv_idx"] if is_score else ["b", "h", "q_idx", "kv_idx"]
     types_ = ["f32", "i32", "i32", "i32", "i32"] if is_score else ["i32"] * 4
     args = [_Val(trace, n, t) for n, t in zip(names, types_)]
@@ -522,7 +533,6 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     """torch.nn.attention.flex_attention's meaning, run by attnc: query
     [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev]; query i sits
     at position i (FlexAttention's convention)."""
-    from . import compile as _compile
     B, Hq, L = int(query.shape[0]), int(query.shape[1]), int(query.shape[2])
     Hkv, S = int(key.shape[1]), int(key.shape[2])
     if Hq != Hkv and not enable_gqa:
@@ -537,21 +547,48 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                                "query has %d positions and the key %d"
                                % (block_mask.Q_LEN, block_mask.KV_LEN, L, S))
         mask_mod = block_mask.mask_mod
-        if _is_torch_default(mask_mod, "noop_mask"):
-            mask_mod = None
+    src, name, sources = _traced(score_mod, mask_mod)
+    fns = (score_mod, mask_mod)
+    params = {p: _read(fns, which, kind, where) for p, which, kind, where in sources}
+    import attnc
+    if attnc._is_torch_tensor(query):  # the operator: torch.compile follows
+        from . import torch_op
+        return torch_op.call(_kernel_id(src, name, bool(query.is_cuda)), query, key,
+                             value, scale, None, [0] * B, return_lse, params)
+    kernel = _kernel_for(src, name, attnc._device_of(query)[0] == attnc._CUDA)
+    return kernel(query, key, value, scale=scale, q_offsets=[0] * B,
+                  return_lse=return_lse, **params)
+
+
+def _traced(score_mod, mask_mod):
+    """(.attn source, variant name, where each parameter comes from): the
+    trace, which Dynamo (torch.compile) runs at its own trace time and
+    keeps as a constant (it cannot follow the tracer); the parameters'
+    values are read afresh (_read) on every call."""
     if score_mod is not None and _is_torch_default(score_mod, "_identity"):
         score_mod = None
+    if mask_mod is not None and _is_torch_default(mask_mod, "noop_mask"):
+        mask_mod = None
     src, params, name = _trace_variant(score_mod, mask_mod)
-    kernel = _kernel_for(src, name, query)
-    return kernel(query, key, value, scale=scale, q_offsets=[0] * B,
-                  return_lse=return_lse, **params.values)
+    return src, name, tuple((p,) + params.sources[p] for p in params.values)
 
 
-def _kernel_for(src, name, query):
+_traced._dynamo_marked_constant = True  # torch._dynamo.assume_constant_result
+
+
+def _kernel_id(src, name, on_cuda):
+    """The traced variant's kernel, as torch_op's registry number (a
+    constant for Dynamo, like _traced)."""
+    return _kernel_for(src, name, on_cuda)._op_id
+
+
+_kernel_id._dynamo_marked_constant = True
+
+
+def _kernel_for(src, name, on_cuda):
     """The traced variant's kernel: from a loaded package (CUDA arrays),
     else compiled (once per traced program)."""
     import attnc
-    on_cuda = attnc._device_of(query)[0] == attnc._CUDA
     kernel = _kernels.get((src, on_cuda))
     if kernel is not None:
         return kernel

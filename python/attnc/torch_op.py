@@ -5,22 +5,16 @@ graph break) and runs the kernel at that point of the compiled program.
 
 Kernel.__call__ goes through it for torch tensors (eager too, so both run
 the same path); NumPy and attnc.cuda arrays skip it. A Kernel is named in
-the graph by a registry number (kernels live for the process).
+the graph by its registry number (attnc._registry: every Kernel is
+registered when made, outside any trace, and lives for the process).
 """
 from typing import List, Optional, Tuple
 
 import torch
 
-_kernels = []  # registry number -> Kernel
-
-
-def register(kernel):
-    """The registry number of `kernel` (registered once)."""
-    n = getattr(kernel, "_op_id", None)
-    if n is None:
-        n = kernel._op_id = len(_kernels)
-        _kernels.append(kernel)
-    return n
+def _kernel(n):
+    import attnc
+    return attnc._registry[n]
 
 
 @torch.library.custom_op("attnc::attention", mutates_args=())
@@ -33,7 +27,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
     names are comma-separated (the schema has no list of strings)."""
     params = dict(zip(_names(tensor_names), tensors))
     params.update(zip(_names(scalar_names), scalars))
-    return _kernels[kernel]._run(q, k, v, scale=scale, kv_lens=kv_lens,
+    return _kernel(kernel)._run(q, k, v, scale=scale, kv_lens=kv_lens,
                                  q_offsets=q_offsets, out=None, return_lse=True,
                                  num_threads=0, stream=None, params=params)
 
@@ -50,8 +44,9 @@ def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
             q.new_empty((B, H, L), dtype=torch.float32))
 
 
-def call(kernel, q, k, v, scale, kv_lens, q_offsets, return_lse, params):
-    """Kernel.__call__ on torch tensors, through the operator."""
+def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params):
+    """A kernel (by registry number) on torch tensors, through the
+    operator: Kernel.__call__ and flex_attention."""
     tensor_names, tensors, scalar_names, scalars = [], [], [], []
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
@@ -61,7 +56,7 @@ def call(kernel, q, k, v, scale, kv_lens, q_offsets, return_lse, params):
             scalar_names.append(name)
             scalars.append(float(value))
     out, lse = torch.ops.attnc.attention(
-        q, k, v, register(kernel), ",".join(tensor_names), tensors,
+        q, k, v, kernel_id, ",".join(tensor_names), tensors,
         ",".join(scalar_names), scalars,
         None if scale is None else float(scale),
         None if kv_lens is None else [int(x) for x in kv_lens],

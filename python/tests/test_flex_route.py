@@ -1,6 +1,8 @@
 """The FlexAttention route: attnc.flex_attention / create_block_mask with
 ordinary Python score_mod / mask_mod, against torch's own flex_attention
 (eager, CPU) on the same inputs; tracing errors name the function and line."""
+import os
+
 import pytest
 import torch  # scripts/setup.sh installs it: these tests never skip
 from torch.nn.attention import flex_attention as tfa
@@ -162,3 +164,26 @@ def test_tracing_errors_name_the_function_and_line():
 
     with pytest.raises(attnc.TraceError, match="torch.cumsum is not supported"):
         attnc.flex_attention(q, k, v, score_mod=unsupported)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 2e-2)])
+def test_scaled_dot_product_attention_parity(dtype, tol):
+    """torch's SDPA (float64 math on the same rounded inputs): full and
+    causal prefill at odd lengths with GQA through the FlexAttention route,
+    and decode/chunks at absolute offsets through the .attn route."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = inputs(dtype, seed=5, hkv=2, lq=37, lkv=37)
+    ref = sdpa(q.double(), k.double(), v.double(), is_causal=True, enable_gqa=True)
+    bm = attnc.create_block_mask(causal, B, H, 37, 37)
+    close(attnc.flex_attention(q, k, v, block_mask=bm, enable_gqa=True), ref, tol)
+    ref = sdpa(q.double(), k.double(), v.double(), enable_gqa=True)
+    close(attnc.flex_attention(q, k, v, enable_gqa=True), ref, tol)
+
+    kernel = attnc.compile(os.path.join(os.path.dirname(__file__), "..", "..",
+                                        "examples", "causal.attn"))
+    for lq in (1, 5):  # decode and a chunk, ending at the last of 53 keys
+        q, k, v = inputs(dtype, seed=lq, hkv=2, lq=lq, lkv=53)
+        pos = torch.arange(53 - lq, 53)[:, None] >= torch.arange(53)[None, :]
+        ref = sdpa(q.double(), k.double(), v.double(), attn_mask=pos, enable_gqa=True)
+        close(kernel(q, k, v, q_offsets=[53 - lq] * B), ref, tol)
+        close(kernel(q, k, v), ref, tol)  # the default: queries end at the last key

@@ -53,8 +53,36 @@ def test_a_compiled_model_runs_attnc_without_a_graph_break():
 
 def test_the_operator_passes_torch_opcheck():
     kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"))
-    from attnc import torch_op
     q, k, v = (torch.randn(1, 2, 17, 64) for _ in range(3))
     torch.library.opcheck(torch.ops.attnc.attention,
-                          (q, k, v, torch_op.register(kernel), "", [], "", [],
+                          (q, k, v, kernel._op_id, "", [], "", [],
                            None, None, None))
+
+
+def test_flex_attention_inside_a_compiled_function():
+    """attnc.flex_attention with closures over a tensor and a number, inside
+    torch.compile(fullgraph=True): traced once at Dynamo's trace time, the
+    values read on each call."""
+    slopes = torch.tensor([0.5, 0.25])
+    cap = 30.0
+
+    def alibi_softcap(score, b, h, q_idx, kv_idx):
+        s = score + slopes[h] * (kv_idx - q_idx)
+        return cap * torch.tanh(s / cap)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    bm = attnc.create_block_mask(causal, 1, 2, 40, 40)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def f(q, k, v):
+        return attnc.flex_attention(q, k, v, score_mod=alibi_softcap, block_mask=bm) * 2
+
+    q, k, v = (torch.randn(1, 2, 40, 64) for _ in range(3))
+    eager = attnc.flex_attention(q, k, v, score_mod=alibi_softcap, block_mask=bm)
+    assert torch.allclose(f(q, k, v), 2 * eager, atol=1e-5)
+    slopes.copy_(torch.tensor([2.0, 1.0]))  # a new value in the same tensor
+    eager2 = attnc.flex_attention(q, k, v, score_mod=alibi_softcap, block_mask=bm)
+    assert (eager2 - eager).abs().max() > 1e-3
+    assert torch.allclose(f(q, k, v), 2 * eager2, atol=1e-5)
