@@ -13,6 +13,8 @@ report, a Markdown table and plots (TFLOP/s vs length, one line per system).
   python3 bench/compare_torch.py --suite gym --dtype bf16 \
       --attnc-run .device/bin/attnc-run --packages .device/packages
   python3 bench/compare_torch.py --suite protocol --dry-run   # list cases
+  PYTHONPATH=/tmp/attnc-python python3 bench/compare_torch.py --suite gym \
+      --packages .device/packages --attnc-python     # through the Python package
 
 Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
 seed 42. First run on an H100 on 2026-11-23 (docs/performance.md); the CPU
@@ -129,6 +131,28 @@ def attnc_case(args, c, tensors, sets, tmp):
     return json.loads(r.stdout.strip().splitlines()[-1]), np.load(out)
 
 
+def attnc_python_case(torch, args, c, q, k, v, captures, sets, ref, row):
+    """attnc's kernel from the same package through the Python package
+    (attnc.load_package; the runtime-only build on the GPU machine), on the
+    torch CUDA tensors themselves, enqueued on torch's current stream and
+    timed with the same events. Data-dependent masks build their block mask
+    on the device inside each call (attnc-run times it apart)."""
+    try:
+        import attnc
+        kernel = attnc.load_package(os.path.join(
+            args.packages, c["variant"] + ".json")).kernel(c["variant"])
+        params = dict(captures, **{n: float(x) for n, x in sets.items()})
+        run = lambda: kernel(q, k, v, **params)  # noqa: E731
+        err = (run().float() - ref.float()).abs().max().item()
+        row["attnc_py_max_abs_vs_flex"] = err
+        if err > 2e-2:
+            row["attnc_py_error"] = "max_abs %.3g vs flex" % err
+        else:
+            row["attnc_py_ms"] = time_ms(torch, run, args.warmup, args.iters)
+    except (ImportError, RuntimeError, ValueError) as e:
+        row["attnc_py_error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
+
+
 def time_ms(torch, fn, warmup, iters):
     for _ in range(warmup):
         fn()
@@ -231,6 +255,8 @@ def run(args):
                             row["attnc_block_mask_ms"] = a["block_mask_ms"]
                 except RuntimeError as e:
                     row["attnc_error"] = str(e)
+        if args.attnc_python:
+            attnc_python_case(torch, args, c, q, k, v, captures, sets, ref, row)
         rows.append(row)
         print(json.dumps(row), flush=True)
         # Each row is kept as it comes, so a run cut short still has them.
@@ -247,6 +273,10 @@ def main():
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--iters", type=int, default=500)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--attnc-python", action="store_true",
+                   help="also time attnc through its Python package (import "
+                   "attnc: PYTHONPATH at the runtime-only build, see "
+                   ".device/build-python.sh) on the torch tensors, from --packages")
     p.add_argument("--attnc-run", help="attnc-run (runtime only) to time "
                    "attnc's kernels with, e.g. .device/bin/attnc-run")
     p.add_argument("--packages", default=os.path.join(ROOT, ".device",

@@ -216,22 +216,25 @@ def report_gpu(rec, path, out):
              "ms are medians; TFLOP/s count unmasked (query, key) pairs; "
              "x > 1 means attnc is faster.", "",
              "| variant | T | B | H/Hkv | D | attnc ms | flex ms | SDPA best ms "
-             "| attnc TF/s | attnc vs flex | attnc vs SDPA | max_abs vs flex |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| attnc TF/s | attnc vs flex | attnc vs SDPA | max_abs vs flex "
+             "| attnc via Python ms |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         a = r.get("attnc_ms", [None])[0]
         f = r["flex_ms"][0]
         s = sdpa_best(r)
         fmt = lambda x: "%.3f" % x if x else "–"
+        py = r.get("attnc_py_ms", [None])[0]
         lines.append("| %s | %d | %d | %d/%d | %d | %s | %.3f | %s | %s | %s | %s "
-                     "| %s |" % (
+                     "| %s | %s |" % (
                          r["variant"], r["Lkv"], r["B"], r["H"], r["HKV"],
                          r["D"], fmt(a) if a else r.get("attnc_error", "–"), f,
                          fmt(s), "%.1f" % tflops(r, a) if a else "–",
                          "%.2fx" % (f / a) if a else "–",
                          "%.2fx" % (s / a) if a and s else "–",
                          "%.2g" % r["attnc_max_abs_vs_flex"]
-                         if "attnc_max_abs_vs_flex" in r else "–"))
+                         if "attnc_max_abs_vs_flex" in r else "–",
+                         fmt(py) if py else r.get("attnc_py_error", "–")))
     write_table(base, lines)
 
     def draw(ax, key):

@@ -42,6 +42,10 @@ cp "$(sed -n 's/^OPENSSL_CRYPTO_LIBRARY:FILEPATH=//p' "$src/build-device/CMakeCa
    "$out/lib/libcrypto.a"
 nanobind="$("$src/.venv/bin/python" -c 'import nanobind, os; print(os.path.dirname(nanobind.__file__))')"
 cp -r "$nanobind" "$out/nanobind"
+# FlexAttention closures of the GPU pytest, exported with the compiler.
+mkdir -p "$out/python-packages"
+PYTHONPATH="$src/build/python" "$src/.venv/bin/python" \
+  "$src/python/tests/gpu/make_packages.py" "$out/python-packages" "$target"
 # The packages are built from the working tree: -dirty says it had changes.
 git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
 du -sh "$out"

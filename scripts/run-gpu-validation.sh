@@ -48,4 +48,15 @@ if command -v compute-sanitizer >/dev/null; then
     tail -2 "$out/racecheck-d$d.txt"
   done
 fi
+# The runtime-only Python package, built here, on torch CUDA tensors.
+if command -v python3 >/dev/null && python3 -c "import torch" 2>/dev/null; then
+  if "$dev/build-python.sh" /tmp/attnc-python > "$out/python-build.txt" 2>&1; then
+    PYTHONPATH=/tmp/attnc-python ATTNC_TEST_PACKAGES="$dev/packages" \
+      python3 -m pytest -q -p no:cacheprovider "$dev/../python/tests/gpu" \
+      > "$out/python-gpu.txt" 2>&1 || status=1
+  else
+    status=1
+  fi
+  tail -3 "$out/python-build.txt" "$out/python-gpu.txt" 2>/dev/null
+fi
 exit $status
