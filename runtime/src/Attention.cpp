@@ -197,15 +197,34 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
   p.Hkv = a.k.shape[1];
   p.Lkv = a.k.shape[2];
   p.Dv = a.v.shape[3];
+  // The K/V views' first two axes: [B, Lkv], or with pages [pages, size].
+  int64_t kvOuter = p.B, kvRows = p.Lkv;
+  if (a.pages) {
+    p.pages = a.pages;
+    p.numPages = a.k.shape[0];
+    kvOuter = p.numPages;
+    kvRows = a.pages->pageSize;
+    if (a.k.shape[2] != a.pages->pageSize)
+      return Status::invalidArgument(fmt::format(
+          "'k' is a page pool of {} rows per page (shape {}), but the page "
+          "table's page size is {}",
+          a.k.shape[2], TensorView::formatDims(a.k.shape), a.pages->pageSize));
+    if (Status s = a.pages->check(p.B, p.numPages); !s)
+      return s;
+    // KV (captures' dims, the block mask's extent) is the longest sequence.
+    p.Lkv = 0;
+    for (int64_t b = 0; b < p.B; ++b)
+      p.Lkv = std::max<int64_t>(p.Lkv, a.pages->length(b));
+  }
   DType dt = spec ? spec->dtype : a.q.dtype;
   if (dt != DType::F32 && dt != DType::F16 && dt != DType::BF16)
     return Status::invalidArgument(fmt::format(
         "'q' has dtype {}, expected f32, f16 or bf16", dtypeName(a.q.dtype)));
   if (Status s = checkTensor(a.q, "q", dt, {p.B, p.Hq, p.Lq, p.Dqk}); !s)
     return s;
-  if (Status s = checkTensor(a.k, "k", dt, {p.B, p.Hkv, p.Lkv, p.Dqk}); !s)
+  if (Status s = checkTensor(a.k, "k", dt, {kvOuter, p.Hkv, kvRows, p.Dqk}); !s)
     return s;
-  if (Status s = checkTensor(a.v, "v", dt, {p.B, p.Hkv, p.Lkv, p.Dv}); !s)
+  if (Status s = checkTensor(a.v, "v", dt, {kvOuter, p.Hkv, kvRows, p.Dv}); !s)
     return s;
   if (Status s = checkTensor(a.out, "out", dt, {p.B, p.Hq, p.Lq, p.Dv}); !s)
     return s;
@@ -238,6 +257,16 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
     return Status::invalidArgument("sequence lengths must fit in i32");
 
   p.kvLen = a.kvLens;
+  if (a.pages) {
+    for (int64_t b = 0; b < static_cast<int64_t>(p.kvLen.size()) && b < p.B; ++b)
+      if (p.kvLen[b] != a.pages->length(b))
+        return Status::invalidArgument(fmt::format(
+            "'kvLens[{}]' is {}, but the page table gives sequence {} {} keys",
+            b, p.kvLen[b], b, a.pages->length(b)));
+    if (p.kvLen.empty())
+      for (int64_t b = 0; b < p.B; ++b)
+        p.kvLen.push_back(a.pages->length(b));
+  }
   if (p.kvLen.empty())
     p.kvLen.assign(p.B, static_cast<int32_t>(p.Lkv));
   if (static_cast<int64_t>(p.kvLen.size()) != p.B)
@@ -313,8 +342,26 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
                                       i2 * t.strides[2] + i3 * t.strides[3]);
     return d;
   };
-  const std::vector<double> q = widen(a.q), k = widen(a.k), vv = widen(a.v);
-  const int64_t Lkv = a.k.shape[2];
+  // K and V in pages: gathered per sequence into [B, Hkv, Lkv, D] rows.
+  auto widenKV = [&](const TensorView &t) {
+    if (!p.pages)
+      return widen(t);
+    int64_t D = t.shape[3];
+    std::vector<double> d(static_cast<size_t>(p.B * p.Hkv * p.Lkv * D), 0.0);
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hkv; ++h)
+        for (int64_t j = 0; j < p.kvLen[b]; ++j) {
+          auto [page, row] = p.pages->locate(b, j);
+          for (int64_t i = 0; i < D; ++i)
+            d[static_cast<size_t>(((b * p.Hkv + h) * p.Lkv + j) * D + i)] =
+                loadAsDouble(t.data, t.dtype,
+                             page * t.strides[0] + h * t.strides[1] +
+                                 row * t.strides[2] + i * t.strides[3]);
+        }
+    return d;
+  };
+  const std::vector<double> q = widen(a.q), k = widenKV(a.k), vv = widenKV(a.v);
+  const int64_t Lkv = p.Lkv;
   const double ninf = -std::numeric_limits<double>::infinity();
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.Hq; ++h)

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace attnc::rt::detail {
 
 int64_t extent(const TensorView &t) {
@@ -28,7 +30,9 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
                        const BlockMask *bm, int64_t packHeads) {
   abi::Layout L = abi::computeLayout(v);
   Operands o;
-  o.ip.assign(L.size(p.B), 0);
+  int64_t pageEntries = p.pages ? static_cast<int64_t>(p.pages->indices.size()) : 0;
+  // A paged batch with no page at all still marks itself paged.
+  o.ip.assign(L.size(p.B, p.pages ? std::max<int64_t>(pageEntries, 1) : 0), 0);
   o.fp.assign(1 + v.params.size(), 0.f);
   auto &ip = o.ip;
   ip[abi::kB] = p.B;
@@ -73,6 +77,14 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   for (int64_t b = 0; b < p.B; ++b) {
     ip[L.seqBase + b] = p.kvLen[b];
     ip[L.seqBase + p.B + b] = p.qPos0[b];
+  }
+  if (p.pages) {
+    ip[abi::kPageSize] = p.pages->pageSize;
+    int64_t base = L.pageBase(p.B);
+    for (int64_t b = 0; b < p.B; ++b)
+      ip[base + b] = p.pages->indptr[b];
+    for (int64_t i = 0; i < pageEntries; ++i)
+      ip[base + p.B + i] = p.pages->indices[i];
   }
   o.fp[0] = static_cast<float>(p.scale);
   return o;

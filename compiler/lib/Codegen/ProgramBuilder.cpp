@@ -69,6 +69,10 @@ ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
   e.hasLse = arith::CmpIOp::create(
       b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
       arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
+  Value pageSize = ipAt(abi::kPageSize);
+  e.paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, pageSize, cIdx(0));
+  e.pageSize = select(e.paged, pageSize, cIdx(1));
+  e.pageList = add(cIdx(layout_.seqBase), mul(e.B, cIdx(3)));
   e.scale = load(fp_, cIdx(0));
   e.ninf = cF32(-std::numeric_limits<double>::infinity());
   e.zeroF = cF32(0.0);
@@ -105,7 +109,23 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
                                 sub(e.Lq, cIdx(1))));
   it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
   it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  // ip has page slots only when paged.
+  it.pageFirst = ifYield(e.paged, {cIdx(0)}, [&]() -> SmallVector<Value> {
+    return {ipAt(add(add(cIdx(layout_.seqBase), mul(e.B, cIdx(2))), it.b))};
+  })[0];
   return it;
+}
+
+Value ProgramBuilder::kvRowOffset(const Entry &e, const Item &it, Value row,
+                                  ArrayRef<Value> s) {
+  Value head = mul(it.kvh, s[1]);
+  Value flat = add(add(mul(it.b, s[0]), head), mul(row, s[2]));
+  return ifYield(e.paged, {flat}, [&]() -> SmallVector<Value> {
+    Value entry = add(it.pageFirst, arith::DivUIOp::create(b_, row, e.pageSize));
+    Value page = ipAt(add(e.pageList, entry));
+    Value inPage = arith::RemUIOp::create(b_, row, e.pageSize);
+    return {add(add(mul(page, s[0]), head), mul(inPage, s[2]))};
+  })[0];
 }
 
 std::pair<Value, Value> ProgramBuilder::rowCoords(const Entry &e, const Item &it,

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <new>
 #include <unistd.h>
 #include <cstdlib>
@@ -59,11 +60,12 @@ std::string Shape::describe() const {
     lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
   for (size_t i = 0; i < qOffsets.size(); ++i)
     lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
-  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}", heads, kvHeads,
+  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
                      layout != "bhsd" ? " " + layout : "",
-                     pad ? fmt::format(" pad{}", pad) : "", lens);
+                     pad ? fmt::format(" pad{}", pad) : "",
+                     pageSize ? fmt::format(" pages{}", pageSize) : "", lens);
 }
 
 std::vector<int64_t> Shape::stridesFor(const std::vector<int64_t> &dims,
@@ -133,6 +135,65 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
                              const std::vector<std::vector<int64_t>> &capShapes,
                              std::mt19937_64 &rng, Inputs &in);
 
+/// Moves K and V into page pools (Shape::pageSize): each sequence's pages
+/// drawn from a shuffled pool with spare pages; spare pages and the unused
+/// rows of last pages are NaN, so a kernel that reads outside the table
+/// fails the comparison.
+static rt::Status pageKV(const Shape &s, std::mt19937_64 &rng, Inputs &in) {
+  rt::AttentionArgs &a = in.args;
+  int64_t B = s.batch, HK = s.kvHeads, P = s.pageSize;
+  std::vector<int32_t> lens;
+  int64_t total = 0, maxPages = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    lens.push_back(a.kvLens.empty() ? static_cast<int32_t>(s.kvLen) : a.kvLens[b]);
+    int64_t pages = (lens.back() + P - 1) / P;
+    total += pages;
+    maxPages = std::max(maxPages, pages);
+  }
+  int64_t pool = total + 3;
+  std::vector<int32_t> perm(static_cast<size_t>(pool));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> table(static_cast<size_t>(B * maxPages), 0);
+  size_t next = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < (lens[b] + P - 1) / P; ++i)
+      table[b * maxPages + i] = perm[next++];
+  auto pt = std::make_shared<rt::PageTable>();
+  if (rt::Status st = rt::PageTable::fromBlockTable(table, maxPages, lens, P, *pt);
+      !st)
+    return st;
+  size_t es = rt::dtypeSize(s.dtype);
+  auto repack = [&](std::vector<unsigned char> &buf, rt::TensorView &view,
+                    int64_t d) {
+    std::vector<int64_t> dims = {pool, HK, P, d};
+    int64_t span = 0;
+    std::vector<int64_t> st = s.stridesFor(dims, span);
+    std::vector<unsigned char> poolBuf(static_cast<size_t>(span) * es, 0xFF);
+    const auto *src = static_cast<const unsigned char *>(view.data);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < HK; ++h)
+        for (int64_t j = 0; j < lens[b]; ++j) {
+          auto [page, row] = pt->locate(b, j);
+          for (int64_t i = 0; i < d; ++i)
+            std::memcpy(poolBuf.data() + (page * st[0] + h * st[1] +
+                                          row * st[2] + i * st[3]) * es,
+                        src + (b * view.strides[0] + h * view.strides[1] +
+                               j * view.strides[2] + i * view.strides[3]) * es,
+                        es);
+        }
+    buf = std::move(poolBuf);
+    view.data = buf.data();
+    view.shape = dims;
+    view.strides = st;
+  };
+  repack(in.k, a.k, s.headDim);
+  repack(in.v, a.v, s.vHeadDim);
+  in.pages = pt;
+  a.pages = pt.get();
+  return rt::Status::ok();
+}
+
 rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
                       const std::map<std::string, double> &sets,
                       const std::map<std::string, std::string> &npy,
@@ -147,8 +208,12 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   // Captures' shapes: dims named after the problem take its sizes; free
   // dims take them from the --input files that hold such a capture (every
   // file agreeing), else default to 64.
+  // With pages, KV is the longest sequence (there is no capacity).
+  int64_t kvDim = Lk;
+  if (s.pageSize && !s.kvLens.empty())
+    kvDim = *std::max_element(s.kvLens.begin(), s.kvLens.end());
   std::map<std::string, int64_t> bound = {
-      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", Lk}};
+      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", kvDim}};
   std::map<std::string, std::string> boundBy; // free dim -> "--input x=f"
   CaptureFiles files;
   for (const rt::ParamSpec &p : v.params) {
@@ -208,7 +273,10 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
         "fp64 reference; this machine has {:.1f} GB)",
         bytes / 1e9, host / 1e9));
   try {
-    return makeInputsChecked(v, s, sets, npy, files, capShapes, rng, in);
+    if (rt::Status st = makeInputsChecked(v, s, sets, npy, files, capShapes, rng, in);
+        !st)
+      return st;
+    return s.pageSize ? pageKV(s, rng, in) : rt::Status::ok();
   } catch (const std::bad_alloc &) {
     return rt::Status::invalidArgument(fmt::format(
         "cannot allocate the inputs ({:.1f} GB)", bytes / 1e9));

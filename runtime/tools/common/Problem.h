@@ -5,6 +5,7 @@
 #include "attnc/runtime/Attention.h"
 
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ struct Shape {
   std::vector<int64_t> stridesFor(const std::vector<int64_t> &dims,
                                   int64_t &span) const;
   bool defaultLayout() const { return layout == "bhsd" && pad == 0; }
+  /// K and V in a page pool of `pageSize` rows per page (0: contiguous):
+  /// each sequence's pages drawn at random from a pool with spare pages
+  /// (NaN-filled, never to be read); the pool is [pages, h, pageSize, d]
+  /// in --layout's order with b standing for the page (bshd: NHD).
+  int64_t pageSize = 0;
   Mode mode = Mode::Prefill;
   uint64_t seed = 42;
   /// Per-sequence KV lengths (a ragged batch), each <= kvLen; empty: all
@@ -50,6 +56,7 @@ struct Inputs {
   std::vector<unsigned char> q, k, v, out;
   std::vector<float> lse;
   std::vector<std::vector<unsigned char>> captures;
+  std::shared_ptr<rt::PageTable> pages; // with Shape::pageSize: args.pages
   rt::AttentionArgs args;
 };
 

@@ -11,6 +11,7 @@
 #ifndef ATTNC_RUNTIME_ATTENTION_H
 #define ATTNC_RUNTIME_ATTENTION_H
 
+#include "attnc/runtime/PageTable.h"
 #include "attnc/runtime/Status.h"
 #include "attnc/runtime/TensorView.h"
 #include "attnc/runtime/Variant.h"
@@ -38,8 +39,8 @@ class BlockMask;
 
 struct AttentionArgs {
   TensorView q;   // [B, Hq, Lq, Dqk]
-  TensorView k;   // [B, Hkv, Lkv, Dqk]
-  TensorView v;   // [B, Hkv, Lkv, Dv]
+  TensorView k;   // [B, Hkv, Lkv, Dqk]; with `pages`: [pages, Hkv, pageSize, Dqk]
+  TensorView v;   // [B, Hkv, Lkv, Dv];  with `pages`: [pages, Hkv, pageSize, Dv]
   TensorView out; // [B, Hq, Lq, Dv], written
   TensorView lse; // optional [B, Hq, Lq] f32 (natural log); data == null: none
   std::vector<int32_t> kvLens;   // optional, per sequence (<= Lkv)
@@ -49,11 +50,18 @@ struct AttentionArgs {
   std::vector<std::pair<std::string, double>> scalars;
   const BlockMask *blockMask = nullptr; // data-dependent masks (optional)
   int numThreads = 0;                   // 0: every core
+  /// K and V in pages (PageTable.h): k and v are page pools, the lengths
+  /// come from the table (kvLens, if given, must agree).
+  const PageTable *pages = nullptr;
 };
 
 /// An attention problem after validation: sizes, lengths and bound params.
 struct Problem {
+  /// With a page table, Lkv (what a capture's KV dim means) is the longest
+  /// sequence's length.
   int64_t B = 0, Hq = 0, Hkv = 0, Lq = 0, Lkv = 0, Dqk = 0, Dv = 0;
+  const PageTable *pages = nullptr; // checked against the pools
+  int64_t numPages = 0;
   std::vector<int32_t> kvLen, qPos0;
   double scale = 1.0;
   std::vector<BoundParam> params; // in VariantInfo::params order

@@ -48,7 +48,8 @@ enum : int64_t {
   kBMStrideB,  // block mask [B|1][H|1][numQTiles][numKTiles], in elements
   kBMStrideH,
   kPackHeads,  // query heads per work item: 1, or the GQA group size G
-  kFixedEnd,   // then: params, capture shapes, per-sequence lengths
+  kPageSize,   // 0: K/V contiguous; else rows per page (K/V are page pools)
+  kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
 };
 
 /// Tile classes, as stored in a block mask.
@@ -60,7 +61,15 @@ struct Layout {
   /// ip[captureBase[i] + d] = size of dim d; + rank + d = stride of dim d.
   std::vector<int64_t> captureBase; // per param (-1 for scalars)
   int64_t seqBase = 0; // ip[seqBase + b] = kv length, [seqBase + B + b] = q pos0
-  int64_t size(int64_t batch) const { return seqBase + 2 * batch; }
+  /// With pages (ip[kPageSize] > 0): ip[pageBase(B) + b] = sequence b's
+  /// first entry in the page list, which starts at ip[pageBase(B) + B]: key
+  /// row r of sequence b is row r % pageSize of pool page
+  /// ip[pageBase(B) + B + ip[pageBase(B) + b] + r / pageSize], and K/V's
+  /// stride 0 steps pages instead of sequences.
+  int64_t pageBase(int64_t batch) const { return seqBase + 2 * batch; }
+  int64_t size(int64_t batch, int64_t pageEntries = 0) const {
+    return seqBase + 2 * batch + (pageEntries ? batch + pageEntries : 0);
+  }
 };
 
 inline Layout computeLayout(const VariantInfo &v) {

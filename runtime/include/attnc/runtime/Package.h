@@ -39,7 +39,7 @@ struct PackageVariant {
 };
 
 struct Package {
-  static constexpr int kVersion = 2; // 2: dynamic shared memory
+  static constexpr int kVersion = 3; // 2: dynamic shared memory; 3: ip[kPageSize]
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   /// Several kernels per (target, dtype, head dims), one per tile
