@@ -2,6 +2,7 @@
 // message naming the sequence and the page, block tables convert, and the
 // fp64 reference reads paged K/V exactly as the same values contiguous.
 #include "attnc/runtime/Attention.h"
+#include "PlainVariant.h"
 
 #include <catch2/catch.hpp>
 
@@ -77,18 +78,7 @@ TEST_CASE("page tables: from a block table", "[pages]") {
 
 TEST_CASE("page tables: the reference reads pages as contiguous K/V", "[pages]") {
   VariantInfo v;
-  REQUIRE(VariantInfo::parse(R"(variant plain
-mask-kind none
-mask-uses
-score
-  yield %score
-mask
-  %0 = const.i1 1
-  yield %0
-end
-)",
-                             v)
-              .isOk());
+  REQUIRE(VariantInfo::parse(kPlainVariant, v).isOk());
   // B=2, H=2, Hkv=1, Lq=3, D=8; sequence lengths 5 and 3, pages of 2.
   const int64_t B = 2, H = 2, L = 3, D = 8, P = 2, Lkv = 5;
   std::vector<float> q(B * H * L * D), k(B * Lkv * D), v_(B * Lkv * D),

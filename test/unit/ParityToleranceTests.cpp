@@ -2,6 +2,7 @@
 // for rows whose scores are large (their f32 rounding alone moves the
 // softmax); a wrong output fails at any score magnitude.
 #include "Parity.h"
+#include "PlainVariant.h"
 
 #include "attnc/runtime/TensorView.h"
 #include "attnc/runtime/Variant.h"
@@ -33,16 +34,6 @@ mask
   yield %0
 end
 )";
-const char *kPlain = R"(variant plain
-mask-kind none
-mask-uses
-score
-  yield %score
-mask
-  %0 = const.i1 1
-  yield %0
-end
-)";
 
 /// The reference's own output, every element moved by `delta`.
 Row perturbed(const rt::VariantInfo &v, double delta) {
@@ -68,7 +59,7 @@ Row perturbed(const rt::VariantInfo &v, double delta) {
 
 TEST_CASE("the parity tolerance grows with the scores, and only with them",
           "[parity]") {
-  rt::VariantInfo big = parsed(kLarge), plain = parsed(kPlain);
+  rt::VariantInfo big = parsed(kLarge), plain = parsed(kPlainVariant);
   // What rounding f32 scores near 3000 does (~1e-4): within tolerance.
   Row r = perturbed(big, 2e-4);
   CHECK(r.pass);

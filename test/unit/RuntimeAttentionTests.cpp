@@ -3,6 +3,7 @@
 // reference, .npy files and the KV cache.
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/Npy.h"
+#include "PlainVariant.h"
 
 #include <catch2/catch.hpp>
 
@@ -422,16 +423,7 @@ end
 TEST_CASE("reference: identical keys average the values", "[reference]") {
   Fixture f;
   std::fill(f.k.begin(), f.k.end(), 0.25f); // every score equal
-  VariantInfo plain = variant(R"(variant p
-mask-kind none
-mask-uses
-score
-  yield %score
-mask
-  %0 = const.i1 1
-  yield %0
-end
-)");
+  VariantInfo plain = variant(kPlainVariant);
   f.a.tensors.clear();
   f.a.scalars.clear();
   std::vector<double> out, lse;
