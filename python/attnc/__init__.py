@@ -102,6 +102,15 @@ def load_package(path):
     return p
 
 
+def _ints(xs):
+    """A list of Python ints (from a list, NumPy array or CPU tensor)."""
+    if xs is None:
+        return None
+    if hasattr(xs, "tolist"):
+        xs = xs.tolist()
+    return [int(x) for x in xs]
+
+
 def _is_scalar(x):
     return isinstance(x, (bool, int, float))
 
@@ -173,11 +182,13 @@ class Kernel:
         self._op_id = len(_registry)
         _registry.append(self)
 
-    def _args(self, scale, kv_lens, q_offsets, params):
+    def _args(self, scale, kv_lens, q_offsets, params, pages=None):
         a = _attnc.CallArgs()
         a.scale = scale
-        a.kv_lens = None if kv_lens is None else [int(x) for x in kv_lens]
-        a.q_offsets = None if q_offsets is None else [int(x) for x in q_offsets]
+        a.kv_lens = _ints(kv_lens)
+        a.q_offsets = _ints(q_offsets)
+        if pages is not None:
+            a.kv_indptr, a.kv_indices, a.kv_last_page_len = (_ints(x) for x in pages)
         tensors, scalars = {}, {}
         for key, value in params.items():
             if _is_scalar(value):
@@ -207,7 +218,8 @@ class Kernel:
         return k
 
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                 out=None, return_lse=False, num_threads=0, stream=None, **params):
+                 out=None, return_lse=False, num_threads=0, stream=None,
+                 kv_indptr=None, kv_indices=None, kv_last_page_len=None, **params):
         """Attention over q [B, H, Lq, D], k [B, Hkv, Lkv, D], v [B, Hkv,
         Lkv, Dv]; returns out [B, H, Lq, Dv] (and lse [B, H, Lq], float32,
         natural log, with return_lse=True). kv_lens: per-sequence key
@@ -217,18 +229,26 @@ class Kernel:
         `stream` (default: torch's current stream, or the null stream) and
         returns without waiting. torch tensors go through the operator
         torch.ops.attnc.attention (torch.compile keeps it in its graph),
-        except with out=, num_threads= or stream=."""
+        except with out=, num_threads= or stream=.
+
+        Paged K/V: with kv_indptr [B+1], kv_indices and kv_last_page_len
+        [B] (FlashInfer's page table, host ints), k and v are page pools
+        [pages, Hkv, page_size, D] (any strides: an NHD pool is a permuted
+        view) and the lengths come from the table (docs/runtime.md)."""
+        pages = None
+        if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
+            pages = (kv_indptr, kv_indices, kv_last_page_len)
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q)):
             from . import torch_op
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
-                                 q_offsets, return_lse, params)
+                                 q_offsets, return_lse, params, pages)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
                          out=out, return_lse=return_lse, num_threads=num_threads,
-                         stream=stream, params=params)
+                         stream=stream, params=params, pages=pages)
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
-             num_threads, stream, params):
+             num_threads, stream, params, pages=None):
         where = _device_of(q)
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
@@ -237,7 +257,7 @@ class Kernel:
         if out is None:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
-        args = self._args(scale, kv_lens, q_offsets, params)
+        args = self._args(scale, kv_lens, q_offsets, params, pages)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
         else:
@@ -245,14 +265,17 @@ class Kernel:
         return (out, lse) if return_lse else out
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                  **params):
+                  kv_indptr=None, kv_indices=None, kv_last_page_len=None, **params):
         """The fp64 oracle on the same arguments (copied to the host when
         on a device): (out, lse) as float64 NumPy arrays. Slow (naive
         attention); for tests and debugging."""
         params = {key: _host(x) for key, x in params.items()}
+        pages = None
+        if kv_indptr is not None:
+            pages = (kv_indptr, kv_indices, kv_last_page_len)
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
-            self._args(scale, kv_lens, q_offsets, params))
+            self._args(scale, kv_lens, q_offsets, params, pages))
 
 
 from .flex import BlockMask, TraceError, create_block_mask, flex_attention  # noqa: E402

@@ -73,6 +73,18 @@ rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
     a.tensors.emplace_back(name, viewOf(t, name, at));
   for (const auto &[name, x] : c.scalars)
     a.scalars.emplace_back(name, x);
+  if (c.kvIndptr || c.kvIndices || c.kvLastPageLen) {
+    if (!c.kvIndptr || !c.kvIndices || !c.kvLastPageLen)
+      throw Error("paged K/V takes kv_indptr, kv_indices and kv_last_page_len "
+                  "together");
+    if (k.ndim() != 4)
+      throw Error("'k' must be a 4-d page pool [pages, Hkv, page_size, D]");
+    c.table.pageSize = static_cast<int64_t>(k.shape(2));
+    c.table.indptr = *c.kvIndptr;
+    c.table.indices = *c.kvIndices;
+    c.table.lastPageLen = *c.kvLastPageLen;
+    a.pages = &c.table;
+  }
   return a;
 }
 

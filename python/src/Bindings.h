@@ -86,6 +86,10 @@ struct CallArgs {
   std::optional<std::vector<int32_t>> kvLens, qOffsets;
   std::map<std::string, Array> tensors;
   std::map<std::string, double> scalars;
+  /// K/V in pages (PageTable.h; the page size is k's dim 2): FlashInfer's
+  /// kv_indptr, kv_indices, kv_last_page_len.
+  std::optional<std::vector<int32_t>> kvIndptr, kvIndices, kvLastPageLen;
+  mutable rt::PageTable table; // what makeArgs points the call to
 };
 
 /// The runtime's arguments; every array must be where q is.

@@ -120,7 +120,10 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("kv_lens", &CallArgs::kvLens)
       .def_rw("q_offsets", &CallArgs::qOffsets)
       .def_rw("tensors", &CallArgs::tensors)
-      .def_rw("scalars", &CallArgs::scalars);
+      .def_rw("scalars", &CallArgs::scalars)
+      .def_rw("kv_indptr", &CallArgs::kvIndptr)
+      .def_rw("kv_indices", &CallArgs::kvIndices)
+      .def_rw("kv_last_page_len", &CallArgs::kvLastPageLen);
 
   nb::class_<rt::CpuKernel>(m, "CpuKernel")
       .def("run", &runCpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),

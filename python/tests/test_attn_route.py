@@ -114,3 +114,52 @@ def test_torch_cpu_tensors():
     assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16
     ref, _ = kernel.reference(q, k, v, slope=slopes)
     assert (out.double() - torch.from_numpy(ref)).abs().max() < 2e-2
+
+
+def paged(rng, k, v, lens, page_size, nhd=False):
+    """K and V [B, Hkv, S, D] moved into a shuffled page pool with two spare
+    NaN pages: (k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len).
+    nhd: the pool is stored [pages, page_size, Hkv, D] (a permuted view)."""
+    B, HKV, _, D = k.shape
+    counts = [-(-n // page_size) for n in lens]
+    pool = sum(counts) + 2
+    order = rng.permutation(pool)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = order[:sum(counts)].astype(np.int32)
+    last = np.array([n - (c - 1) * page_size if c else 0 for n, c in zip(lens, counts)],
+                    np.int32)
+    pools = []
+    for t in (k, v):
+        shape = (pool, page_size, HKV, t.shape[3]) if nhd else (pool, HKV, page_size, t.shape[3])
+        p = np.full(shape, np.nan, t.dtype)
+        view = p.transpose(0, 2, 1, 3) if nhd else p
+        for b, n in enumerate(lens):
+            for j in range(n):
+                page = indices[indptr[b] + j // page_size]
+                view[page, :, j % page_size] = t[b, :, j]
+        pools.append(view)
+    return pools[0], pools[1], indptr, indices, last
+
+
+def test_paged_kv_matches_contiguous_kv():
+    rng = np.random.default_rng(12)
+    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"), variant="synaptic")
+    q, k, v = qkv(rng, B=3, H=4, HKV=2, LQ=5, LKV=70)
+    lens, offs = [70, 0, 33], [65, 0, 28]
+    p = synaptic_params(rng, 3, 4, 5, 70)
+    flat = kernel(q, k, v, kv_lens=lens, q_offsets=offs, **p)
+    for page_size, nhd in ((16, False), (7, True), (1, False)):
+        kp, vp, indptr, indices, last = paged(rng, k, v, lens, page_size, nhd)
+        got = kernel(q, kp, vp, kv_indptr=indptr, kv_indices=indices,
+                     kv_last_page_len=last, q_offsets=offs, **p)
+        assert np.array_equal(got, flat), (page_size, nhd)
+        ref, _ = kernel.reference(q, kp, vp, kv_indptr=indptr, kv_indices=indices,
+                                  kv_last_page_len=last, q_offsets=offs, **p)
+        assert np.abs(got - ref).max() < 2e-5
+    bad = indices.copy()
+    bad[3] = len(bad) + 5
+    with pytest.raises(attnc.Error, match="sequence 0, page 3: index .* outside the pool"):
+        kernel(q, kp, vp, kv_indptr=indptr, kv_indices=bad, kv_last_page_len=last,
+               q_offsets=offs, **p)
+    with pytest.raises(attnc.Error, match="together"):
+        kernel(q, kp, vp, kv_indptr=indptr, q_offsets=offs, **p)

@@ -140,3 +140,20 @@ def test_packages_run_on_the_device_and_flex_finds_exported_closures(cuda_device
     assert len(used) == 1 and isinstance(used[0].program, attnc._attnc.Package)
     cpu = attnc.flex_attention(q, k, v, score_mod=with_bias(bias))
     assert np.abs(attnc.cuda.to_host(out) - cpu).max() < 2e-5
+
+
+def test_paged_kv_on_the_device(cuda_device):
+    from test_attn_route import paged
+    rng = np.random.default_rng(13)
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"))
+    q, k, v = host_qkv(rng, B=2, H=4, HKV=2, LQ=3, LKV=50)
+    lens, offs = [50, 9], [47, 6]
+    kp, vp, indptr, indices, last = paged(rng, k, v, lens, 16)  # HND pools
+    out = kernel(*(attnc.cuda.to_device(x) for x in (q, kp, vp)),
+                 kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
+                 q_offsets=offs)
+    ref, _ = kernel.reference(q, kp, vp, kv_indptr=indptr, kv_indices=indices,
+                              kv_last_page_len=last, q_offsets=offs)
+    assert np.abs(attnc.cuda.to_host(out) - ref).max() < 2e-5
+    flat = kernel(q, k, v, kv_lens=lens, q_offsets=offs)  # the CPU, contiguous
+    assert np.abs(attnc.cuda.to_host(out) - flat).max() < 2e-5

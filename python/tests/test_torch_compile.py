@@ -86,3 +86,21 @@ def test_flex_attention_inside_a_compiled_function():
     eager2 = attnc.flex_attention(q, k, v, score_mod=alibi_softcap, block_mask=bm)
     assert (eager2 - eager).abs().max() > 1e-3
     assert torch.allclose(f(q, k, v), 2 * eager2, atol=1e-5)
+
+
+def test_paged_kv_through_the_operator():
+    """torch tensors with a page table go through torch.ops.attnc.attention
+    (its optional page-table arguments), eager and compiled."""
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"))
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 2, 1, 64, generator=g)
+    pool_k, pool_v = (torch.randn(6, 2, 4, 64, generator=g) for _ in range(2))
+    indptr, indices, last = [0, 3, 5], [4, 0, 5, 2, 1], [2, 4]  # 10 and 8 keys
+    run = lambda q: kernel(q, pool_k, pool_v, kv_indptr=indptr,  # noqa: E731
+                           kv_indices=indices, kv_last_page_len=last)
+    eager = run(q)
+    ref, _ = kernel.reference(q, pool_k, pool_v, kv_indptr=indptr,
+                              kv_indices=indices, kv_last_page_len=last)
+    assert (eager.double() - torch.from_numpy(ref)).abs().max() < 2e-5
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q), eager)

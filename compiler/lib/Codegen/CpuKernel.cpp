@@ -35,7 +35,8 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
 
   loop0(begin, end, 1, [&](Value item) {
     Item it = decodeItem(e, item);
-    Value bb = it.b, rows = it.rows, bI32 = it.bI32;
+    Value bb = it.b, rows = it.rows, bI32 = it.bI32, kBase = it.kBase,
+          vBase = it.vBase;
     // The matrix products cover the live rows rounded up to the register
     // block (decode: 4 rows, not 64); the extra rows of Qs are zero.
     Value rowsUp = mul(arith::CeilDivUIOp::create(b_, rows, cIdx(RB)), cIdx(RB));
@@ -71,8 +72,8 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
           Value inRange = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt,
                                                 c, cols);
           Value row = minI(add(kv0, c), sub(add(kv0, cols), c1));
-          Value kRow = kvRowOffset(e, it, row, ks);
-          Value vRow = kvRowOffset(e, it, row, vs);
+          Value kRow = kvRowOffset(it, row, kBase, ks[2], abi::kKStride);
+          Value vRow = kvRowOffset(it, row, vBase, vs[2], abi::kVStride);
           // Rows with unit stride along D (every usual layout) are read 8
           // elements at a time; other strides element by element. K is
           // stored transposed, V as is.

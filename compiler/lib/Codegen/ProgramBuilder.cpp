@@ -69,10 +69,6 @@ ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
   e.hasLse = arith::CmpIOp::create(
       b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
       arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
-  Value pageSize = ipAt(abi::kPageSize);
-  e.paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, pageSize, cIdx(0));
-  e.pageSize = select(e.paged, pageSize, cIdx(1));
-  e.pageList = add(cIdx(layout_.seqBase), mul(e.B, cIdx(3)));
   e.scale = load(fp_, cIdx(0));
   e.ninf = cF32(-std::numeric_limits<double>::infinity());
   e.zeroF = cF32(0.0);
@@ -109,23 +105,31 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
                                 sub(e.Lq, cIdx(1))));
   it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
   it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
-  // ip has page slots only when paged.
-  it.pageFirst = ifYield(e.paged, {cIdx(0)}, [&]() -> SmallVector<Value> {
-    return {ipAt(add(add(cIdx(layout_.seqBase), mul(e.B, cIdx(2))), it.b))};
-  })[0];
   return it;
 }
 
-Value ProgramBuilder::kvRowOffset(const Entry &e, const Item &it, Value row,
-                                  ArrayRef<Value> s) {
-  Value head = mul(it.kvh, s[1]);
-  Value flat = add(add(mul(it.b, s[0]), head), mul(row, s[2]));
-  return ifYield(e.paged, {flat}, [&]() -> SmallVector<Value> {
-    Value entry = add(it.pageFirst, arith::DivUIOp::create(b_, row, e.pageSize));
-    Value page = ipAt(add(e.pageList, entry));
-    Value inPage = arith::RemUIOp::create(b_, row, e.pageSize);
-    return {add(add(mul(page, s[0]), head), mul(inPage, s[2]))};
+Value ProgramBuilder::kvRowOffset(const Item &it, Value row, Value base,
+                                  Value s2, int64_t stride0Slot) {
+  Value flat = add(base, mul(row, s2));
+  Value pageSize = ipAt(abi::kPageSize);
+  Value paged =
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, pageSize, cIdx(0));
+  // ip has page slots only when paged.
+  return ifYield(paged, {flat}, [&]() -> SmallVector<Value> {
+    return {pagedRowOffset(it, row, base, s2, stride0Slot)};
   })[0];
+}
+
+Value ProgramBuilder::pagedRowOffset(const Item &it, Value row, Value base,
+                                     Value s2, int64_t stride0Slot) {
+  Value pageSize = ipAt(abi::kPageSize);
+  Value pages = add(cIdx(layout_.seqBase), mul(ipAt(abi::kB), cIdx(2)));
+  Value first = ipAt(add(pages, it.b));
+  Value entry = add(first, arith::DivUIOp::create(b_, row, pageSize));
+  Value page = ipAt(add(add(pages, ipAt(abi::kB)), entry));
+  Value inPage = arith::RemUIOp::create(b_, row, pageSize);
+  return add(add(base, mul(sub(page, it.b), ipAt(stride0Slot))),
+             mul(inPage, s2));
 }
 
 std::pair<Value, Value> ProgramBuilder::rowCoords(const Entry &e, const Item &it,

@@ -211,9 +211,6 @@ protected:
     Value Hq, Lq, B, nQT, G, P; // P: query heads per work item
     SmallVector<Value> qs, ks, vs, os, ls; // strides of q, k, v, out, lse
     Value hasLse, scale, ninf, zeroF, log2e, ln2;
-    /// K/V in pages (KernelABI.h): paged (i1), rows per page (1 when not
-    /// paged) and the slot of ip where the page list starts.
-    Value paged, pageSize, pageList;
   };
   /// Binds ip/fp/blockmask and the captures from the kernel's arguments
   /// (ABI order) and loads the problem-wide values.
@@ -221,8 +218,7 @@ protected:
   /// A work item's coordinates: sequence, head, Q tile and its rows.
   struct Item {
     Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
-    Value kBase, vBase; // offsets of this (b, kv head) in K and V (contiguous)
-    Value pageFirst;    // with pages: the sequence's first page-list entry
+    Value kBase, vBase; // offsets of this (b, kv head) in contiguous K and V
     // h is the item's first query head (classification, block masks); with
     // packed heads each row has its own, from rowCoords.
   };
@@ -230,11 +226,18 @@ protected:
   /// a causal or other lower-triangular mask the late tiles visit the most
   /// KV tiles, and launching them first shortens the tail of the grid.
   Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
-  /// The offset of key `row` of the item's sequence and KV head in K or V
-  /// (`strides`: e.ks or e.vs): b*s0 + kvh*s1 + row*s2, or through the
-  /// page table page*s0 + kvh*s1 + (row % pageSize)*s2. Add d*s3.
-  Value kvRowOffset(const Entry &e, const Item &it, Value row,
-                    ArrayRef<Value> strides);
+  /// The offset of key `row` of the item's sequence and KV head in K or V:
+  /// base + row*s2 (base: it.kBase or it.vBase, s2: the row stride), or
+  /// through the page table base + (page - b)*s0 + (row % pageSize)*s2;
+  /// add d*s3. `stride0Slot` is abi::kKStride or abi::kVStride. The paged
+  /// branch reads what it needs from ip there, so contiguous K/V keep no
+  /// extra value live across the kernel (register pressure).
+  Value kvRowOffset(const Item &it, Value row, Value base, Value s2,
+                    int64_t stride0Slot);
+  /// The paged branch of kvRowOffset alone (for code that has already
+  /// tested ip[kPageSize] != 0).
+  Value pagedRowOffset(const Item &it, Value row, Value base, Value s2,
+                       int64_t stride0Slot);
   /// Row r of the item's tile: its query head and query index.
   std::pair<Value, Value> rowCoords(const Entry &e, const Item &it, Value r);
   /// The KV tiles of a work item that are not empty: for each, `body` gets

@@ -66,7 +66,8 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
         Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
         Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
         Value row = minI(add(kv0, c), khi);
-        Value x = toF32(load(k, add(add(kBase, mul(row, ks[2])), mul(d, ks[3]))));
+        Value x = toF32(load(k, add(kvRowOffset(it, row, kBase, ks[2], abi::kKStride),
+                                    mul(d, ks[3]))));
         store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
       });
       loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
@@ -74,7 +75,8 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
         Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
         Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
         Value row = minI(add(kv0, c), khi);
-        Value x = toF32(load(v, add(add(vBase, mul(row, vs[2])), mul(d, vs[3]))));
+        Value x = toF32(load(v, add(kvRowOffset(it, row, vBase, vs[2], abi::kVStride),
+                                    mul(d, vs[3]))));
         store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
       });
       gpu::BarrierOp::create(b_);

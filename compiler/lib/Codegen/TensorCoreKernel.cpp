@@ -278,45 +278,57 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
   Value last = sub(it.kvLen, cIdx(1));
   struct Part {
     Value src, itemBase;
+    int64_t stride0Slot;
     const SmallVector<Value> *st;
     int64_t n, ld;
     bool swizzle;
     Value at;
   };
   for (const Part &p :
-       {Part{e.k, it.kBase, &e.ks, D, L.ldK, L.swizzleK, base},
-        Part{e.v, it.vBase, &e.vs, DV, L.ldV, L.swizzleV,
+       {Part{e.k, it.kBase, abi::kKStride, &e.ks, D, L.ldK, L.swizzleK, base},
+        Part{e.v, it.vBase, abi::kVStride, &e.vs, DV, L.ldV, L.swizzleV,
              add(base, cIdx(BN * L.ldK))}}) {
     const int64_t chunks = p.n / 8;
+    // Contiguous and paged K/V get their own copy of each loop, so the
+    // contiguous one holds no page-table state (register pressure).
+    auto rowOffset = [&](bool paged, Value row) {
+      return paged ? pagedRowOffset(it, row, p.itemBase, (*p.st)[2], p.stride0Slot)
+                   : add(p.itemBase, mul(row, (*p.st)[2]));
+    };
+    auto fastLoop = [&](bool paged) {
+      loop0(tid, cIdx(BN * chunks), cIdx(TH), [&](Value c) {
+        Value row = divu(c, chunks), ch = remu(c, chunks);
+        Value key = add(kv0, row);
+        Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+        Value from = add(rowOffset(paged, minI(key, last)), mul(ch, cIdx(8)));
+        nvgpu::DeviceAsyncCopyOp::create(
+            b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+            ValueRange{sharedIndex(p.at, p.ld, p.swizzle, chunks, row, ch)},
+            p.src, ValueRange{from}, b_.getIndexAttr(8),
+            select(valid, cIdx(8), c0), b_.getUnitAttr());
+      });
+    };
+    auto slowLoop = [&](bool paged) {
+      loop0(tid, cIdx(BN * p.n), cIdx(TH), [&](Value x) {
+        Value row = divu(x, p.n), d = remu(x, p.n);
+        Value key = add(kv0, row);
+        Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
+        Value v = load(p.src, add(rowOffset(paged, minI(key, last)),
+                                  mul(d, (*p.st)[3])));
+        Value at = add(sharedIndex(p.at, p.ld, p.swizzle, chunks, row,
+                                   divu(d, 8)),
+                       remu(d, 8));
+        store(select(valid, v, zeroE), smem, at);
+      });
+    };
+    Value paged = cmp(arith::CmpIPredicate::ne, ipAt(abi::kPageSize), c0);
     ifThenElse(
         fastKV,
         [&] {
-          loop0(tid, cIdx(BN * chunks), cIdx(TH), [&](Value c) {
-            Value row = divu(c, chunks), ch = remu(c, chunks);
-            Value key = add(kv0, row);
-            Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
-            Value from = add(add(p.itemBase, mul(minI(key, last), (*p.st)[2])),
-                             mul(ch, cIdx(8)));
-            nvgpu::DeviceAsyncCopyOp::create(
-                b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
-                ValueRange{sharedIndex(p.at, p.ld, p.swizzle, chunks, row, ch)},
-                p.src, ValueRange{from}, b_.getIndexAttr(8),
-                select(valid, cIdx(8), c0), b_.getUnitAttr());
-          });
+          ifThenElse(paged, [&] { fastLoop(true); }, [&] { fastLoop(false); });
         },
         [&] {
-          loop0(tid, cIdx(BN * p.n), cIdx(TH), [&](Value x) {
-            Value row = divu(x, p.n), d = remu(x, p.n);
-            Value key = add(kv0, row);
-            Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
-            Value v = load(p.src, add(add(p.itemBase,
-                                          mul(minI(key, last), (*p.st)[2])),
-                                      mul(d, (*p.st)[3])));
-            Value at = add(sharedIndex(p.at, p.ld, p.swizzle, chunks, row,
-                                       divu(d, 8)),
-                           remu(d, 8));
-            store(select(valid, v, zeroE), smem, at);
-          });
+          ifThenElse(paged, [&] { slowLoop(true); }, [&] { slowLoop(false); });
         });
   }
 }

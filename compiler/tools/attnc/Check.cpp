@@ -46,8 +46,8 @@ Exit status 0 only if every case passes.
   --pad N                 N elements after each innermost row (no view is
                           contiguous; default 0)
   --page-size N           K and V in a pool of N-row pages through a page
-                          table, pages shuffled, spare pages NaN (CPU
-                          backend; with --suite too)
+                          table, pages shuffled, spare pages NaN (with
+                          --suite and --matrix too)
   --mode prefill|decode|chunk
   --seed N                input seed (default 42)
   --set NAME=VALUE        a scalar parameter

@@ -351,10 +351,6 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   Problem p;
   if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
     return s;
-  if (p.pages)
-    return Status::invalidArgument(
-        "K/V in pages run on the CPU kernels only so far; the GPU kernels "
-        "read contiguous K/V (issue #12)");
   if (Status s = ctx_->makeCurrent(); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
