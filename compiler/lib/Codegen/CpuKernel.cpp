@@ -67,13 +67,23 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
 
     forEachVisitedTile(it, [&](const Tile &tile) {
         Value kv0 = tile.kv0, cols = tile.cols, skipMask = tile.skipMask;
-        // K^T and V tiles (f32); columns past the end are zero.
+        // K^T and V tiles (f32); columns past the end are zero. Contiguous
+        // and paged K/V get their own copy of the loop: a page-table test
+        // per row would keep LLVM from optimizing the contiguous one (it
+        // made causal prefill ~1.8x slower).
+        Value paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
+                                            ipAt(abi::kPageSize), c0);
+        auto loadTiles = [&](bool pagedRows) {
         loop0(c0, cIdx(BN), 1, [&](Value c) {
           Value inRange = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt,
                                                 c, cols);
           Value row = minI(add(kv0, c), sub(add(kv0, cols), c1));
-          Value kRow = kvRowOffset(it, row, kBase, ks[2], abi::kKStride);
-          Value vRow = kvRowOffset(it, row, vBase, vs[2], abi::kVStride);
+          Value kRow = pagedRows
+                           ? pagedRowOffset(it, row, kBase, ks[2], abi::kKStride)
+                           : add(kBase, mul(row, ks[2]));
+          Value vRow = pagedRows
+                           ? pagedRowOffset(it, row, vBase, vs[2], abi::kVStride)
+                           : add(vBase, mul(row, vs[2]));
           // Rows with unit stride along D (every usual layout) are read 8
           // elements at a time; other strides element by element. K is
           // stored transposed, V as is.
@@ -90,6 +100,8 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
                            b_, x8, Vs, ValueRange{add(mul(c, cIdx(DV)), d)});
                      });
         });
+        };
+        ifThenElse(paged, [&] { loadTiles(true); }, [&] { loadTiles(false); });
         // S = Qs . Kt, register-blocked: RB rows x CB vectors of VW keys
         // per step over d, so each loaded K vector and broadcast Q value
         // feeds several FMAs. Padding rows of Qs are zero, so computing all

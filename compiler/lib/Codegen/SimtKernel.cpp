@@ -61,24 +61,34 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
       Value kv0 = tile.kv0, cols = tile.cols, khi = tile.khi,
             skipMask = tile.skipMask;
       // The block's threads stage K^T and V (f32) in shared memory.
-      loop0(r, cIdx(BN * D), BM, [&](Value idx) {
-        Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
-        Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
-        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
-        Value row = minI(add(kv0, c), khi);
-        Value x = toF32(load(k, add(kvRowOffset(it, row, kBase, ks[2], abi::kKStride),
-                                    mul(d, ks[3]))));
-        store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
-      });
-      loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
-        Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
-        Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
-        Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
-        Value row = minI(add(kv0, c), khi);
-        Value x = toF32(load(v, add(kvRowOffset(it, row, vBase, vs[2], abi::kVStride),
-                                    mul(d, vs[3]))));
-        store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
-      });
+      // Contiguous and paged K/V each get their own copy of the loops.
+      Value paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
+                                          ipAt(abi::kPageSize), c0);
+      auto stage = [&](bool pagedRows) {
+        auto rowOffset = [&](Value row, Value base, Value s2, int64_t slot) {
+          return pagedRows ? pagedRowOffset(it, row, base, s2, slot)
+                           : add(base, mul(row, s2));
+        };
+        loop0(r, cIdx(BN * D), BM, [&](Value idx) {
+          Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
+          Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
+          Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+          Value row = minI(add(kv0, c), khi);
+          Value x = toF32(load(k, add(rowOffset(row, kBase, ks[2], abi::kKStride),
+                                      mul(d, ks[3]))));
+          store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
+        });
+        loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
+          Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
+          Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
+          Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+          Value row = minI(add(kv0, c), khi);
+          Value x = toF32(load(v, add(rowOffset(row, vBase, vs[2], abi::kVStride),
+                                      mul(d, vs[3]))));
+          store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
+        });
+      };
+      ifThenElse(paged, [&] { stage(true); }, [&] { stage(false); });
       gpu::BarrierOp::create(b_);
       ifThen(live, [&] {
         auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
