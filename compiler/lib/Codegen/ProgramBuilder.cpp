@@ -108,18 +108,6 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
   return it;
 }
 
-Value ProgramBuilder::kvRowOffset(const Item &it, Value row, Value base,
-                                  Value s2, int64_t stride0Slot) {
-  Value flat = add(base, mul(row, s2));
-  Value pageSize = ipAt(abi::kPageSize);
-  Value paged =
-      arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, pageSize, cIdx(0));
-  // ip has page slots only when paged.
-  return ifYield(paged, {flat}, [&]() -> SmallVector<Value> {
-    return {pagedRowOffset(it, row, base, s2, stride0Slot)};
-  })[0];
-}
-
 Value ProgramBuilder::pagedRowOffset(const Item &it, Value row, Value base,
                                      Value s2, int64_t stride0Slot) {
   Value pageSize = ipAt(abi::kPageSize);

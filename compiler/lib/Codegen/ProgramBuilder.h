@@ -226,16 +226,12 @@ protected:
   /// a causal or other lower-triangular mask the late tiles visit the most
   /// KV tiles, and launching them first shortens the tail of the grid.
   Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
-  /// The offset of key `row` of the item's sequence and KV head in K or V:
-  /// base + row*s2 (base: it.kBase or it.vBase, s2: the row stride), or
-  /// through the page table base + (page - b)*s0 + (row % pageSize)*s2;
-  /// add d*s3. `stride0Slot` is abi::kKStride or abi::kVStride. The paged
-  /// branch reads what it needs from ip there, so contiguous K/V keep no
-  /// extra value live across the kernel (register pressure).
-  Value kvRowOffset(const Item &it, Value row, Value base, Value s2,
-                    int64_t stride0Slot);
-  /// The paged branch of kvRowOffset alone (for code that has already
-  /// tested ip[kPageSize] != 0).
+  /// The offset of key `row` of the item's sequence and KV head in paged K
+  /// or V: base + (page - b)*s0 + (row % pageSize)*s2 (base: it.kBase or
+  /// it.vBase, b*s0 + kvh*s1; s2: the row stride; add d*s3), for code that
+  /// has tested ip[kPageSize] != 0; contiguous K/V are base + row*s2.
+  /// `stride0Slot` is abi::kKStride or abi::kVStride. Callers keep a copy
+  /// of their loop per case, so contiguous K/V pay nothing for pages.
   Value pagedRowOffset(const Item &it, Value row, Value base, Value s2,
                        int64_t stride0Slot);
   /// Row r of the item's tile: its query head and query index.
