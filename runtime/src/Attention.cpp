@@ -541,19 +541,44 @@ Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
     return Status::internal("the CPU kernel has no entry point");
   int64_t pack = packedHeads(variant_, spec_, p, bm);
   Operands ops = buildOperands(variant_, spec_, a, p, bm, pack);
-  int64_t items = detail::numItems(p, ops);
+  int64_t workers = a.numThreads > 0
+                        ? a.numThreads
+                        : static_cast<int64_t>(std::thread::hardware_concurrency());
+  SplitPlan plan;
+  if (Status s = detail::planLaunchSplits(p, ops, workers, a.numSplits, plan); !s)
+    return s;
+  if (plan.splits > 1 && !entry_.merge)
+    return Status::internal("the CPU kernel has no split-KV merge");
+  detail::applySplit(p, plan, ops);
+  Desc out = descOf(a.out.data, extent(a.out));
+  Desc lse = p.hasLse ? descOf(a.lse.data, extent(a.lse)) : descOf(nullptr, 0);
+  // A split launch writes partial rows here, then the merge writes O, LSE.
+  std::vector<unsigned char> opart;
+  std::vector<float> lpart;
+  if (plan.splits > 1) {
+    int64_t rows = detail::partialRows(p, plan.splits);
+    opart.resize(static_cast<size_t>(rows * p.Dv) * dtypeSize(spec_.dtype));
+    lpart.resize(static_cast<size_t>(rows));
+  }
+  Desc oPartial = descOf(opart.data(), static_cast<int64_t>(
+                                           opart.size() / dtypeSize(spec_.dtype)));
+  Desc lPartial = descOf(lpart.data(), static_cast<int64_t>(lpart.size()));
   std::vector<Desc> operands = {
       descOf(a.q.data, extent(a.q)),
       descOf(a.k.data, extent(a.k)),
       descOf(a.v.data, extent(a.v)),
-      descOf(a.out.data, extent(a.out)),
-      p.hasLse ? descOf(a.lse.data, extent(a.lse)) : descOf(nullptr, 0),
+      plan.splits > 1 ? oPartial : out,
+      plan.splits > 1 ? lPartial : lse,
       descOf(ops.ip.data(), ops.ip.size()),
       descOf(ops.fp.data(), ops.fp.size()),
       bm ? descOf(const_cast<int8_t *>(bm->classes.data()), bm->classes.size())
          : descOf(nullptr, 0)};
   addCaptures(variant_, p, operands);
-  launchItems(entry_.kernel, operands, items, a.numThreads);
+  launchItems(entry_.kernel, operands, detail::numItems(p, ops), a.numThreads);
+  if (plan.splits > 1)
+    launchItems(entry_.merge,
+                {oPartial, lPartial, out, lse, descOf(ops.ip.data(), ops.ip.size())},
+                p.B * p.Hq * p.Lq, a.numThreads);
   return Status::ok();
 }
 

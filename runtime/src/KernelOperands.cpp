@@ -87,7 +87,37 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
       ip[base + p.B + i] = p.pages->indices[i];
   }
   o.fp[0] = static_cast<float>(p.scale);
+  // Unsplit: one split of every tile; the merge's slots mirror O and LSE.
+  ip[abi::kNumSplits] = 1;
+  ip[abi::kSplitTiles] = std::max<int64_t>(ip[abi::kNumKTiles], 1);
+  for (int d = 0; d < 4; ++d)
+    ip[abi::kOutStride + d] = ip[abi::kOStride + d];
+  for (int d = 0; d < 3; ++d)
+    ip[abi::kOutLseStride + d] = ip[abi::kLseStride + d];
+  ip[abi::kOutHasLse] = ip[abi::kHasLse];
   return o;
+}
+
+Status planLaunchSplits(const Problem &p, const Operands &o, int64_t workers,
+                        int64_t request, SplitPlan &out) {
+  return planSplits(numItems(p, o), o.ip[abi::kNumKTiles], workers, request,
+                    out);
+}
+
+void applySplit(const Problem &p, const SplitPlan &plan, Operands &o) {
+  auto &ip = o.ip;
+  ip[abi::kNumSplits] = plan.splits;
+  ip[abi::kSplitTiles] = plan.tilesPerSplit;
+  if (plan.splits <= 1)
+    return;
+  // Partial rows: [S][B][Hq][Lq][Dv] and [S][B][Hq][Lq], contiguous.
+  int64_t oStrides[4] = {p.Hq * p.Lq * p.Dv, p.Lq * p.Dv, p.Dv, 1};
+  int64_t lStrides[3] = {p.Hq * p.Lq, p.Lq, 1};
+  for (int d = 0; d < 4; ++d)
+    ip[abi::kOStride + d] = oStrides[d];
+  for (int d = 0; d < 3; ++d)
+    ip[abi::kLseStride + d] = lStrides[d];
+  ip[abi::kHasLse] = 1;
 }
 
 std::vector<void *> memrefWords(std::vector<MemrefDesc> &descs) {

@@ -10,6 +10,7 @@
 
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/KernelABI.h"
+#include "attnc/runtime/SplitPlan.h"
 
 #include <cstdint>
 #include <vector>
@@ -57,9 +58,26 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
                        const AttentionArgs &a, const Problem &p,
                        const BlockMask *bm, int64_t packHeads = 1);
 
-/// Work items of a kernel launch: B * (Hq / pack) * numQTiles.
+/// Work items of a kernel launch: B * (Hq / pack) * numQTiles * splits.
 inline int64_t numItems(const Problem &p, const Operands &o) {
-  return p.B * (p.Hq / o.ip[abi::kPackHeads]) * o.ip[abi::kNumQTiles];
+  return p.B * (p.Hq / o.ip[abi::kPackHeads]) * o.ip[abi::kNumQTiles] *
+         o.ip[abi::kNumSplits];
+}
+
+/// The split plan of a launch: `request` (AttentionArgs::numSplits) or the
+/// planner's choice for `workers` cores or SMs.
+Status planLaunchSplits(const Problem &p, const Operands &o, int64_t workers,
+                        int64_t request, SplitPlan &out);
+
+/// Makes `o` a split launch (plan.splits > 1): the kernel writes partial
+/// rows through kOStride/kLseStride into buffers laid out as KernelABI.h
+/// says, and the merge writes the caller's O and LSE through kOutStride,
+/// kOutLseStride and kOutHasLse.
+void applySplit(const Problem &p, const SplitPlan &plan, Operands &o);
+
+/// Elements of a split launch's partial outputs and LSEs.
+inline int64_t partialRows(const Problem &p, int64_t splits) {
+  return splits * p.B * p.Hq * p.Lq;
 }
 
 /// Sizes `bm` for this problem (classes zeroed), as the builders fill it.

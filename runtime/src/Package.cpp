@@ -54,9 +54,11 @@ std::string Package::serialize() const {
   j["source"] = source;
   if (tileCandidates)
     j["tile_candidates"] = true;
-  j["grid"] = "x: one block per work item (b, query-head group, Q tile), "
-              "B * (Hq / pack_heads) * ceil(pack_heads * Lq / block_m), the "
-              "first item in the last parameter; block: threads";
+  j["grid"] = "x: one block per work item (b, query-head group, Q tile, KV "
+              "split), B * (Hq / pack_heads) * ceil(pack_heads * Lq / "
+              "block_m) * splits, the first item in the last parameter; "
+              "block: threads. merge: one block of 64 threads per row, "
+              "B * Hq * Lq";
   json vs = json::array();
   for (const PackageVariant &v : variants) {
     json jv;
@@ -76,6 +78,8 @@ std::string Package::serialize() const {
       jk["dynamic_shared_bytes"] = k.dynamicSharedBytes;
       jk["kernel"] = k.kernel;
       jk["kernel_params"] = k.kernelParams;
+      jk["merge"] = k.merge;
+      jk["merge_params"] = k.mergeParams;
       if (!k.maskBuilder.empty()) {
         jk["mask_builder"] = k.maskBuilder;
         jk["mask_builder_params"] = k.maskBuilderParams;
@@ -192,8 +196,15 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
                 why) ||
       !stringField(jk, "kernel", k.kernel, why, 256) ||
       !paramSizes(jk, "kernel_params", k.kernelParams, why) ||
+      !stringField(jk, "merge", k.merge, why, 256) ||
+      !paramSizes(jk, "merge_params", k.mergeParams, why) ||
       !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
+  if (k.merge != k.kernel + "_merge") {
+    why = fmt::format("kernel '{}' names the merge entry '{}'", k.kernel,
+                      k.merge);
+    return false;
+  }
   k.threads = threads;
   k.sharedBytes = shared;
   k.dynamicSharedBytes = dynShared;
@@ -252,7 +263,8 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
     return false;
   }
   for (auto [entry, sizes] : {std::pair{&k.kernel, &k.kernelParams},
-                              std::pair{&k.maskBuilder, &k.maskBuilderParams}}) {
+                              std::pair{&k.maskBuilder, &k.maskBuilderParams},
+                              std::pair{&k.merge, &k.mergeParams}}) {
     if (entry == &k.maskBuilder && entry->empty())
       continue;
     std::vector<int> actual;

@@ -224,6 +224,10 @@ rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (!kernel)
     return rt::Status::internal("JIT: " + llvm::toString(kernel.takeError()));
   entry.kernel = *kernel;
+  auto merge = owner->lookupPacked("kernel_merge");
+  if (!merge)
+    return rt::Status::internal("JIT: " + llvm::toString(merge.takeError()));
+  entry.merge = *merge;
   if (mask.kind == rt::MaskKind::Data) {
     auto builder = owner->lookupPacked("kernel_block_mask");
     if (!builder)

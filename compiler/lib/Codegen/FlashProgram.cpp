@@ -47,6 +47,10 @@ LogicalResult buildGpuFlashProgram(gpu::GPUModuleOp module,
                        mask, config, name)
                  : kernel.buildGpuKernel(module, name)))
     return failure();
+  ProgramBuilder merge(module->getParentOfType<ModuleOp>(), variant, mask,
+                       config);
+  if (failed(merge.buildMerge((name + "_merge").str(), module)))
+    return failure();
   if (mask.kind == rt::MaskKind::Data) {
     ProgramBuilder builder(module->getParentOfType<ModuleOp>(), variant, mask,
                            config);
@@ -71,6 +75,9 @@ LogicalResult buildFlashProgram(ModuleOp module, attn::VariantOp variant,
                     math::MathDialect>();
   ProgramBuilder kernel(module, variant, mask, config);
   if (failed(kernel.buildKernel(name)))
+    return failure();
+  ProgramBuilder merge(module, variant, mask, config);
+  if (failed(merge.buildMerge((name + "_merge").str())))
     return failure();
   if (mask.kind == rt::MaskKind::Data) {
     ProgramBuilder builder(module, variant, mask, config);

@@ -273,6 +273,10 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);
       !s)
     return rt::Status::internal(s.message());
+  out.merge = out.kernel + "_merge";
+  if (rt::Status s = rt::ptxEntryParams(out.ptx, out.merge, out.mergeParams);
+      !s)
+    return rt::Status::internal(s.message());
   if (analyzeMask(variant).kind == rt::MaskKind::Data) {
     out.maskBuilder = out.kernel + "_block_mask";
     if (rt::Status s = rt::ptxEntryParams(out.ptx, out.maskBuilder,

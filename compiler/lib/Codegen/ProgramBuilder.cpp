@@ -81,6 +81,9 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
                                                 bool heavyFirst) {
   Item it;
   Value heads = arith::DivUIOp::create(b_, e.Hq, e.P); // item heads
+  Value splits = ipAt(abi::kNumSplits);
+  Value split = arith::RemUIOp::create(b_, item, splits);
+  item = arith::DivUIOp::create(b_, item, splits);
   it.qt = arith::RemUIOp::create(b_, item, e.nQT);
   if (heavyFirst)
     it.qt = sub(sub(e.nQT, cIdx(1)), it.qt);
@@ -103,6 +106,12 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
   it.qlo = add(it.qpos0, select(oneHead, i0, cIdx(0)));
   it.qhi = add(it.qpos0, select(oneHead, sub(add(i0, it.rows), cIdx(1)),
                                 sub(e.Lq, cIdx(1))));
+  // The split's KV tiles (all of them when S = 1: kSplitTiles >= nKT).
+  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+  Value per = ipAt(abi::kSplitTiles);
+  it.jlo = minI(mul(split, per), nKT);
+  it.jhi = minI(add(it.jlo, per), nKT);
+  it.oB = add(mul(split, e.B), it.b);
   it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
   it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
   return it;
@@ -134,7 +143,7 @@ void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
   Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
   auto [h, i] = rowCoords(e, it, r);
-  Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])), mul(i, e.os[2]));
+  Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])), mul(i, e.os[2]));
   loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
     Value x = arith::MulFOp::create(b_, acc(d), invL);
     store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
@@ -142,7 +151,7 @@ void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   ifThen(e.hasLse, [&] {
     Value lg = arith::MulFOp::create(
         b_, arith::AddFOp::create(b_, m, math::Log2Op::create(b_, l)), e.ln2);
-    Value at = add(add(mul(it.b, e.ls[0]), mul(h, e.ls[1])), mul(i, e.ls[2]));
+    Value at = add(add(mul(it.oB, e.ls[0]), mul(h, e.ls[1])), mul(i, e.ls[2]));
     store(select(pos, lg, e.ninf), e.lse, at);
   });
 }

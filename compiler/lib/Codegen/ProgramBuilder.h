@@ -116,6 +116,10 @@ public:
   /// The SIMT GPU form: a gpu.func with one block per work item and one
   /// thread per query row; K and V tiles are staged in shared memory.
   LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
+  /// The split-KV merge (SplitMerge.cpp): combines the partial rows of a
+  /// split launch by their LSEs (KernelABI.h). On the CPU a func over
+  /// [begin, end) rows; with `gpuModule` a gpu.func, one block per row.
+  LogicalResult buildMerge(StringRef name, gpu::GPUModuleOp gpuModule = nullptr);
 
 protected:
   // ---- small helpers ----
@@ -219,6 +223,8 @@ protected:
   struct Item {
     Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
     Value kBase, vBase; // offsets of this (b, kv head) in contiguous K and V
+    Value jlo, jhi;     // the item's KV split: tiles [jlo, jhi)
+    Value oB;           // the batch index of its rows in O and LSE (s*B + b)
     // h is the item's first query head (classification, block masks); with
     // packed heads each row has its own, from rowCoords.
   };

@@ -514,7 +514,7 @@ void TensorCoreKernel::epilogue(ValueRange fin) {
       Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
       Value h = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.hI32);
       Value i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.iI32);
-      Value oRow = add(add(mul(it.b, e.os[0]), mul(h, e.os[1])),
+      Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])),
                        mul(i, e.os[2]));
       auto value = [&](int64_t dt, int64_t c) {
         return fromF32(arith::MulFOp::create(
@@ -543,7 +543,7 @@ void TensorCoreKernel::epilogue(ValueRange fin) {
         Value lg = arith::AddFOp::create(
             b_, mUse,
             arith::MulFOp::create(b_, math::Log2Op::create(b_, l), e.ln2));
-        Value at = add(add(mul(it.b, e.ls[0]), mul(h, e.ls[1])),
+        Value at = add(add(mul(it.oB, e.ls[0]), mul(h, e.ls[1])),
                        mul(i, e.ls[2]));
         store(select(pos, lg, e.ninf), e.lse, at);
       });
@@ -608,12 +608,12 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
-  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+  Value nKT = it.jhi; // the end of the item's KV split
 
   // Prologue: Q, then the first visited tile into stage 0.
   loadQ();
   NVVM::CpAsyncCommitGroupOp::create(b_);
-  Value first = nextVisited(c0, nKT, inv);
+  Value first = nextVisited(it.jlo, nKT, inv);
   ifThen(cmp(arith::CmpIPredicate::ult, first, nKT),
          [&] { loadTile(first, c0); });
   NVVM::CpAsyncCommitGroupOp::create(b_);

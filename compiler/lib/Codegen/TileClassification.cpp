@@ -23,8 +23,7 @@ void ProgramBuilder::forEachVisitedTile(const Item &it,
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
-  Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
-  loop0(cIdx(0), nKT, 1, [&](Value j) {
+  loop0(it.jlo, it.jhi, 1, [&](Value j) {
     Tile t = tileAt(it, j, inv);
     ifThen(t.visit, [&] { body(t); });
   });

@@ -45,7 +45,8 @@ OpenBLAS baseline over the same inputs, in one run.
   --backend cpu         (GPU timing: attnc-run PACKAGE --bench, runtime only)
   --sweep T1,T2,...     sequence lengths (prefill: Lq = Lkv = T)
   --batch --heads --kv-heads --q-len --kv-len --head-dim --v-head-dim
-  --dtype --layout --mode --seed --set NAME=VALUE   as for attnc check
+  --dtype --layout --mode --seed --set NAME=VALUE --page-size N --splits N
+                        as for attnc check
   --warmup N --iters N  (default 3 and 10)
   --block-m N --block-n N  tile sizes (default 64 x 64; on the GPU the
                            configuration table's)

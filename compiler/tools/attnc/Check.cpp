@@ -48,6 +48,8 @@ Exit status 0 only if every case passes.
   --page-size N           K and V in a pool of N-row pages through a page
                           table, pages shuffled, spare pages NaN (with
                           --suite and --matrix too)
+  --splits N              split each sequence's keys in N parts, merged by
+                          LSE (default: the planner's choice; 1: never)
   --mode prefill|decode|chunk
   --seed N                input seed (default 42)
   --set NAME=VALUE        a scalar parameter

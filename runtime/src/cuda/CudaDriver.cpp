@@ -15,6 +15,7 @@ constexpr int kAttrCcMajor = 75; // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrCcMinor = 76;
 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kAttrSharedOptIn = 97;
+constexpr int kAttrMultiprocessors = 16; // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 
 template <typename F> bool resolve(void *h, const char *name, F &fn) {
   fn = reinterpret_cast<F>(dlsym(h, name));
@@ -152,6 +153,11 @@ Status Device::open(const Driver &driver, int ordinal,
   d->cc_ = major * 10 + minor;
   if (Status s = driver.check(
           a.cuDeviceGetAttribute(&d->sharedOptIn_, kAttrSharedOptIn, d->dev_),
+          "cuDeviceGetAttribute");
+      !s)
+    return s;
+  if (Status s = driver.check(
+          a.cuDeviceGetAttribute(&d->smCount_, kAttrMultiprocessors, d->dev_),
           "cuDeviceGetAttribute");
       !s)
     return s;

@@ -26,6 +26,29 @@ int64_t bytesOf(const TensorView &t) {
 }
 
 size_t align8(size_t n) { return (n + 7) & ~size_t(7); }
+size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
+
+/// Where each part of a call's slot starts: ip, fp, the block mask, then a
+/// split launch's partial rows and LSEs; and its size.
+struct SlotLayout {
+  size_t fp = 0, bm = 0, partials = 0, lse = 0, total = 0;
+};
+SlotLayout slotLayout(const detail::Operands &ops, const BlockMask *bm,
+                      const Problem &p, const KernelSpec &spec,
+                      const SplitPlan &plan) {
+  SlotLayout l;
+  l.fp = ops.ip.size() * 8;
+  l.bm = l.fp + align8(ops.fp.size() * 4);
+  l.partials = l.bm + (bm ? bm->classes.size() : 0);
+  l.total = l.partials;
+  if (plan.splits > 1) {
+    size_t rows = static_cast<size_t>(detail::partialRows(p, plan.splits));
+    l.partials = align16(l.partials);
+    l.lse = align16(l.partials + rows * p.Dv * dtypeSize(spec.dtype));
+    l.total = l.lse + rows * 4;
+  }
+  return l;
+}
 } // namespace
 
 // ---- DeviceBuffer -------------------------------------------------------
@@ -208,6 +231,8 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
             expect(image.maskBuilderParams, 3 + captures, image.maskBuilder);
         !s)
       return s;
+  if (Status s = expect(image.mergeParams, 5, image.merge); !s)
+    return s;
 
   auto k = std::unique_ptr<GpuKernel>(new GpuKernel());
   k->ctx_ = &ctx;
@@ -246,6 +271,12 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
       return Status::unavailable("kernel '" + image.kernel +
                                  "' cannot have its shared memory: " +
                                  s.message());
+  if (Status s = drv.check(drv.api().cuModuleGetFunction(
+                               &k->merge_, k->module_, image.merge.c_str()),
+                           "cuModuleGetFunction");
+      !s)
+    return Status::notFound("merge entry '" + image.merge +
+                            "' is not in its module: " + s.message());
   if (!image.maskBuilder.empty())
     if (Status s = drv.check(drv.api().cuModuleGetFunction(
                                  &k->maskBuilder_, k->module_,
@@ -262,6 +293,8 @@ struct GpuKernel::Operands {
   std::vector<detail::MemrefDesc> descs;
   int64_t items = 0;
   void *classes = nullptr; // where the block mask lives in the scratch
+  std::vector<detail::MemrefDesc> merge; // a split launch's merge operands
+  int64_t rows = 0;                      // the merge's blocks
 };
 
 Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
@@ -270,7 +303,9 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
   std::vector<void *> params = detail::memrefWords(descs);
   params.push_back(&first);
   unsigned threads = static_cast<unsigned>(
-      fn == kernel_ ? image_.threads : kMaskBuilderThreads);
+      fn == kernel_  ? image_.threads
+      : fn == merge_ ? abi::kMergeThreads
+                     : kMaskBuilderThreads);
   unsigned shared =
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
   const Driver &drv = ctx_->driver();
@@ -287,17 +322,18 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
 }
 
 Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
-                         const BlockMask *bm, bool forMaskBuilder,
-                         ParamSlot &slot, CUstream stream,
+                         const BlockMask *bm, const SplitPlan &plan,
+                         bool forMaskBuilder, ParamSlot &slot, CUstream stream,
                          Operands &out) const {
   int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
   detail::Operands ops =
       detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
+  detail::applySplit(p, plan, ops);
   out.items = forMaskBuilder ? bm->batch * bm->heads * bm->numQTiles
                              : detail::numItems(p, ops);
-  size_t ipBytes = ops.ip.size() * 8, fpBytes = align8(ops.fp.size() * 4);
-  size_t bmBytes = bm ? bm->classes.size() : 0;
-  if (slot.buf.size() < ipBytes + fpBytes + bmBytes)
+  SlotLayout at = slotLayout(ops, bm, p, image_.spec, plan);
+  size_t ipBytes = at.fp, fpBytes = at.bm - at.fp, bmBytes = at.partials - at.bm;
+  if (slot.buf.size() < at.total)
     return Status::internal("the parameter buffer is too small");
   // Copied on the launch's stream, so ordered before the launch whatever
   // the stream (the host bytes are staged before the call returns).
@@ -320,13 +356,27 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   out.classes = base + ipBytes + fpBytes;
   std::vector<detail::MemrefDesc> &d = out.descs;
   d.clear();
+  detail::MemrefDesc o = detail::memrefOf(a.out.data, detail::extent(a.out));
+  detail::MemrefDesc lse =
+      p.hasLse ? detail::memrefOf(a.lse.data, detail::extent(a.lse))
+               : detail::memrefOf(base, 0);
+  if (plan.splits > 1 && !forMaskBuilder) {
+    // The kernel writes partial rows into the slot; the merge reads them.
+    int64_t rows = detail::partialRows(p, plan.splits);
+    detail::MemrefDesc opart = detail::memrefOf(base + at.partials, rows * p.Dv);
+    detail::MemrefDesc lpart = detail::memrefOf(base + at.lse, rows);
+    out.merge = {opart, lpart, o, lse,
+                 detail::memrefOf(base, static_cast<int64_t>(ops.ip.size()))};
+    out.rows = p.B * p.Hq * p.Lq;
+    o = opart;
+    lse = lpart;
+  }
   if (!forMaskBuilder) {
     d.push_back(detail::memrefOf(a.q.data, detail::extent(a.q)));
     d.push_back(detail::memrefOf(a.k.data, detail::extent(a.k)));
     d.push_back(detail::memrefOf(a.v.data, detail::extent(a.v)));
-    d.push_back(detail::memrefOf(a.out.data, detail::extent(a.out)));
-    d.push_back(p.hasLse ? detail::memrefOf(a.lse.data, detail::extent(a.lse))
-                         : detail::memrefOf(base, 0));
+    d.push_back(o);
+    d.push_back(lse);
   }
   d.push_back(detail::memrefOf(base, static_cast<int64_t>(ops.ip.size())));
   d.push_back(detail::memrefOf(base + ipBytes,
@@ -336,16 +386,13 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   return Status::ok();
 }
 
-namespace {
-/// Bytes of the parameter arrays (ip, fp) and the block mask of a call.
-size_t paramBytes(const VariantInfo &v, const KernelSpec &spec,
-                  const AttentionArgs &a, const Problem &p, const BlockMask *bm) {
-  int64_t pack = detail::packedHeads(v, spec, p, bm);
-  detail::Operands ops = detail::buildOperands(v, spec, a, p, bm, pack);
-  return ops.ip.size() * 8 + align8(ops.fp.size() * 4) +
-         (bm ? bm->classes.size() : 0);
+/// The operands of an unsplit launch (what the planner looks at).
+detail::Operands GpuKernel::baseOperands(const AttentionArgs &a,
+                                         const Problem &p,
+                                         const BlockMask *bm) const {
+  int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
+  return detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
 }
-} // namespace
 
 Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   Problem p;
@@ -367,22 +414,33 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
       bm = &built;
     }
   }
+  detail::Operands base = baseOperands(a, p, bm);
+  SplitPlan plan;
+  if (Status s = detail::planLaunchSplits(
+          p, base, ctx_->device().multiprocessors(), a.numSplits, plan);
+      !s)
+    return s;
+  detail::applySplit(p, plan, base);
   ParamSlot *slot = nullptr;
-  if (Status s = acquire(paramBytes(variant_, image_.spec, a, p, bm), slot); !s)
+  if (Status s = acquire(slotLayout(base, bm, p, image_.spec, plan).total, slot);
+      !s)
     return s;
   if (bm == &built) {
     // Build the block mask on the device, into the slot the kernel reads
     // (the kernel's upload rewrites ip and fp there, keeps the classes).
     Operands builder;
-    if (Status s = upload(a, p, bm, true, *slot, stream, builder); !s)
+    if (Status s = upload(a, p, bm, plan, true, *slot, stream, builder); !s)
       return s;
     if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
       return s;
   }
-  if (Status s = upload(a, p, bm, false, *slot, stream, ops); !s)
+  if (Status s = upload(a, p, bm, plan, false, *slot, stream, ops); !s)
     return s;
   if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
     return s;
+  if (plan.splits > 1)
+    if (Status s = launch(merge_, ops.merge, ops.rows, stream); !s)
+      return s;
   return release(*slot, stream);
 }
 
@@ -399,11 +457,15 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
   std::lock_guard<std::mutex> lock(mu_);
   BlockMask bm;
   detail::initBlockMask(variant_, image_.spec, p, bm);
+  SplitPlan unsplit;
+  detail::Operands base = baseOperands(a, p, &bm);
   ParamSlot *slot = nullptr;
-  if (Status s = acquire(paramBytes(variant_, image_.spec, a, p, &bm), slot); !s)
+  if (Status s = acquire(slotLayout(base, &bm, p, image_.spec, unsplit).total,
+                         slot);
+      !s)
     return s;
   Operands builder;
-  if (Status s = upload(a, p, &bm, true, *slot, nullptr, builder); !s)
+  if (Status s = upload(a, p, &bm, unsplit, true, *slot, nullptr, builder); !s)
     return s;
   if (Status s = launch(maskBuilder_, builder.descs, builder.items, nullptr); !s)
     return s;

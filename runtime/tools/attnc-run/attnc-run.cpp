@@ -58,6 +58,11 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           (one for all, or one per --batch entry; default:
                           the end of its keys). With them --q-len may
                           exceed --kv-len (FlexAttention's convention: 0)
+  --page-size N           K and V in a pool of N-row pages through a page
+                          table, pages shuffled, spare pages NaN
+  --splits N              split each sequence's keys in N parts, merged by
+                          LSE (default: the planner's choice for the
+                          device's SMs; 1: never)
   --mode prefill|decode|chunk --seed N --set NAME=VALUE --checked
   --input NAME=FILE.npy   q, k, v or a capture from a file
   --bench                 time instead of check: CUDA events, --warmup N

@@ -128,6 +128,8 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
       if (!intOpt(shape.pad, 0, 1024)) return false;
     } else if (a == "--page-size") {
       if (!intOpt(shape.pageSize, 1, 1 << 20)) return false;
+    } else if (a == "--splits") {
+      if (!intOpt(shape.splits, 1, 256)) return false;
     } else if (a == "--mode") {
       if (!next()) return false;
       if (val == "prefill") shape.mode = Mode::Prefill;

@@ -60,12 +60,13 @@ std::string Shape::describe() const {
     lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
   for (size_t i = 0; i < qOffsets.size(); ++i)
     lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
-  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}{}", heads, kvHeads,
+  return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
                      layout != "bhsd" ? " " + layout : "",
                      pad ? fmt::format(" pad{}", pad) : "",
-                     pageSize ? fmt::format(" pages{}", pageSize) : "", lens);
+                     pageSize ? fmt::format(" pages{}", pageSize) : "",
+                     splits ? fmt::format(" splits{}", splits) : "", lens);
 }
 
 std::vector<int64_t> Shape::stridesFor(const std::vector<int64_t> &dims,
@@ -344,6 +345,7 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
     return t;
   };
   rt::AttentionArgs &a = in.args;
+  a.numSplits = static_cast<int>(s.splits);
   a.q = view(in.q, H, Lq, D);
   a.k = view(in.k, HK, Lk, D);
   a.v = view(in.v, HK, Lk, DV);

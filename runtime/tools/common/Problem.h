@@ -34,6 +34,8 @@ struct Shape {
   /// (NaN-filled, never to be read); the pool is [pages, h, pageSize, d]
   /// in --layout's order with b standing for the page (bshd: NHD).
   int64_t pageSize = 0;
+  /// KV splits (AttentionArgs::numSplits): 0 the planner's choice, 1 none.
+  int64_t splits = 0;
   Mode mode = Mode::Prefill;
   uint64_t seed = 42;
   /// Per-sequence KV lengths (a ragged batch), each <= kvLen; empty: all

@@ -53,6 +53,9 @@ struct AttentionArgs {
   /// K and V in pages (PageTable.h): k and v are page pools, the lengths
   /// come from the table (kvLens, if given, must agree).
   const PageTable *pages = nullptr;
+  /// Split-KV (SplitPlan.h): 0 lets the planner choose from the batch and
+  /// the machine; 1 never splits; N > 1 forces N splits (at most 256).
+  int numSplits = 0;
 };
 
 /// An attention problem after validation: sizes, lengths and bound params.
@@ -118,6 +121,7 @@ struct CpuEntryPoints {
   std::shared_ptr<void> owner;
   void (*kernel)(void **) = nullptr;
   void (*maskBuilder)(void **) = nullptr; // data-dependent masks only
+  void (*merge)(void **) = nullptr;       // split-KV partials -> O, LSE
 };
 
 class CpuKernel {

@@ -10,12 +10,23 @@
 //   fp         : f32 parameters: [0] = scale, [1 + i] = f32 scalar param i
 //   blockmask  : i8 tile classes for data-dependent masks (size 0 if none)
 //   captures   : one memref per tensor parameter, in declaration order
-//   itemBegin, itemEnd : i64, work items ((b * Hq/P + hi) * numQTiles + qt)
+//   itemBegin, itemEnd : i64, work items
+//                        (((b * Hq/P + hi) * numQTiles + qt) * S + s)
 //
 // With P = ip[kPackHeads] query heads per item (P = 1, or the GQA group G
 // for small Lq), the rows of an item's Q tiles run over the P heads of
 // group hi: flat row p in [0, P*Lq) is query p % Lq of head hi*P + p / Lq,
 // so K and V are read once for the whole group.
+//
+// Split-KV (S = ip[kNumSplits] > 1): item split s visits only the KV tiles
+// [s * T, (s + 1) * T) with T = ip[kSplitTiles], and writes its normalized
+// partial output and LSE through kOStride/kLseStride into the runtime's
+// partial buffers, laid out [S][B][Hq][Lq][Dv] and [S][B][Hq][Lq] (so split
+// s is batch index s * B + b there); a split with no visited key writes 0
+// and LSE -inf. The merge entry (`<kernel>_merge`: opart, lsepart, o, lse,
+// ip, then the first row) combines the S partials of each row
+// (b * Hq + h) * Lq + i by their LSEs into O and LSE through kOutStride,
+// kOutLseStride and kOutHasLse. With S = 1 nothing is partial.
 //
 // Integer parameter layout (ip):
 //
@@ -49,8 +60,18 @@ enum : int64_t {
   kBMStrideH,
   kPackHeads,  // query heads per work item: 1, or the GQA group size G
   kPageSize,   // 0: K/V contiguous; else rows per page (K/V are page pools)
+  kNumSplits,  // S >= 1, KV splits per (b, head, Q tile)
+  kSplitTiles, // KV tiles per split (>= ceil(Lkv / blockN) when S = 1)
+  kOutStride,  // 4: with S > 1, where the merge writes O (else unused)
+  kOutLseStride = kOutStride + 4, // 3
+  kOutHasLse = kOutLseStride + 3,
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
 };
+
+/// Threads per block of the GPU merge entry (one block per row).
+inline constexpr int64_t kMergeThreads = 64;
+/// The most KV splits a launch may have.
+inline constexpr int64_t kMaxSplits = 256;
 
 /// Tile classes, as stored in a block mask.
 enum TileClass : int8_t { kEmpty = 0, kPartial = 1, kFull = 2 };

@@ -29,7 +29,8 @@ struct GpuKernelImage {
   int64_t dynamicSharedBytes = 0; // dynamic shared memory per block (opt-in)
   std::string kernel;       // entry names in `ptx`
   std::string maskBuilder;  // empty unless the mask is data-dependent
-  std::vector<int> kernelParams, maskBuilderParams; // bytes per parameter
+  std::string merge;        // `kernel`_merge: combines split-KV partials
+  std::vector<int> kernelParams, maskBuilderParams, mergeParams; // bytes each
   std::string ptx;
 };
 
@@ -39,7 +40,9 @@ struct PackageVariant {
 };
 
 struct Package {
-  static constexpr int kVersion = 3; // 2: dynamic shared memory; 3: ip[kPageSize]
+  // 2: dynamic shared memory; 3: ip[kPageSize]; 4: split-KV (ip slots,
+  // the merge entry)
+  static constexpr int kVersion = 4;
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   /// Several kernels per (target, dtype, head dims), one per tile

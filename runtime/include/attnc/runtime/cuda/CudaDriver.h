@@ -101,6 +101,8 @@ public:
   int computeCapability() const { return cc_; } // e.g. 90 for sm_90
   /// Shared memory a block may opt in to (bytes).
   int sharedOptIn() const { return sharedOptIn_; }
+  /// Streaming multiprocessors (what the split-KV planner fills).
+  int multiprocessors() const { return smCount_; }
   const Driver &driver() const { return *driver_; }
   /// Makes the primary context current on the calling thread (the runtime
   /// does so before each call, so any thread may run kernels).
@@ -114,6 +116,7 @@ private:
   std::string name_;
   int cc_ = 0;
   int sharedOptIn_ = 0;
+  int smCount_ = 0;
 };
 
 /// A driver and one device with its primary context current: what apps

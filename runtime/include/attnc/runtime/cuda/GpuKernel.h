@@ -17,8 +17,12 @@
 #include <mutex>
 #include <vector>
 
+namespace attnc::rt {
+struct SplitPlan;
+}
 namespace attnc::rt::detail {
 struct MemrefDesc;
+struct Operands;
 }
 
 namespace attnc::rt::cuda {
@@ -65,7 +69,10 @@ public:
   /// mask on the device first. Each call's small parameter arrays go to
   /// their own buffer of a ring, copied on `stream` ahead of the launch; a
   /// buffer is reused only once the launches that read it have finished,
-  /// so calls may follow each other without waiting.
+  /// so calls may follow each other without waiting. When the batch has
+  /// fewer work items than the device has SMs (decode), or args.numSplits
+  /// asks, each sequence's keys are split (SplitPlan.h): the kernel writes
+  /// partial rows into the call's buffer and a merge launch follows it.
   Status run(const AttentionArgs &args, CUstream stream = nullptr) const;
 
   /// Builds the block mask of a data-dependent variant on the device and
@@ -91,16 +98,19 @@ private:
   /// Marks the slot busy until the work queued on `stream` so far is done.
   Status release(ParamSlot &slot, CUstream stream) const;
   /// Copies ip, fp (and a caller's block mask) to the slot on `stream` and
-  /// lays out the kernel's (or the block-mask builder's) operands.
+  /// lays out the kernel's (or the block-mask builder's) operands; a split
+  /// launch's partial rows live in the slot too, with the merge's operands.
   Status upload(const AttentionArgs &a, const Problem &p, const BlockMask *bm,
-                bool forMaskBuilder, ParamSlot &slot, CUstream stream,
-                Operands &out) const;
+                const SplitPlan &plan, bool forMaskBuilder, ParamSlot &slot,
+                CUstream stream, Operands &out) const;
+  detail::Operands baseOperands(const AttentionArgs &a, const Problem &p,
+                                const BlockMask *bm) const;
 
   const Context *ctx_ = nullptr;
   VariantInfo variant_;
   GpuKernelImage image_;
   CUmodule module_ = nullptr;
-  CUfunction kernel_ = nullptr, maskBuilder_ = nullptr;
+  CUfunction kernel_ = nullptr, maskBuilder_ = nullptr, merge_ = nullptr;
   // Parameter arrays (ip, fp, block mask): a ring of buffers.
   static constexpr int kRing = 4;
   mutable std::mutex mu_;
