@@ -200,11 +200,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !paramSizes(jk, "merge_params", k.mergeParams, why) ||
       !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
-  if (k.merge != k.kernel + "_merge") {
-    why = fmt::format("kernel '{}' names the merge entry '{}'", k.kernel,
-                      k.merge);
-    return false;
-  }
+
   k.threads = threads;
   k.sharedBytes = shared;
   k.dynamicSharedBytes = dynShared;
@@ -244,6 +240,11 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
   }
   if (!checkKernelName(k, info.name, why))
     return false;
+  if (k.merge != k.kernel + "_merge") {
+    why = fmt::format("kernel '{}' names the merge entry '{}'", k.kernel,
+                      k.merge);
+    return false;
+  }
   if ((info.maskKind == MaskKind::Data) == k.maskBuilder.empty()) {
     why = "kernel '" + k.kernel + "' of variant '" + info.name + "' " +
           (k.maskBuilder.empty()

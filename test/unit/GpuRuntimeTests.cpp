@@ -69,8 +69,11 @@ PackageVariant makeVariant(const char *text, const std::string &target = "sm_80"
   k.sharedBytes = 32768;
   k.kernel = "attnc_" + v.info.name + "_f16_d64v64_m64n64w2s1";
   k.kernelParams.assign(5 * (8 + captures) + 1, 8);
+  k.merge = k.kernel + "_merge";
+  k.mergeParams.assign(5 * 5 + 1, 8);
   std::vector<std::pair<std::string, int>> entries = {
-      {k.kernel, int(k.kernelParams.size())}};
+      {k.kernel, int(k.kernelParams.size())},
+      {k.merge, int(k.mergeParams.size())}};
   if (v.info.maskKind == MaskKind::Data) {
     k.maskBuilder = k.kernel + "_block_mask";
     k.maskBuilderParams.assign(5 * (3 + captures) + 1, 8);
@@ -195,8 +198,8 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
         "\"attnc-package\"");
   std::string text = p.serialize();
   std::string v2 = text;
-  v2.replace(v2.find("\"version\": 3"), 12, "\"version\": 1");
-  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 3 "
+  v2.replace(v2.find("\"version\": 4"), 12, "\"version\": 1");
+  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 4 "
                      "expected, found 1");
   // The manifest's parameter count must be the PTX's.
   Package wrong = p;
@@ -217,6 +220,19 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
   CHECK(error(renamed.serialize()) ==
         "'p.json' is not a valid attnc package: the PTX has no entry "
         "'attnc_causal_f16_d64v64_m64n64w2s1'");
+  // Every kernel has its split-KV merge, named after it, in the PTX.
+  Package merge = p;
+  merge.variants[0].kernels[0].merge = "attnc_causal_merge";
+  CHECK(error(merge.serialize()) ==
+        "'p.json' is not a valid attnc package: kernel "
+        "'attnc_causal_f16_d64v64_m64n64w2s1' names the merge entry "
+        "'attnc_causal_merge'");
+  merge = p;
+  merge.variants[0].kernels[0].mergeParams.pop_back();
+  CHECK(error(merge.serialize()) ==
+        "'p.json' is not a valid attnc package: the manifest gives "
+        "'attnc_causal_f16_d64v64_m64n64w2s1_merge' 25 parameters, its PTX "
+        "declares 26");
   // A data-dependent mask needs its builder.
   Package docs;
   docs.variants.push_back(makeVariant(kDocMask, "sm_80", 1));
@@ -256,8 +272,8 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   CHECK_THAT(error(edit("\"kernel_params\": [", "\"kernel_params\": [\"8\", ")),
              Catch::Contains("not a parameter size"));
   // Out of range, never truncated.
-  CHECK_THAT(error(edit("\"version\": 3", "\"version\": 4294967297")),
-             Catch::Contains("version 3 expected, found 4294967297"));
+  CHECK_THAT(error(edit("\"version\": 4", "\"version\": 4294967297")),
+             Catch::Contains("version 4 expected, found 4294967297"));
   // Shared memory no device has.
   CHECK_THAT(error(edit("\"dynamic_shared_bytes\": 0",
                         "\"dynamic_shared_bytes\": 232000")),
@@ -310,9 +326,12 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   other.spec.blockN = 32;
   other.kernel = oldName;
   other.kernel.replace(other.kernel.find("n64w"), 4, "n32w");
-  size_t at = other.ptx.find(".entry " + oldName + "(");
-  REQUIRE(at != std::string::npos);
-  other.ptx.replace(at + 7, oldName.size(), other.kernel);
+  for (std::string suffix : {"", "_merge"}) {
+    size_t at = other.ptx.find(".entry " + oldName + suffix + "(");
+    REQUIRE(at != std::string::npos);
+    other.ptx.replace(at + 7, oldName.size(), other.kernel);
+  }
+  other.merge = other.kernel + "_merge";
   Package back;
   CHECK(Package::parse(twice.serialize(), "p.json", back).isOk());
   CHECK(back.tileCandidates);
