@@ -1,4 +1,4 @@
-//===- Attention.cpp - Validation, binding, reference, CPU launch --------===//
+//===- Attention.cpp - Validation, binding, reference, KV cache -----------===//
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/KernelABI.h"
 #include "KernelOperands.h"
@@ -6,12 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
-#include <thread>
 
 namespace attnc::rt {
 
@@ -424,161 +422,6 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           for (int64_t d = 0; d < p.Dv; ++d)
             o[d] = sum;
       }
-  return Status::ok();
-}
-
-// ---- CPU launch --------------------------------------------------------
-
-using detail::buildOperands;
-using detail::extent;
-using detail::Operands;
-using detail::packedHeads;
-
-namespace {
-
-using Desc = detail::MemrefDesc;
-
-/// A host operand; empty ones get a valid address all the same.
-Desc descOf(void *p, int64_t n) {
-  static int64_t dummy = 0;
-  return detail::memrefOf(p ? p : &dummy, n);
-}
-
-void addCaptures(const VariantInfo &v, const Problem &p,
-                 std::vector<Desc> &descs) {
-  size_t first = descs.size();
-  detail::appendCaptures(v, p, descs);
-  for (size_t i = first; i < descs.size(); ++i)
-    descs[i] = descOf(descs[i].aligned, descs[i].size);
-}
-
-/// Calls `fn` (MLIR's packed convention: 5 pointers per memref operand,
-/// then the item range) once per work item in [0, items), spread over
-/// `threads` threads (0: every core). Each thread builds its argument
-/// array once and then only changes the item range.
-void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
-                 int64_t items, int threads) {
-  int n = threads > 0 ? threads
-                      : static_cast<int>(std::thread::hardware_concurrency());
-  n = static_cast<int>(std::clamp<int64_t>(n, 1, items));
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    std::vector<Desc> descs = operands;
-    int64_t begin = 0, end = 0;
-    std::vector<void *> ptrs = detail::memrefWords(descs);
-    ptrs.push_back(&begin);
-    ptrs.push_back(&end);
-    for (int64_t i; (i = next.fetch_add(1)) < items;) {
-      begin = i;
-      end = i + 1;
-      fn(ptrs.data());
-    }
-  };
-  if (n <= 1) {
-    worker();
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int t = 0; t < n; ++t)
-    pool.emplace_back(worker);
-  for (auto &t : pool)
-    t.join();
-}
-
-} // namespace
-
-Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
-  if (variant_.maskKind != MaskKind::Data || !entry_.maskBuilder)
-    return Status::invalidArgument(fmt::format(
-        "variant '{}' has no data-dependent mask; it needs no block mask",
-        variant_.name));
-  Problem p;
-  if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
-    return s;
-  if (Status s = checkCaptureValues(variant_, p); !s)
-    return s;
-  fillBlockMask(a, p, bm);
-  return Status::ok();
-}
-
-void CpuKernel::fillBlockMask(const AttentionArgs &a, const Problem &p,
-                              BlockMask &bm) const {
-  detail::initBlockMask(variant_, spec_, p, bm);
-  Operands ops = buildOperands(variant_, spec_, a, p, &bm);
-  std::vector<Desc> operands = {
-      descOf(ops.ip.data(), ops.ip.size()), descOf(ops.fp.data(), ops.fp.size()),
-      descOf(bm.classes.data(), bm.classes.size())};
-  addCaptures(variant_, p, operands);
-  // The builder's items are (b * heads + h) * numQTiles + qt; it learns
-  // `heads` from kBMStrideH (0 when shared by every head).
-  launchItems(entry_.maskBuilder, operands,
-              bm.batch * bm.heads * bm.numQTiles, a.numThreads);
-}
-
-Status CpuKernel::run(const AttentionArgs &a) const {
-  Problem p;
-  if (Status s = resolveProblem(variant_, &spec_, a, p); !s)
-    return s;
-  if (Status s = checkCaptureValues(variant_, p); !s)
-    return s;
-  if (variant_.maskKind != MaskKind::Data)
-    return launch(a, p, nullptr);
-  if (a.blockMask) {
-    if (Status s = detail::checkBlockMask(spec_, p, *a.blockMask); !s)
-      return s;
-    return launch(a, p, a.blockMask);
-  }
-  if (!entry_.maskBuilder)
-    return Status::internal("the CPU kernel has no block-mask builder");
-  BlockMask bm;
-  fillBlockMask(a, p, bm);
-  return launch(a, p, &bm);
-}
-
-Status CpuKernel::launch(const AttentionArgs &a, const Problem &p,
-                         const BlockMask *bm) const {
-  if (!entry_.kernel)
-    return Status::internal("the CPU kernel has no entry point");
-  int64_t pack = packedHeads(variant_, spec_, p, bm);
-  Operands ops = buildOperands(variant_, spec_, a, p, bm, pack);
-  int64_t workers = a.numThreads > 0
-                        ? a.numThreads
-                        : static_cast<int64_t>(std::thread::hardware_concurrency());
-  SplitPlan plan;
-  if (Status s = detail::planLaunchSplits(p, ops, workers, a.numSplits, plan); !s)
-    return s;
-  if (plan.splits > 1 && !entry_.merge)
-    return Status::internal("the CPU kernel has no split-KV merge");
-  detail::applySplit(p, plan, ops);
-  Desc out = descOf(a.out.data, extent(a.out));
-  Desc lse = p.hasLse ? descOf(a.lse.data, extent(a.lse)) : descOf(nullptr, 0);
-  // A split launch writes partial rows here, then the merge writes O, LSE.
-  std::vector<unsigned char> opart;
-  std::vector<float> lpart;
-  if (plan.splits > 1) {
-    int64_t rows = detail::partialRows(p, plan.splits);
-    opart.resize(static_cast<size_t>(rows * p.Dv) * dtypeSize(spec_.dtype));
-    lpart.resize(static_cast<size_t>(rows));
-  }
-  Desc oPartial = descOf(opart.data(), static_cast<int64_t>(
-                                           opart.size() / dtypeSize(spec_.dtype)));
-  Desc lPartial = descOf(lpart.data(), static_cast<int64_t>(lpart.size()));
-  std::vector<Desc> operands = {
-      descOf(a.q.data, extent(a.q)),
-      descOf(a.k.data, extent(a.k)),
-      descOf(a.v.data, extent(a.v)),
-      plan.splits > 1 ? oPartial : out,
-      plan.splits > 1 ? lPartial : lse,
-      descOf(ops.ip.data(), ops.ip.size()),
-      descOf(ops.fp.data(), ops.fp.size()),
-      bm ? descOf(const_cast<int8_t *>(bm->classes.data()), bm->classes.size())
-         : descOf(nullptr, 0)};
-  addCaptures(variant_, p, operands);
-  launchItems(entry_.kernel, operands, detail::numItems(p, ops), a.numThreads);
-  if (plan.splits > 1)
-    launchItems(entry_.merge,
-                {oPartial, lPartial, out, lse, descOf(ops.ip.data(), ops.ip.size())},
-                p.B * p.Hq * p.Lq, a.numThreads);
   return Status::ok();
 }
 

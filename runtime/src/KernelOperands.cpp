@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace attnc::rt::detail {
 
@@ -143,6 +144,81 @@ void appendCaptures(const VariantInfo &v, const Problem &p,
     t.strides = bp.strides;
     descs.push_back(memrefOf(const_cast<void *>(bp.data), extent(t)));
   }
+}
+
+namespace {
+Status sameView(const char *name, const TensorView &planned,
+                const TensorView &now) {
+  if (now.dtype == planned.dtype && now.shape == planned.shape &&
+      now.strides == planned.strides && (now.data || !planned.data))
+    return Status::ok();
+  return Status::invalidArgument(fmt::format(
+      "'{}' is {} {} with strides {}, but the plan was made for {} {} with "
+      "strides {}; make a plan for these views",
+      name, dtypeName(now.dtype), TensorView::formatDims(now.shape),
+      TensorView::formatDims(now.strides), dtypeName(planned.dtype),
+      TensorView::formatDims(planned.shape),
+      TensorView::formatDims(planned.strides)));
+}
+} // namespace
+
+Status matchPlannedViews(const VariantInfo &v, const AttentionArgs &planned,
+                         const AttentionArgs &now,
+                         std::vector<const void *> &captures) {
+  for (auto [name, a, b] :
+       {std::tuple{"q", &planned.q, &now.q}, std::tuple{"k", &planned.k, &now.k},
+        std::tuple{"v", &planned.v, &now.v},
+        std::tuple{"out", &planned.out, &now.out}})
+    if (Status s = sameView(name, *a, *b); !s)
+      return s;
+  if ((planned.lse.data != nullptr) != (now.lse.data != nullptr))
+    return Status::invalidArgument(
+        std::string("'lse' is ") + (now.lse.data ? "given" : "missing") +
+        ", but the plan was made " + (planned.lse.data ? "with" : "without") +
+        " one");
+  if (now.lse.data)
+    if (Status s = sameView("lse", planned.lse, now.lse); !s)
+      return s;
+  if (now.tensors.size() != planned.tensors.size() ||
+      now.scalars.size() != planned.scalars.size())
+    return Status::invalidArgument(fmt::format(
+        "the call binds {} tensors and {} scalars, the plan {} and {}",
+        now.tensors.size(), now.scalars.size(), planned.tensors.size(),
+        planned.scalars.size()));
+  captures.clear();
+  for (const ParamSpec &p : v.params) {
+    if (p.isTensor) {
+      const TensorView *want = nullptr, *got = nullptr;
+      for (const auto &[n, t] : planned.tensors)
+        if (n == p.name)
+          want = &t;
+      for (const auto &[n, t] : now.tensors)
+        if (n == p.name)
+          got = &t;
+      if (!want)
+        return Status::internal("the plan lacks tensor '" + p.name + "'");
+      if (!got)
+        return Status::invalidArgument("tensor parameter '" + p.name +
+                                       "' is not bound");
+      if (Status s = sameView(p.name.c_str(), *want, *got); !s)
+        return s;
+      captures.push_back(got->data);
+      continue;
+    }
+    const double *want = nullptr, *got = nullptr;
+    for (const auto &[n, x] : planned.scalars)
+      if (n == p.name)
+        want = &x;
+    for (const auto &[n, x] : now.scalars)
+      if (n == p.name)
+        got = &x;
+    if ((want == nullptr) != (got == nullptr) || (want && *want != *got))
+      return Status::invalidArgument(fmt::format(
+          "scalar '{}' is {}, but the plan was made with {}; make a plan for "
+          "it", p.name, got ? fmt::format("{}", *got) : "not bound",
+          want ? fmt::format("{}", *want) : "its default"));
+  }
+  return Status::ok();
 }
 
 void initBlockMask(const VariantInfo &v, const KernelSpec &spec,

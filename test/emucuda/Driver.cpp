@@ -292,6 +292,8 @@ R cuMemAlloc_v2(unsigned long long *p, size_t n) {
     return kInvalidValue;
   if (env("ATTNC_EMU_ALLOC_FAIL", 0))
     return kOutOfMemory;
+  if (int r = Streams::get().refuseDuringCapture("cuMemAlloc"))
+    return r;
   uint64_t a = DeviceMemory::get().allocate(n);
   if (!a)
     return kOutOfMemory;
@@ -343,14 +345,12 @@ R cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
 R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *stream) {
   if (!inAllocation(d, n, "cuMemcpyHtoDAsync"))
     return kInvalidValue;
-  Streams::get().copyToDevice(stream, d, s, n);
-  return kSuccess;
+  return Streams::get().copyToDevice(stream, d, s, n);
 }
 R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *stream) {
   if (!inAllocation(s, n, "cuMemcpyDtoHAsync"))
     return kInvalidValue;
-  Streams::get().copyToHost(stream, d, s, n);
-  return kSuccess;
+  return Streams::get().copyToHost(stream, d, s, n);
 }
 R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
   // Synchronous: waits for the work of the legacy stream(s) first.
@@ -393,6 +393,36 @@ R cuStreamDestroy_v2(void *s) {
   return r;
 }
 R cuStreamSynchronize(void *s) { return Streams::get().sync(s); }
+R cuStreamBeginCapture_v2(void *s, int /*mode*/) {
+  return Streams::get().beginCapture(s);
+}
+R cuStreamEndCapture(void *s, void **graph) {
+  if (!graph)
+    return kInvalidValue;
+  Graph *g = nullptr;
+  int r = Streams::get().endCapture(s, &g);
+  *graph = g;
+  return r;
+}
+R cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long) {
+  if (!exec || !graph)
+    return kInvalidValue;
+  *exec = new Graph(*static_cast<Graph *>(graph));
+  return kSuccess;
+}
+R cuGraphLaunch(void *exec, void *stream) {
+  if (!exec)
+    return kInvalidHandle;
+  return Streams::get().launchGraph(stream, *static_cast<Graph *>(exec));
+}
+R cuGraphExecDestroy(void *exec) {
+  delete static_cast<Graph *>(exec);
+  return kSuccess;
+}
+R cuGraphDestroy(void *graph) {
+  delete static_cast<Graph *>(graph);
+  return kSuccess;
+}
 R cuEventCreate(void **e, unsigned) {
   *e = new Event();
   return kSuccess;

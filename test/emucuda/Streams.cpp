@@ -10,6 +10,12 @@ namespace attnc::emu {
 
 void reportFault(const std::string &what); // Driver.cpp
 
+namespace {
+// CUDA_ERROR_ILLEGAL_STATE, _STREAM_CAPTURE_UNSUPPORTED, _INVALIDATED
+constexpr int kIllegalState = 401, kCaptureUnsupported = 900,
+              kCaptureInvalidated = 901;
+} // namespace
+
 Streams &Streams::get() {
   static Streams s; // destroyed when the library is unloaded
   return s;
@@ -25,13 +31,67 @@ std::deque<Streams::Work> &Streams::queueOf(void *stream) {
   return legacy_;
 }
 
-void Streams::enqueue(void *stream, Work w) {
+int Streams::enqueue(void *stream, Work w) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (auto c = capturing_.find(stream); c != capturing_.end()) {
+    if (w.kind == Work::ToDevice || w.kind == Work::ToHost) {
+      c->second.invalid = true;
+      reportFault("a copy between host and device on a capturing stream "
+                  "(pageable host memory cannot be captured)");
+      return kCaptureUnsupported;
+    }
+    c->second.work.push_back(std::move(w));
+    return 0;
+  }
   queueOf(stream).push_back(std::move(w));
   // ATTNC_EMU_SYNC=1: run everything at once (debugging).
   if (const char *v = std::getenv("ATTNC_EMU_SYNC"); v && *v == '1')
     if (int r = run(queueOf(stream)); r && !pending_)
       pending_ = r;
+  return 0;
+}
+
+int Streams::refuseDuringCapture(const std::string &what) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (capturing_.empty())
+    return 0;
+  for (auto &[s, c] : capturing_)
+    c.invalid = true;
+  reportFault(what + " while a stream is capturing a graph");
+  return kCaptureUnsupported;
+}
+
+int Streams::beginCapture(void *stream) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (reinterpret_cast<uintptr_t>(stream) <= 2) {
+    reportFault("cuStreamBeginCapture on the null stream");
+    return kCaptureUnsupported;
+  }
+  if (capturing_.count(stream))
+    return kIllegalState;
+  capturing_[stream] = Capture();
+  return 0;
+}
+
+int Streams::endCapture(void *stream, Graph **out) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto c = capturing_.find(stream);
+  if (c == capturing_.end())
+    return kIllegalState;
+  Capture cap = std::move(c->second);
+  capturing_.erase(c);
+  *out = nullptr;
+  if (cap.invalid)
+    return kCaptureInvalidated;
+  *out = new Graph{std::move(cap.work)};
+  return 0;
+}
+
+int Streams::launchGraph(void *stream, const Graph &g) {
+  for (const Work &w : g.work)
+    if (int r = enqueue(stream, w))
+      return r;
+  return 0;
 }
 
 void Streams::launch(void *stream, const Kernel &k, const LaunchShape &s,
@@ -46,22 +106,22 @@ void Streams::launch(void *stream, const Kernel &k, const LaunchShape &s,
   enqueue(stream, std::move(w));
 }
 
-void Streams::copyToDevice(void *stream, uint64_t dst, const void *src, size_t n) {
+int Streams::copyToDevice(void *stream, uint64_t dst, const void *src, size_t n) {
   Work w;
   w.kind = Work::ToDevice;
   w.dev = dst;
   w.bytes.assign(static_cast<const uint8_t *>(src), static_cast<const uint8_t *>(src) + n);
   w.n = n;
-  enqueue(stream, std::move(w));
+  return enqueue(stream, std::move(w));
 }
 
-void Streams::copyToHost(void *stream, void *dst, uint64_t src, size_t n) {
+int Streams::copyToHost(void *stream, void *dst, uint64_t src, size_t n) {
   Work w;
   w.kind = Work::ToHost;
   w.host = dst;
   w.dev = src;
   w.n = n;
-  enqueue(stream, std::move(w));
+  return enqueue(stream, std::move(w));
 }
 
 void Streams::record(void *stream, Event *e) {
@@ -108,6 +168,8 @@ int Streams::run(std::deque<Work> &q) {
 
 int Streams::sync(void *stream) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (int r = refuseDuringCapture("a synchronization"))
+    return r;
   int r = run(queueOf(stream));
   r = r ? r : pending_;
   pending_ = 0;
@@ -116,6 +178,8 @@ int Streams::sync(void *stream) {
 
 int Streams::syncAll() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
+  if (int r = refuseDuringCapture("a synchronization"))
+    return r;
   int r = run(legacy_);
   for (auto &[s, q] : nonBlocking_) {
     int e = run(q);

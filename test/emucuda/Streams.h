@@ -11,6 +11,14 @@
 // synchronization (or cuCtxSynchronize, cuMemFree, cuModuleUnload) runs.
 // A fault of a queued kernel is returned by the call that ran it.
 //
+// Stream capture (CUDA graphs): while a created stream captures, its
+// launches and event records go into a graph instead of its queue, and a
+// graph launch queues copies of them. As in CUDA's global capture mode,
+// whatever would synchronize, allocate or free, and any copy on the
+// capturing stream (the runtime's host memory is pageable), fails with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, so
+// code that is not graph-safe fails here as on a device.
+//
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_EMU_STREAMS_H
 #define ATTNC_EMU_STREAMS_H
@@ -37,16 +45,19 @@ struct Event {
   bool recorded = false;
 };
 
+struct Graph;
+
 class Streams {
 public:
   static Streams &get();
 
   /// Queues a launch; the parameters are copied now, as cuLaunchKernel does.
   void launch(void *stream, const Kernel &k, const LaunchShape &s, void **params);
-  /// Queues a host-to-device copy (the host bytes are copied now).
-  void copyToDevice(void *stream, uint64_t dst, const void *src, size_t n);
+  /// Queues a host-to-device copy (the host bytes are copied now); 0, or
+  /// an error on a capturing stream.
+  int copyToDevice(void *stream, uint64_t dst, const void *src, size_t n);
   /// Queues a device-to-host copy (the host buffer must stay valid).
-  void copyToHost(void *stream, void *dst, uint64_t src, size_t n);
+  int copyToHost(void *stream, void *dst, uint64_t src, size_t n);
   void record(void *stream, Event *e);
 
   /// Runs the queue of `stream` (the legacy queue for the null stream and
@@ -55,7 +66,16 @@ public:
   /// Runs every queue.
   int syncAll();
 
-private:
+  /// Capture: begins on a created stream (not the null stream); ends with
+  /// the graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+  int beginCapture(void *stream);
+  int endCapture(void *stream, Graph **out);
+  /// Queues the graph's work on `stream`.
+  int launchGraph(void *stream, const Graph &g);
+  /// 0 when no stream captures; else invalidates the captures, reports
+  /// `what` and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
+  int refuseDuringCapture(const std::string &what);
+
   struct Work {
     enum Kind { Launch, ToDevice, ToHost, Record } kind;
     const Kernel *kernel = nullptr;
@@ -66,14 +86,27 @@ private:
     size_t n = 0;
     Event *event = nullptr;
   };
+
+private:
   std::deque<Work> &queueOf(void *stream);
-  void enqueue(void *stream, Work w);
+  /// Queues `w`, or adds it to the stream's capture; 0 or an error.
+  int enqueue(void *stream, Work w);
   int run(std::deque<Work> &q);
 
   std::recursive_mutex mu_;
   int pending_ = 0; // a fault of work run eagerly (ATTNC_EMU_SYNC)
   std::deque<Work> legacy_;
   std::map<void *, std::deque<Work>> nonBlocking_;
+  struct Capture {
+    std::vector<Work> work;
+    bool invalid = false;
+  };
+  std::map<void *, Capture> capturing_;
+};
+
+/// A captured graph (also its executable form: instantiation copies it).
+struct Graph {
+  std::vector<Streams::Work> work;
 };
 
 } // namespace attnc::emu

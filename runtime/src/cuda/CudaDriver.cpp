@@ -92,6 +92,12 @@ Status Driver::open(std::unique_ptr<Driver> &out, const std::string &pathIn) {
       {"cuEventSynchronize", resolve(h, "cuEventSynchronize", a.cuEventSynchronize)},
       {"cuEventElapsedTime", resolve(h, "cuEventElapsedTime", a.cuEventElapsedTime)},
       {"cuEventDestroy_v2", resolve(h, "cuEventDestroy_v2", a.cuEventDestroy)},
+      {"cuStreamBeginCapture_v2", resolve(h, "cuStreamBeginCapture_v2", a.cuStreamBeginCapture)},
+      {"cuStreamEndCapture", resolve(h, "cuStreamEndCapture", a.cuStreamEndCapture)},
+      {"cuGraphInstantiateWithFlags", resolve(h, "cuGraphInstantiateWithFlags", a.cuGraphInstantiateWithFlags)},
+      {"cuGraphLaunch", resolve(h, "cuGraphLaunch", a.cuGraphLaunch)},
+      {"cuGraphExecDestroy", resolve(h, "cuGraphExecDestroy", a.cuGraphExecDestroy)},
+      {"cuGraphDestroy", resolve(h, "cuGraphDestroy", a.cuGraphDestroy)},
       {"cuGetErrorName", resolve(h, "cuGetErrorName", a.cuGetErrorName)},
       {"cuGetErrorString", resolve(h, "cuGetErrorString", a.cuGetErrorString)},
   };

@@ -3,6 +3,7 @@
 #include "attnc/runtime/KernelABI.h"
 #include "attnc/runtime/Parse.h"
 #include "../KernelOperands.h"
+#include "CallBuffer.h"
 
 #include <fmt/format.h>
 
@@ -25,30 +26,7 @@ int64_t bytesOf(const TensorView &t) {
   return detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
 }
 
-size_t align8(size_t n) { return (n + 7) & ~size_t(7); }
-size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
 
-/// Where each part of a call's slot starts: ip, fp, the block mask, then a
-/// split launch's partial rows and LSEs; and its size.
-struct SlotLayout {
-  size_t fp = 0, bm = 0, partials = 0, lse = 0, total = 0;
-};
-SlotLayout slotLayout(const detail::Operands &ops, const BlockMask *bm,
-                      const Problem &p, const KernelSpec &spec,
-                      const SplitPlan &plan) {
-  SlotLayout l;
-  l.fp = ops.ip.size() * 8;
-  l.bm = l.fp + align8(ops.fp.size() * 4);
-  l.partials = l.bm + (bm ? bm->classes.size() : 0);
-  l.total = l.partials;
-  if (plan.splits > 1) {
-    size_t rows = static_cast<size_t>(detail::partialRows(p, plan.splits));
-    l.partials = align16(l.partials);
-    l.lse = align16(l.partials + rows * p.Dv * dtypeSize(spec.dtype));
-    l.total = l.lse + rows * 4;
-  }
-  return l;
-}
 } // namespace
 
 // ---- DeviceBuffer -------------------------------------------------------

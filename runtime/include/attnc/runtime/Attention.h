@@ -124,6 +124,31 @@ struct CpuEntryPoints {
   void (*merge)(void **) = nullptr;       // split-KV partials -> O, LSE
 };
 
+class CpuKernel;
+
+/// One batch's call planned once (plan/run, as GpuPlan on the device):
+/// validation of lengths and the page table, the parameters, the block
+/// mask of a data-dependent mask, the split plan and its partial buffers.
+/// Each layer then calls CpuKernel::run(plan, args) with its own q, k, v,
+/// out, lse and captures, of the planned views' dtypes, shapes and strides.
+/// A plan's runs share its partial buffers: one at a time.
+class CpuPlan {
+public:
+  int64_t splits() const { return splits_; }
+
+private:
+  friend class CpuKernel;
+  const CpuKernel *kernel_ = nullptr;
+  AttentionArgs planned_;
+  std::vector<int64_t> ip_;
+  std::vector<float> fp_;
+  BlockMask bm_;
+  bool hasBlockMask_ = false;
+  int64_t splits_ = 1, items_ = 0, rows_ = 0;
+  mutable std::vector<unsigned char> opart_; // split partial rows
+  mutable std::vector<float> lpart_;
+};
+
 class CpuKernel {
 public:
   CpuKernel(VariantInfo variant, KernelSpec spec, CpuEntryPoints entry)
@@ -135,13 +160,15 @@ public:
   /// Runs attention; validates everything first, touches nothing on error.
   /// A data-dependent mask without args.blockMask builds one for this call.
   Status run(const AttentionArgs &args) const;
+  /// Plan/run (CpuPlan): plan once per batch, run per layer. run(args) is
+  /// plan(args) then run(plan, args).
+  Status plan(const AttentionArgs &args, CpuPlan &out) const;
+  Status run(const CpuPlan &plan, const AttentionArgs &args) const;
 
   /// Builds the block mask of a data-dependent variant for these inputs.
   Status buildBlockMask(const AttentionArgs &args, BlockMask &out) const;
 
 private:
-  Status launch(const AttentionArgs &args, const Problem &p,
-                const BlockMask *bm) const;
   void fillBlockMask(const AttentionArgs &args, const Problem &p,
                      BlockMask &out) const;
   VariantInfo variant_;

@@ -50,6 +50,33 @@ private:
   size_t size_ = 0;
 };
 
+class GpuKernel;
+
+/// One batch's call made resident on the device once (plan/run): the
+/// parameters (sizes, strides, lengths, offsets, the page list, scalars,
+/// capture shapes), a data-dependent mask's block mask (from the captures
+/// at plan time), the split plan and its partial buffers, in one device
+/// buffer. Every layer of the batch then calls GpuKernel::run(plan, args)
+/// with its own q, k, v, out, lse and captures, which must have the views'
+/// dtypes, shapes and strides of the planned call: launches only, with no
+/// allocation, no copy, no host synchronization and no work per sequence,
+/// so the runs can be captured in a CUDA graph and replayed. A plan's runs
+/// share its partial buffers: keep them in order on one stream.
+class GpuPlan {
+public:
+  int64_t splits() const { return splits_; }
+  size_t deviceBytes() const { return buf_.size(); }
+
+private:
+  friend class GpuKernel;
+  const GpuKernel *kernel_ = nullptr;
+  AttentionArgs planned_; // the views and scalars the plan was made for
+  int64_t splits_ = 1, items_ = 0, rows_ = 0, ipCount_ = 0, fpCount_ = 0;
+  int64_t bmBytes_ = 0, partialElems_ = 0, lseElems_ = 0;
+  size_t fpAt_ = 0, bmAt_ = 0, partialsAt_ = 0, lseAt_ = 0;
+  DeviceBuffer buf_;
+};
+
 class GpuKernel {
 public:
   ~GpuKernel();
@@ -74,6 +101,18 @@ public:
   /// asks, each sequence's keys are split (SplitPlan.h): the kernel writes
   /// partial rows into the call's buffer and a merge launch follows it.
   Status run(const AttentionArgs &args, CUstream stream = nullptr) const;
+
+  /// Plan/run (GpuPlan): validates `args` like run() and makes their call
+  /// resident on the device; the views' data pointers are not read. A
+  /// data-dependent mask's block mask is args.blockMask, or built on
+  /// `stream` from the captures' current values. Waits for its copies.
+  Status plan(const AttentionArgs &args, GpuPlan &out,
+              CUstream stream = nullptr) const;
+  /// One run of a plan: checks the views against the plan's (no work per
+  /// sequence) and enqueues the kernel (and the split merge) on `stream`.
+  /// Graph-safe: nothing but cuLaunchKernel reaches the driver.
+  Status run(const GpuPlan &plan, const AttentionArgs &args,
+             CUstream stream = nullptr) const;
 
   /// Builds the block mask of a data-dependent variant on the device and
   /// copies it to `out` (reusable as args.blockMask, on the CPU too).
