@@ -466,12 +466,15 @@ static const char *errorName(R r) {
   case 209: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
   case 218: return "CUDA_ERROR_INVALID_PTX";
   case 400: return "CUDA_ERROR_INVALID_HANDLE";
+  case 401: return "CUDA_ERROR_ILLEGAL_STATE";
   case 500: return "CUDA_ERROR_NOT_FOUND";
   case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
   case 702: return "CUDA_ERROR_LAUNCH_TIMEOUT";
   case 715: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
   case 716: return "CUDA_ERROR_MISALIGNED_ADDRESS";
   case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+  case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+  case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
   default: return nullptr;
   }
 }
@@ -486,6 +489,9 @@ static const char *errorText(R r) {
   case 209: return "no kernel image is available for execution on the device";
   case 218: return "a PTX JIT compilation failed";
   case 400: return "invalid resource handle";
+  case 401: return "the operation is not permitted in this state";
+  case 900: return "operation not permitted when stream is capturing";
+  case 901: return "operation failed due to a previous error during capture";
   case 500: return "named symbol not found";
   case 700: return "an illegal memory access was encountered";
   case 702: return "the launch timed out and was terminated";
