@@ -182,9 +182,10 @@ class Kernel:
         self._op_id = len(_registry)
         _registry.append(self)
 
-    def _args(self, scale, kv_lens, q_offsets, params, pages=None):
+    def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0):
         a = _attnc.CallArgs()
         a.scale = scale
+        a.num_splits = int(num_splits)
         a.kv_lens = _ints(kv_lens)
         a.q_offsets = _ints(q_offsets)
         if pages is not None:
@@ -219,7 +220,8 @@ class Kernel:
 
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
                  out=None, return_lse=False, num_threads=0, stream=None,
-                 kv_indptr=None, kv_indices=None, kv_last_page_len=None, **params):
+                 kv_indptr=None, kv_indices=None, kv_last_page_len=None,
+                 num_splits=0, **params):
         """Attention over q [B, H, Lq, D], k [B, Hkv, Lkv, D], v [B, Hkv,
         Lkv, Dv]; returns out [B, H, Lq, Dv] (and lse [B, H, Lq], float32,
         natural log, with return_lse=True). kv_lens: per-sequence key
@@ -234,7 +236,11 @@ class Kernel:
         Paged K/V: with kv_indptr [B+1], kv_indices and kv_last_page_len
         [B] (FlashInfer's page table, host ints), k and v are page pools
         [pages, Hkv, page_size, D] (any strides: an NHD pool is a permuted
-        view) and the lengths come from the table (docs/runtime.md)."""
+        view) and the lengths come from the table (docs/runtime.md).
+
+        num_splits: split-KV (docs/runtime.md): 0 lets the planner split
+        small decode batches across cores or SMs, 1 never splits, N forces
+        N splits (at most 256)."""
         pages = None
         if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
             pages = (kv_indptr, kv_indices, kv_last_page_len)
@@ -242,13 +248,15 @@ class Kernel:
                 and _is_torch_tensor(q)):
             from . import torch_op
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
-                                 q_offsets, return_lse, params, pages)
+                                 q_offsets, return_lse, params, pages,
+                                 num_splits)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
                          out=out, return_lse=return_lse, num_threads=num_threads,
-                         stream=stream, params=params, pages=pages)
+                         stream=stream, params=params, pages=pages,
+                         num_splits=num_splits)
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
-             num_threads, stream, params, pages=None):
+             num_threads, stream, params, pages=None, num_splits=0):
         where = _device_of(q)
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
@@ -257,7 +265,7 @@ class Kernel:
         if out is None:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
-        args = self._args(scale, kv_lens, q_offsets, params, pages)
+        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
         else:

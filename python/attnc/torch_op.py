@@ -24,7 +24,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
               scale: Optional[float], kv_lens: Optional[List[int]],
               q_offsets: Optional[List[int]], kv_indptr: Optional[List[int]] = None,
               kv_indices: Optional[List[int]] = None,
-              kv_last_page_len: Optional[List[int]] = None
+              kv_last_page_len: Optional[List[int]] = None,
+              num_splits: int = 0
               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out [B, H, Lq, Dv] in q's dtype, lse [B, H, Lq] float32). The
     names are comma-separated (the schema has no list of strings)."""
@@ -34,7 +35,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
     return _kernel(kernel)._run(q, k, v, scale=scale, kv_lens=kv_lens,
                                 q_offsets=q_offsets, out=None, return_lse=True,
                                 num_threads=0, stream=None, params=params,
-                                pages=pages)
+                                pages=pages, num_splits=num_splits)
 
 
 def _names(joined):
@@ -43,14 +44,15 @@ def _names(joined):
 
 @attention.register_fake
 def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
-      kv_lens, q_offsets, kv_indptr=None, kv_indices=None, kv_last_page_len=None):
+      kv_lens, q_offsets, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
+      num_splits=0):
     B, H, L = q.shape[0], q.shape[1], q.shape[2]
     return (q.new_empty((B, H, L, v.shape[3])),
             q.new_empty((B, H, L), dtype=torch.float32))
 
 
 def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
-         pages=None):
+         pages=None, num_splits=0):
     """A kernel (by registry number) on torch tensors, through the
     operator: Kernel.__call__ and flex_attention."""
     tensor_names, tensors, scalar_names, scalars = [], [], [], []
@@ -68,5 +70,6 @@ def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
         None if kv_lens is None else [int(x) for x in kv_lens],
         None if q_offsets is None else [int(x) for x in q_offsets],
         *([None] * 3 if pages is None else
-          [[int(x) for x in (p.tolist() if hasattr(p, "tolist") else p)] for p in pages]))
+          [[int(x) for x in (p.tolist() if hasattr(p, "tolist") else p)] for p in pages]),
+        int(num_splits))
     return (out, lse) if return_lse else out

@@ -67,6 +67,7 @@ rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
   a.scale = c.scale.value_or(0.0);
   if (c.kvLens)
     a.kvLens = *c.kvLens;
+  a.numSplits = c.numSplits;
   if (c.qOffsets)
     a.qOffsets = *c.qOffsets;
   for (const auto &[name, t] : c.tensors)

@@ -90,6 +90,7 @@ struct CallArgs {
   /// kv_indptr, kv_indices, kv_last_page_len.
   std::optional<std::vector<int32_t>> kvIndptr, kvIndices, kvLastPageLen;
   mutable rt::PageTable table; // what makeArgs points the call to
+  int numSplits = 0;           // AttentionArgs::numSplits
 };
 
 /// The runtime's arguments; every array must be where q is.

@@ -123,7 +123,8 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("scalars", &CallArgs::scalars)
       .def_rw("kv_indptr", &CallArgs::kvIndptr)
       .def_rw("kv_indices", &CallArgs::kvIndices)
-      .def_rw("kv_last_page_len", &CallArgs::kvLastPageLen);
+      .def_rw("kv_last_page_len", &CallArgs::kvLastPageLen)
+      .def_rw("num_splits", &CallArgs::numSplits);
 
   nb::class_<rt::CpuKernel>(m, "CpuKernel")
       .def("run", &runCpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),

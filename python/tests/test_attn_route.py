@@ -163,3 +163,23 @@ def test_paged_kv_matches_contiguous_kv():
                q_offsets=offs, **p)
     with pytest.raises(attnc.Error, match="together"):
         kernel(q, kp, vp, kv_indptr=indptr, q_offsets=offs, **p)
+
+
+def test_split_kv_matches_one_pass():
+    rng = np.random.default_rng(14)
+    kernel = attnc.compile(os.path.join(EXAMPLES, "sliding_window.attn"))
+    q, k, v = qkv(rng, B=3, H=8, HKV=2, LQ=1, LKV=900)
+    lens, offs = [900, 1, 0], [899, 0, 0]
+    one, lse1 = kernel(q, k, v, kv_lens=lens, q_offsets=offs, return_lse=True,
+                       num_splits=1, window=100)
+    for n in (2, 7, 64, 0):  # 0: the planner's choice
+        got, lse = kernel(q, k, v, kv_lens=lens, q_offsets=offs, return_lse=True,
+                          num_splits=n, window=100)
+        assert np.abs(got - one).max() < 2e-6, n
+        assert np.array_equal(np.isinf(lse), np.isinf(lse1))
+        finite = np.isfinite(lse1)
+        assert np.abs(lse[finite] - lse1[finite]).max() < 2e-5
+    ref, _ = kernel.reference(q, k, v, kv_lens=lens, q_offsets=offs, window=100)
+    assert np.abs(got - ref).max() < 2e-5
+    with pytest.raises(attnc.Error, match="'numSplits' must be 0 .* or 1 to 256, got 300"):
+        kernel(q, k, v, num_splits=300, window=100)

@@ -157,3 +157,8 @@ def test_paged_kv_on_the_device(cuda_device):
     assert np.abs(attnc.cuda.to_host(out) - ref).max() < 2e-5
     flat = kernel(q, k, v, kv_lens=lens, q_offsets=offs)  # the CPU, contiguous
     assert np.abs(attnc.cuda.to_host(out) - flat).max() < 2e-5
+    # Split-KV on the device: 5 splits, the merge launched after the kernel.
+    split = kernel(*(attnc.cuda.to_device(x) for x in (q, kp, vp)),
+                   kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
+                   q_offsets=offs, num_splits=5)
+    assert np.abs(attnc.cuda.to_host(split) - ref).max() < 2e-5

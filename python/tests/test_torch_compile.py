@@ -104,3 +104,18 @@ def test_paged_kv_through_the_operator():
     assert (eager.double() - torch.from_numpy(ref)).abs().max() < 2e-5
     compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q), eager)
+
+
+def test_split_kv_through_the_operator():
+    """num_splits reaches the kernel through torch.ops.attnc.attention, eager
+    and compiled: forced splits agree with one pass to rounding."""
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"))
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 4, 1, 64, generator=g)
+    k, v = (torch.randn(1, 1, 700, 64, generator=g) for _ in range(2))
+    one = kernel(q, k, v, num_splits=1)
+    split = lambda q: kernel(q, k, v, num_splits=9)  # noqa: E731
+    eager = split(q)
+    assert (eager - one).abs().max() < 2e-6
+    compiled = torch.compile(split, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q), eager)

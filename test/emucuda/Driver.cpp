@@ -160,6 +160,8 @@ R cuDeviceGetAttribute(int *v, int attr, int) {
   case 10: *v = 32; break;               // WARP_SIZE
   case 12: *v = 65536; break;            // MAX_REGISTERS_PER_BLOCK
   case 16: *v = cc >= 90 ? 132 : 108; break; // MULTIPROCESSOR_COUNT
+  case 36: *v = cc >= 90 ? 2619000 : 1593000; break; // MEMORY_CLOCK_RATE, kHz
+  case 37: *v = 5120; break;                          // GLOBAL_MEMORY_BUS_WIDTH
   case 39: *v = 2048; break;             // MAX_THREADS_PER_MULTIPROCESSOR
   case 75: *v = cc / 10; break;          // COMPUTE_CAPABILITY_MAJOR
   case 76: *v = cc % 10; break;          // COMPUTE_CAPABILITY_MINOR

@@ -1,12 +1,14 @@
 // A serving loop through the public API, on the CPU and on the emulated
-// GPU: a batch of sequences prefilled into a paged K/V pool per layer, then
+// GPU: a batch of sequences prefilled into paged caches (PagedKVCache,
+// DevicePagedKVCache: one per layer), then
 // decoded token by token while sequences finish, with one plan per step
 // (the page table changes) and one run per layer; every output against the
 // fp64 reference. On the GPU the last step's runs are also captured in a
 // CUDA graph and replayed: the emulator fails the capture if run() copies,
 // allocates or synchronizes.
 #include "attnc/Driver/Session.h"
-#include "attnc/runtime/cuda/GpuKernel.h"
+#include "attnc/runtime/PagedKVCache.h"
+#include "attnc/runtime/cuda/DevicePagedKVCache.h"
 
 #include <catch2/catch.hpp>
 
@@ -26,69 +28,94 @@ const char *kServingSource = R"(
 variant causal() { mask_mod(b, h, q, kv) = q >= kv }
 )";
 
-/// The K/V pools of every layer (host memory, [pages, Hkv, page, D]) and
-/// each live sequence's pages and length; pages come from a free list and
-/// go back to it when a sequence finishes.
+/// Every layer's paged caches: a host PagedKVCache per layer (the CPU's
+/// pools, and the fp64 reference's on the GPU) and, with a device, a
+/// DevicePagedKVCache per layer given the same rows. The caches take the
+/// same decisions, so one table serves them all.
 struct PagedPool {
   DType dt;
-  std::vector<std::vector<uint8_t>> k, v; // per layer
-  std::vector<int32_t> freePages;
-  std::map<int, std::vector<int32_t>> pages; // per sequence id
-  std::map<int, int32_t> length;
+  const cuda::Context *ctx;
+  std::vector<PagedKVCache> host;
+  std::vector<cuda::DevicePagedKVCache> device;
+  std::map<int32_t, int32_t> length; // live sequences, in id order
   std::mt19937_64 rng{3};
 
-  explicit PagedPool(DType d) : dt(d) {
-    size_t bytes = kPages * kHkv * kPage * kD * dtypeSize(dt);
-    for (int l = 0; l < kLayers; ++l) {
-      k.emplace_back(bytes, 0);
-      v.emplace_back(bytes, 0);
+  PagedPool(DType d, const cuda::Context *gpu = nullptr) : dt(d), ctx(gpu) {
+    PagedKVCacheSpec spec;
+    spec.dtype = dt;
+    spec.kvHeads = kHkv;
+    spec.headDim = spec.vHeadDim = kD;
+    spec.pageSize = kPage;
+    spec.numPages = kPages;
+    host.resize(kLayers);
+    for (PagedKVCache &c : host)
+      REQUIRE(PagedKVCache::create(spec, c).isOk());
+    if (ctx) {
+      device.resize(kLayers);
+      for (cuda::DevicePagedKVCache &c : device)
+        REQUIRE(cuda::DevicePagedKVCache::create(*ctx, spec, c).isOk());
     }
-    for (int32_t p = kPages - 1; p >= 0; --p)
-      freePages.push_back(p);
   }
-  /// Appends `n` random K/V rows to sequence `id` in every layer.
-  void append(int id, int32_t n) {
+  int32_t add() {
+    int32_t id = host[0].addSequence();
+    for (size_t l = 1; l < host.size(); ++l)
+      REQUIRE(host[l].addSequence() == id);
+    for (cuda::DevicePagedKVCache &c : device)
+      REQUIRE(c.addSequence() == id);
+    length[id] = 0;
+    return id;
+  }
+  /// Appends `T` random K/V rows to each of `ids`, in every layer.
+  void append(const std::vector<int32_t> &ids, int64_t T) {
     std::uniform_real_distribution<double> u(-1, 1);
-    for (int32_t i = 0; i < n; ++i) {
-      int32_t row = length[id]++;
-      if (row % kPage == 0) {
-        REQUIRE(!freePages.empty());
-        pages[id].push_back(freePages.back());
-        freePages.pop_back();
+    int64_t n = static_cast<int64_t>(ids.size()), elems = n * kHkv * T * kD;
+    for (int l = 0; l < kLayers; ++l) {
+      std::vector<uint8_t> k(elems * dtypeSize(dt)), v(k.size());
+      for (int64_t i = 0; i < elems; ++i) {
+        storeFromDouble(k.data(), dt, i, u(rng));
+        storeFromDouble(v.data(), dt, i, u(rng));
       }
-      int32_t page = pages[id][row / kPage];
-      for (int l = 0; l < kLayers; ++l)
-        for (int64_t h = 0; h < kHkv; ++h)
-          for (int64_t d = 0; d < kD; ++d) {
-            int64_t at = ((page * kHkv + h) * kPage + row % kPage) * kD + d;
-            storeFromDouble(k[l].data(), dt, at, u(rng));
-            storeFromDouble(v[l].data(), dt, at, u(rng));
-          }
+      TensorView kv = TensorView::contiguous(k.data(), dt, {n, kHkv, T, kD});
+      TensorView vv = TensorView::contiguous(v.data(), dt, {n, kHkv, T, kD});
+      REQUIRE(host[l].append(ids, kv, vv).isOk());
+      if (ctx) {
+        cuda::DeviceBuffer dk, dv;
+        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, k.size(), dk).isOk());
+        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, v.size(), dv).isOk());
+        REQUIRE(dk.upload(k.data(), k.size()).isOk());
+        REQUIRE(dv.upload(v.data(), v.size()).isOk());
+        kv.data = dk.data();
+        vv.data = dv.data();
+        REQUIRE(device[l].append(ids, kv, vv).isOk());
+        REQUIRE(ctx->synchronize().isOk()); // before the rows' buffers go
+      }
     }
+    for (int32_t id : ids)
+      length[id] += static_cast<int32_t>(T);
   }
-  void finish(int id) {
-    for (int32_t p : pages[id])
-      freePages.push_back(p);
-    pages.erase(id);
+  void finish(int32_t id) {
+    for (PagedKVCache &c : host)
+      REQUIRE(c.release(id).isOk());
+    for (cuda::DevicePagedKVCache &c : device)
+      REQUIRE(c.release(id).isOk());
     length.erase(id);
   }
-  /// The live sequences' table, in id order.
+  std::vector<int32_t> ids() const {
+    std::vector<int32_t> out;
+    for (const auto &[id, len] : length)
+      out.push_back(id);
+    return out;
+  }
   PageTable table() const {
     PageTable t;
-    t.pageSize = kPage;
-    t.indptr = {0};
-    for (const auto &[id, ps] : pages) {
-      t.indices.insert(t.indices.end(), ps.begin(), ps.end());
-      t.indptr.push_back(static_cast<int32_t>(t.indices.size()));
-      int32_t len = length.at(id);
-      t.lastPageLen.push_back(len ? (len - 1) % kPage + 1 : 0);
-    }
+    REQUIRE(host[0].table(ids(), t).isOk());
     return t;
   }
-  int64_t batch() const { return static_cast<int64_t>(pages.size()); }
+  int64_t batch() const { return static_cast<int64_t>(length.size()); }
 };
 
-/// One layer's call: q and out for the live batch, views of its pools.
+/// One layer's call on the host: q and out for the live batch, the views
+/// of the layer's host pools.
 struct LayerCall {
   std::vector<uint8_t> q, out;
   AttentionArgs args;
@@ -105,10 +132,8 @@ LayerCall layerCall(PagedPool &pool, int layer, int64_t lq, uint64_t seed) {
     storeFromDouble(c.q.data(), pool.dt, i, u(rng));
   c.out.assign(B * kHq * lq * kD * es, 0);
   c.args.q = TensorView::contiguous(c.q.data(), pool.dt, {B, kHq, lq, kD});
-  c.args.k = TensorView::contiguous(pool.k[layer].data(), pool.dt,
-                                    {kPages, kHkv, kPage, kD});
-  c.args.v = TensorView::contiguous(pool.v[layer].data(), pool.dt,
-                                    {kPages, kHkv, kPage, kD});
+  c.args.k = pool.host[layer].keys();
+  c.args.v = pool.host[layer].values();
   c.args.out = TensorView::contiguous(c.out.data(), pool.dt, {B, kHq, lq, kD});
   return c;
 }
@@ -130,16 +155,16 @@ double maxError(const VariantInfo &info, const AttentionArgs &a) {
 }
 
 /// The loop: prefill {40, 7, 20} tokens, then 4 decode steps; sequence 1
-/// finishes after the second and sequence 3 joins (prefilled with 33) at
-/// the third. `runStep(table, lq, qOffsets, calls)` plans once and runs
-/// every layer's call.
+/// finishes after the second and a new sequence joins (prefilled with 33)
+/// at the third. `runStep(pool, calls)` plans once and runs every layer's
+/// call, writing each call's `out`.
 template <typename RunStep>
-void servingLoop(DType dt, double tol, RunStep runStep,
+void servingLoop(PagedPool &pool, double tol, RunStep runStep,
                  const VariantInfo &info) {
-  PagedPool pool(dt);
-  pool.append(0, 40);
-  pool.append(1, 7);
-  pool.append(2, 20);
+  std::vector<int32_t> first = {pool.add(), pool.add(), pool.add()};
+  pool.append({first[0]}, 40);
+  pool.append({first[1]}, 7);
+  pool.append({first[2]}, 20);
   auto step = [&](int64_t lq, std::vector<int32_t> qOffsets, uint64_t seed) {
     PageTable t = pool.table();
     std::vector<LayerCall> calls;
@@ -149,7 +174,7 @@ void servingLoop(DType dt, double tol, RunStep runStep,
       c.args.pages = &t;
       c.args.qOffsets = qOffsets;
     }
-    runStep(t, calls);
+    runStep(calls);
     for (LayerCall &c : calls) {
       INFO("B=" << pool.batch() << " lq=" << lq);
       CHECK(maxError(info, c.args) < tol);
@@ -160,16 +185,14 @@ void servingLoop(DType dt, double tol, RunStep runStep,
   step(40, {0, 0, 0}, 100);
   for (int s = 0; s < 4; ++s) {
     if (s == 2) {
-      pool.finish(1);
-      pool.append(3, 33);
+      pool.finish(first[1]);
+      int32_t joined = pool.add();
+      pool.append({joined}, 33);
     }
+    pool.append(pool.ids(), 1); // one new token each, in one append
     std::vector<int32_t> offsets;
-    for (auto &[id, len] : pool.length) {
-      pool.append(id, 1);
-      offsets.push_back(len); // the new token's position (len is updated)
-    }
-    for (int32_t &o : offsets)
-      o -= 1;
+    for (const auto &[id, len] : pool.length)
+      offsets.push_back(len - 1); // the new token's position
     step(1, offsets, 200 + 10 * s);
   }
 }
@@ -187,8 +210,9 @@ TEST_CASE("a serving loop with plan/run on the CPU", "[serving][cpu]") {
   auto session = servingSession();
   std::unique_ptr<CpuKernel> k;
   REQUIRE(session->compileCpu("causal", KernelSpec{}, k).isOk());
-  servingLoop(DType::F32, 1e-5,
-              [&](const PageTable &, std::vector<LayerCall> &calls) {
+  PagedPool pool(DType::F32);
+  servingLoop(pool, 1e-5,
+              [&](std::vector<LayerCall> &calls) {
                 CpuPlan plan;
                 Status s = k->plan(calls[0].args, plan);
                 INFO(s.toString());
@@ -216,22 +240,39 @@ TEST_CASE("a serving loop with plan/run on the emulated GPU, graph-captured",
   cuda::CUstream stream = nullptr;
   REQUIRE(api.cuStreamCreate(&stream, 0) == 0);
   int steps = 0;
+  PagedPool pool(DType::BF16, ctx.get());
+  // Each layer's call on the device: q and out in device buffers, K and V
+  // the layer's device cache; `out` comes back to the host call.
+  struct DeviceCall {
+    cuda::DeviceBuffer q, out;
+    AttentionArgs args;
+  };
+  auto toDevice = [&](LayerCall &c, int layer, DeviceCall &d) {
+    REQUIRE(cuda::DeviceBuffer::allocate(*ctx, c.q.size(), d.q).isOk());
+    REQUIRE(cuda::DeviceBuffer::allocate(*ctx, c.out.size(), d.out).isOk());
+    REQUIRE(d.q.upload(c.q.data(), c.q.size()).isOk());
+    REQUIRE(d.out.fill(0).isOk());
+    d.args = c.args;
+    d.args.q.data = d.q.data();
+    d.args.out.data = d.out.data();
+    d.args.k = pool.device[layer].keys();
+    d.args.v = pool.device[layer].values();
+  };
   servingLoop(
-      DType::BF16, 2e-2,
-      [&](const PageTable &, std::vector<LayerCall> &calls) {
-        // Device copies of each layer's q, pools and out.
-        std::vector<cuda::DeviceMirror> dev(calls.size());
+      pool, 2e-2,
+      [&](std::vector<LayerCall> &calls) {
+        std::vector<DeviceCall> dev(calls.size());
         for (size_t l = 0; l < calls.size(); ++l)
-          REQUIRE(cuda::DeviceMirror::create(*ctx, calls[l].args, dev[l]).isOk());
+          toDevice(calls[l], static_cast<int>(l), dev[l]);
         cuda::GpuPlan plan;
-        Status s = k->plan(dev[0].args(), plan, stream);
+        Status s = k->plan(dev[0].args, plan, stream);
         INFO(s.toString());
         REQUIRE(s.isOk());
         for (size_t l = 0; l < calls.size(); ++l)
-          REQUIRE(k->run(plan, dev[l].args(), stream).isOk());
+          REQUIRE(k->run(plan, dev[l].args, stream).isOk());
         REQUIRE(api.cuStreamSynchronize(stream) == 0);
         for (size_t l = 0; l < calls.size(); ++l)
-          REQUIRE(dev[l].downloadOutputs(calls[l].args).isOk());
+          REQUIRE(dev[l].out.download(calls[l].out.data(), calls[l].out.size()).isOk());
         if (++steps < 5)
           return;
         // The last step again, as a CUDA graph of both layers' runs,
@@ -239,13 +280,11 @@ TEST_CASE("a serving loop with plan/run on the emulated GPU, graph-captured",
         std::vector<std::vector<uint8_t>> direct;
         for (LayerCall &c : calls)
           direct.push_back(c.out);
-        for (size_t l = 0; l < calls.size(); ++l) {
-          std::fill(calls[l].out.begin(), calls[l].out.end(), 0);
-          REQUIRE(cuda::DeviceMirror::create(*ctx, calls[l].args, dev[l]).isOk());
-        }
+        for (DeviceCall &d : dev)
+          REQUIRE(d.out.fill(0).isOk());
         REQUIRE(api.cuStreamBeginCapture(stream, 0) == 0);
         for (size_t l = 0; l < calls.size(); ++l)
-          CHECK(k->run(plan, dev[l].args(), stream).isOk());
+          CHECK(k->run(plan, dev[l].args, stream).isOk());
         cuda::CUgraph graph = nullptr;
         REQUIRE(api.cuStreamEndCapture(stream, &graph) == 0);
         cuda::CUgraphExec exec = nullptr;
@@ -253,8 +292,9 @@ TEST_CASE("a serving loop with plan/run on the emulated GPU, graph-captured",
         REQUIRE(api.cuGraphLaunch(exec, stream) == 0);
         REQUIRE(api.cuStreamSynchronize(stream) == 0);
         for (size_t l = 0; l < calls.size(); ++l) {
-          REQUIRE(dev[l].downloadOutputs(calls[l].args).isOk());
-          CHECK(calls[l].out == direct[l]);
+          std::vector<uint8_t> replayed(calls[l].out.size());
+          REQUIRE(dev[l].out.download(replayed.data(), replayed.size()).isOk());
+          CHECK(replayed == direct[l]);
         }
         REQUIRE(api.cuGraphExecDestroy(exec) == 0);
         REQUIRE(api.cuGraphDestroy(graph) == 0);
@@ -263,15 +303,13 @@ TEST_CASE("a serving loop with plan/run on the emulated GPU, graph-captured",
   CHECK(steps == 5);
   // run(args) without a plan copies its parameters on the stream: not
   // graph-safe, and the emulator says so (as a device would).
-  PagedPool pool(DType::BF16);
-  pool.append(0, 30);
   PageTable t = pool.table();
   LayerCall c = layerCall(pool, 0, 1, 9);
   c.args.pages = &t;
-  cuda::DeviceMirror dev;
-  REQUIRE(cuda::DeviceMirror::create(*ctx, c.args, dev).isOk());
+  DeviceCall d;
+  toDevice(c, 0, d);
   REQUIRE(api.cuStreamBeginCapture(stream, 0) == 0);
-  CHECK_THAT(k->run(dev.args(), stream).message(),
+  CHECK_THAT(k->run(d.args, stream).message(),
              Catch::Contains("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
   cuda::CUgraph graph = nullptr;
   CHECK(api.cuStreamEndCapture(stream, &graph) == 901); // invalidated
@@ -284,7 +322,7 @@ TEST_CASE("a plan refuses calls with other views",
   std::unique_ptr<CpuKernel> k;
   REQUIRE(session->compileCpu("causal", KernelSpec{}, k).isOk());
   PagedPool pool(DType::F32);
-  pool.append(0, 30);
+  pool.append({pool.add()}, 30);
   PageTable t = pool.table();
   LayerCall c = layerCall(pool, 0, 1, 5);
   c.args.pages = &t;

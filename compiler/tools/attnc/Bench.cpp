@@ -63,7 +63,8 @@ OpenBLAS baseline over the same inputs, in one run.
 FLOP/s: "visited" counts 2*(Dqk + Dv) per score over the tiles the kernel
 visits (live query rows, key padding included); "dense" counts every
 (q, kv) pair as if nothing were masked. Peak RSS is the process's
-(getrusage). For decode, bench/run_suite.py cpu-decode reports GB/s.
+(getrusage). K+V GB/s: the K and V bytes a call reads once (every
+sequence's keys, every KV head) per second, what bounds decode.
 )";
 
 double peakRssMB() {
@@ -102,6 +103,18 @@ struct Row {
   double baseRssMB = 0, baseMaxAbs = 0;
   std::string note;
 };
+
+/// The K and V bytes a call must read once (every sequence's keys, every
+/// KV head): the memory traffic decode is bound by.
+double kvBytes(const Shape &s) {
+  double keys = 0;
+  for (int64_t l : s.kvLens)
+    keys += static_cast<double>(l);
+  if (s.kvLens.empty())
+    keys = static_cast<double>(s.batch * s.kvLen);
+  return keys * static_cast<double>(s.kvHeads * (s.headDim + s.vHeadDim) *
+                                    rt::dtypeSize(s.dtype));
+}
 
 double msSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(
@@ -393,7 +406,7 @@ int runBench(const std::vector<std::string> &argvIn) {
           "\"ms_max\": {:.4f}, \"gflops_visited\": {:.3f}, "
           "\"gflops_dense\": {:.3f}, \"tokens_per_s\": {:.1f}, "
           "\"peak_rss_mb\": {:.1f}, \"tiles_empty\": {}, \"tiles_partial\": {}, "
-          "\"tiles_full\": {}, \"baseline_ms_median\": {}, "
+          "\"tiles_full\": {}, \"kv_gbs\": {:.3f}, \"baseline_ms_median\": {}, "
           "\"baseline_peak_rss_mb\": {}}}\n",
           r.variant, rt::dtypeName(r.shape.dtype), r.shape.batch, r.shape.heads,
           r.shape.kvHeads, r.shape.qLen, r.shape.kvLen, r.shape.headDim,
@@ -401,6 +414,7 @@ int runBench(const std::vector<std::string> &argvIn) {
           r.ours.max, r.visitedFlops / r.ours.median / 1e6,
           r.denseFlops / r.ours.median / 1e6, r.tokens / r.ours.median * 1e3,
           r.rssMB, r.tiles[0], r.tiles[1], r.tiles[2],
+          kvBytes(r.shape) / r.ours.median / 1e6,
           r.haveBase ? fmt::format("{:.4f}", r.base.median) : "null",
           r.haveBase ? fmt::format("{:.1f}", r.baseRssMB) : "null");
     }
@@ -408,18 +422,19 @@ int runBench(const std::vector<std::string> &argvIn) {
   }
   std::cout << fmt::format(
       "{:<16} | {:>6} | {:>5} | {:>24} | {:>8} | {:>8} | {:>10} | {:>8} | "
-      "{:>10} | {:>8} | {:>7}\n",
+      "{:>8} | {:>10} | {:>8} | {:>7}\n",
       "variant", "T", "D", "attnc ms med [min..max]", "GF/s vis", "GF/s den",
-      "tokens/s", "RSS MB", "unfused ms", "RSS MB", "speedup");
+      "tokens/s", "K+V GB/s", "RSS MB", "unfused ms", "RSS MB", "speedup");
   for (const Row &r : rows) {
     std::string range = fmt::format("{:.2f} [{:.2f}..{:.2f}]", r.ours.median,
                                     r.ours.min, r.ours.max);
     std::cout << fmt::format(
         "{:<16} | {:>6} | {:>5} | {:>24} | {:>8.2f} | {:>8.2f} | {:>10.0f} | "
-        "{:>8.1f} | {:>10} | {:>8} | {:>7}\n",
+        "{:>8.2f} | {:>8.1f} | {:>10} | {:>8} | {:>7}\n",
         r.variant, r.shape.kvLen, r.shape.headDim, range,
         r.visitedFlops / r.ours.median / 1e6, r.denseFlops / r.ours.median / 1e6,
-        r.tokens / r.ours.median * 1e3, r.rssMB,
+        r.tokens / r.ours.median * 1e3, kvBytes(r.shape) / r.ours.median / 1e6,
+        r.rssMB,
         r.haveBase ? fmt::format("{:.2f}", r.base.median) : "-",
         r.haveBase ? fmt::format("{:.1f}", r.baseRssMB) : "-",
         r.haveBase ? fmt::format("{:.2f}x", r.base.median / r.ours.median) : "-");

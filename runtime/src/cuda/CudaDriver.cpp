@@ -16,6 +16,8 @@ constexpr int kAttrCcMinor = 76;
 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 constexpr int kAttrSharedOptIn = 97;
 constexpr int kAttrMultiprocessors = 16; // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+// CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE (kHz), _GLOBAL_MEMORY_BUS_WIDTH (bits)
+constexpr int kAttrMemoryClock = 36, kAttrMemoryBusWidth = 37;
 
 template <typename F> bool resolve(void *h, const char *name, F &fn) {
   fn = reinterpret_cast<F>(dlsym(h, name));
@@ -167,6 +169,10 @@ Status Device::open(const Driver &driver, int ordinal,
           "cuDeviceGetAttribute");
       !s)
     return s;
+  int clockKHz = 0, busBits = 0;
+  if (a.cuDeviceGetAttribute(&clockKHz, kAttrMemoryClock, d->dev_) == kSuccess &&
+      a.cuDeviceGetAttribute(&busBits, kAttrMemoryBusWidth, d->dev_) == kSuccess)
+    d->peakGBs_ = 2.0 * clockKHz * 1e3 * (busBits / 8.0) / 1e9;
   if (Status s = driver.check(a.cuDevicePrimaryCtxRetain(&d->ctx_, d->dev_),
                               "cuDevicePrimaryCtxRetain");
       !s)

@@ -98,9 +98,9 @@ int runGpuBench(const Context &ctx,
   if (!o.json)
     std::cout << fmt::format(
         "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9} {:>9} {:>9} | {:>8} "
-        "{:>8} | {:>9} | {:>8}\n",
+        "{:>8} | {:>9} {:>6} | {:>8}\n",
         "variant", "B", "H", "Lq", "Lkv", "D", "ms med", "ms min", "ms max",
-        "TF/s dns", "TF/s use", "KV GB/s", "dev MB");
+        "TF/s dns", "TF/s use", "KV GB/s", "%peak", "dev MB");
   int failures = 0;
   for (const rt::PackageVariant *v : variants)
     for (const Shape &s : shapes) {
@@ -156,8 +156,13 @@ int runGpuBench(const Context &ctx,
       double med = ms[ms.size() / 2], sec = med * 1e-3;
       double dense = 2.0 * p.B * p.Hq * p.Lq * double(p.Lkv) * (p.Dqk + p.Dv);
       double useful = dense * maskDensity(v->info, p);
-      double kvBytes = double(p.B) * p.Hkv * p.Lkv * (p.Dqk + p.Dv) *
-                       rt::dtypeSize(s.dtype);
+      // Each sequence's keys, read once (what bounds decode).
+      double keys = 0;
+      for (int32_t len : p.kvLen)
+        keys += len;
+      double kvBytes = keys * p.Hkv * (p.Dqk + p.Dv) * rt::dtypeSize(s.dtype);
+      double peak = ctx.device().peakMemoryGBs();
+      double ofPeak = peak > 0 ? kvBytes / sec / 1e9 / peak : 0;
       double devMB = double(totalB - freeB) / (1 << 20);
       if (o.json)
         std::cout << fmt::format(
@@ -167,20 +172,22 @@ int runGpuBench(const Context &ctx,
             "\"ms_median\": {:.5f}, \"ms_min\": {:.5f}, \"ms_max\": {:.5f}, "
             "\"tflops_dense\": {:.4f}, \"tflops_useful\": {:.4f}, "
             "\"tokens_per_s\": {:.1f}, \"kv_gbs\": {:.2f}, "
+            "\"kv_peak_fraction\": {:.4f}, \"splits\": {}, "
             "\"device_mb_used\": {:.1f}, \"block_mask_ms\": {:.4f}, "
             "\"warmup\": {}, \"iters\": {}}}\n",
             v->info.name, image->kernel, ctx.device().name(), p.B, p.Hq, p.Hkv,
             p.Lq, p.Lkv, p.Dqk, p.Dv, rt::dtypeName(s.dtype), med, ms.front(),
             ms.back(), dense / sec / 1e12, useful / sec / 1e12,
-            p.B * p.Lq / sec, kvBytes / sec / 1e9, devMB, blockMaskMs, o.warmup,
+            p.B * p.Lq / sec, kvBytes / sec / 1e9, ofPeak, s.splits, devMB,
+            blockMaskMs, o.warmup,
             o.iters);
       else
         std::cout << fmt::format(
             "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9.4f} {:>9.4f} {:>9.4f} "
-            "| {:>8.2f} {:>8.2f} | {:>9.1f} | {:>8.0f}\n",
+            "| {:>8.2f} {:>8.2f} | {:>9.1f} {:>6.1f} | {:>8.0f}\n",
             v->info.name, p.B, p.Hq, p.Lq, p.Lkv, p.Dqk, med, ms.front(),
             ms.back(), dense / sec / 1e12, useful / sec / 1e12,
-            kvBytes / sec / 1e9, devMB);
+            kvBytes / sec / 1e9, 100 * ofPeak, devMB);
     }
   return failures ? 1 : 0;
 }

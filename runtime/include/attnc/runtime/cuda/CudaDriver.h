@@ -113,6 +113,9 @@ public:
   int sharedOptIn() const { return sharedOptIn_; }
   /// Streaming multiprocessors (what the split-KV planner fills).
   int multiprocessors() const { return smCount_; }
+  /// Peak memory bandwidth in GB/s from the memory clock and bus width
+  /// (2 transfers per clock); 0 when the driver does not say.
+  double peakMemoryGBs() const { return peakGBs_; }
   const Driver &driver() const { return *driver_; }
   /// Makes the primary context current on the calling thread (the runtime
   /// does so before each call, so any thread may run kernels).
@@ -127,6 +130,7 @@ private:
   int cc_ = 0;
   int sharedOptIn_ = 0;
   int smCount_ = 0;
+  double peakGBs_ = 0;
 };
 
 /// A driver and one device with its primary context current: what apps
