@@ -105,7 +105,8 @@ public:
   /// Plan/run (GpuPlan): validates `args` like run() and makes their call
   /// resident on the device; the views' data pointers are not read. A
   /// data-dependent mask's block mask is args.blockMask, or built on
-  /// `stream` from the captures' current values. Waits for its copies.
+  /// `stream` from the captures' current values (run the plan on `stream`,
+  /// or synchronize with it first). Waits for its copies.
   Status plan(const AttentionArgs &args, GpuPlan &out,
               CUstream stream = nullptr) const;
   /// One run of a plan: checks the views against the plan's (no work per
