@@ -62,22 +62,6 @@ void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
     t.join();
 }
 
-/// The captured tensors' operands: `data` (in parameter order) over the
-/// extents of the planned views.
-void addCaptures(const VariantInfo &v, const AttentionArgs &planned,
-                 const std::vector<const void *> &data,
-                 std::vector<Desc> &descs) {
-  size_t c = 0;
-  for (const ParamSpec &p : v.params) {
-    if (!p.isTensor)
-      continue;
-    for (const auto &[name, t] : planned.tensors)
-      if (name == p.name)
-        descs.push_back(descOf(data[c], detail::extent(t)));
-    ++c;
-  }
-}
-
 } // namespace
 
 Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
@@ -169,7 +153,7 @@ Status CpuKernel::run(const CpuPlan &plan, const AttentionArgs &a) const {
     return Status::invalidArgument(
         plan.kernel_ ? "the plan was made by another kernel"
                      : "the plan is empty: make it with CpuKernel::plan");
-  std::vector<const void *> captures;
+  std::vector<Desc> captures;
   if (Status s = detail::matchPlannedViews(variant_, plan.planned_, a, captures);
       !s)
     return s;
@@ -186,7 +170,8 @@ Status CpuKernel::run(const CpuPlan &plan, const AttentionArgs &a) const {
       split ? lpart : lse, ip, descOf(plan.fp_.data(), plan.fp_.size()),
       plan.hasBlockMask_ ? descOf(plan.bm_.classes.data(), plan.bm_.classes.size())
                          : descOf(nullptr, 0)};
-  addCaptures(variant_, plan.planned_, captures, operands);
+  for (const Desc &c : captures) // empty captures get a valid address too
+    operands.push_back(descOf(c.aligned, c.size));
   launchItems(entry_.kernel, operands, plan.items_, a.numThreads);
   if (split)
     launchItems(entry_.merge, {opart, lpart, out, lse, ip}, plan.rows_,

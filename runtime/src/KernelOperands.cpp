@@ -164,7 +164,7 @@ Status sameView(const char *name, const TensorView &planned,
 
 Status matchPlannedViews(const VariantInfo &v, const AttentionArgs &planned,
                          const AttentionArgs &now,
-                         std::vector<const void *> &captures) {
+                         std::vector<MemrefDesc> &captures) {
   for (auto [name, a, b] :
        {std::tuple{"q", &planned.q, &now.q}, std::tuple{"k", &planned.k, &now.k},
         std::tuple{"v", &planned.v, &now.v},
@@ -202,7 +202,7 @@ Status matchPlannedViews(const VariantInfo &v, const AttentionArgs &planned,
                                        "' is not bound");
       if (Status s = sameView(p.name.c_str(), *want, *got); !s)
         return s;
-      captures.push_back(got->data);
+      captures.push_back(memrefOf(got->data, extent(*got)));
       continue;
     }
     const double *want = nullptr, *got = nullptr;

@@ -84,11 +84,11 @@ inline int64_t partialRows(const Problem &p, int64_t splits) {
 /// captured tensor, found by name) have the dtypes, shapes and strides of
 /// the `planned` call's, and its scalars the same values, so that the
 /// plan's parameters (and bounds) hold; the data pointers may differ.
-/// Collects the captured tensors' data pointers in parameter order.
+/// Sets `captures` to the captured tensors' operands, in parameter order.
 /// O(views + params): nothing per sequence.
 Status matchPlannedViews(const VariantInfo &v, const AttentionArgs &planned,
                          const AttentionArgs &now,
-                         std::vector<const void *> &captures);
+                         std::vector<MemrefDesc> &captures);
 
 /// Sizes `bm` for this problem (classes zeroed), as the builders fill it.
 void initBlockMask(const VariantInfo &v, const KernelSpec &spec,

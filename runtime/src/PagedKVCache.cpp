@@ -131,30 +131,52 @@ TensorView PagedKVCacheSpec::poolView(void *data, int64_t d) const {
   return t;
 }
 
-Status appendRows(const PagedKVCacheSpec &spec, const TensorView &src,
-                  const char *name, int64_t n, int64_t d,
-                  const std::vector<int64_t> &slots,
-                  std::vector<int64_t> &srcOffsets,
-                  std::vector<int64_t> &dstOffsets) {
+namespace {
+/// Checks an append's source: [n, Hkv, T, d], unit stride along D.
+Status checkAppendSource(const PagedKVCacheSpec &spec, const TensorView &src,
+                         const char *name, int64_t n, int64_t d) {
   if (src.shape.size() != 4)
     return Status::invalidArgument(fmt::format(
         "'{}' must be [sequences, Hkv, T, D], got shape {}", name,
         TensorView::formatDims(src.shape)));
-  int64_t T = src.shape[2];
-  if (Status s = checkTensor(src, name, spec.dtype, {n, spec.kvHeads, T, d}); !s)
+  if (Status s = checkTensor(src, name, spec.dtype,
+                             {n, spec.kvHeads, src.shape[2], d});
+      !s)
     return s;
   if (d > 1 && src.strides[3] != 1)
     return Status::invalidArgument(fmt::format(
         "'{}' must have unit stride along D to be appended, got strides {}",
         name, TensorView::formatDims(src.strides)));
-  srcOffsets.clear();
-  dstOffsets.clear();
+  return Status::ok();
+}
+} // namespace
+
+Status planAppend(const PagedKVCacheSpec &spec, PageAllocator &pages,
+                  const std::vector<int32_t> &seqs, const TensorView &newK,
+                  const TensorView &newV, AppendRows &out) {
+  int64_t n = static_cast<int64_t>(seqs.size());
+  if (Status s = checkAppendSource(spec, newK, "newK", n, spec.headDim); !s)
+    return s;
+  if (Status s = checkAppendSource(spec, newV, "newV", n, spec.vHeadDim); !s)
+    return s;
+  int64_t T = newK.shape[2];
+  if (newV.shape[2] != T)
+    return Status::invalidArgument(fmt::format(
+        "'newK' has {} new rows per sequence, 'newV' {}", T, newV.shape[2]));
+  std::vector<int64_t> slots;
+  if (Status s = pages.reserve(seqs, T, slots); !s)
+    return s;
+  out = AppendRows();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < spec.kvHeads; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        srcOffsets.push_back(i * src.strides[0] + h * src.strides[1] +
-                             t * src.strides[2]);
-        dstOffsets.push_back(spec.rowOffset(slots[i * T + t], h, d));
+        int64_t row = slots[i * T + t];
+        out.kFrom.push_back(i * newK.strides[0] + h * newK.strides[1] +
+                            t * newK.strides[2]);
+        out.vFrom.push_back(i * newV.strides[0] + h * newV.strides[1] +
+                            t * newV.strides[2]);
+        out.kTo.push_back(spec.rowOffset(row, h, spec.headDim));
+        out.vTo.push_back(spec.rowOffset(row, h, spec.vHeadDim));
       }
   return Status::ok();
 }
@@ -176,25 +198,9 @@ Status PagedKVCache::create(const PagedKVCacheSpec &spec, PagedKVCache &out) {
 
 Status PagedKVCache::append(const std::vector<int32_t> &seqs,
                             const TensorView &newK, const TensorView &newV) {
-  int64_t n = static_cast<int64_t>(seqs.size());
-  std::vector<int64_t> ks, kd, vs, vd;
-  // Validate both before taking pages (with placeholder slots).
-  std::vector<int64_t> probe(static_cast<size_t>(
-                                 n * (newK.shape.size() == 4 ? newK.shape[2] : 0)),
-                             0);
-  if (Status s = appendRows(spec_, newK, "newK", n, spec_.headDim, probe, ks, kd); !s)
+  AppendRows rows;
+  if (Status s = planAppend(spec_, pages_, seqs, newK, newV, rows); !s)
     return s;
-  if (Status s = appendRows(spec_, newV, "newV", n, spec_.vHeadDim, probe, vs, vd); !s)
-    return s;
-  if (newV.shape[2] != newK.shape[2])
-    return Status::invalidArgument(fmt::format(
-        "'newK' has {} new rows per sequence, 'newV' {}", newK.shape[2],
-        newV.shape[2]));
-  std::vector<int64_t> slots;
-  if (Status s = pages_.reserve(seqs, newK.shape[2], slots); !s)
-    return s;
-  (void)appendRows(spec_, newK, "newK", n, spec_.headDim, slots, ks, kd);
-  (void)appendRows(spec_, newV, "newV", n, spec_.vHeadDim, slots, vs, vd);
   size_t es = dtypeSize(spec_.dtype);
   auto copy = [&](std::vector<unsigned char> &pool, const TensorView &src,
                   const std::vector<int64_t> &from,
@@ -205,8 +211,8 @@ Status PagedKVCache::append(const std::vector<int32_t> &seqs,
                   base + static_cast<size_t>(from[i]) * es,
                   static_cast<size_t>(d) * es);
   };
-  copy(k_, newK, ks, kd, spec_.headDim);
-  copy(v_, newV, vs, vd, spec_.vHeadDim);
+  copy(k_, newK, rows.kFrom, rows.kTo, spec_.headDim);
+  copy(v_, newV, rows.vFrom, rows.vTo, spec_.vHeadDim);
   return Status::ok();
 }
 

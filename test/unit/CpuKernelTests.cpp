@@ -2,6 +2,7 @@
 // Session (compiler) -> CpuKernel (runtime), checked against the fp64
 // reference.
 #include "attnc/Driver/Session.h"
+#include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
 
@@ -17,16 +18,7 @@ namespace {
 std::unique_ptr<CpuKernel> compile(const std::string &src,
                                    const std::string &variant,
                                    KernelSpec spec = {}) {
-  std::string diags;
-  std::unique_ptr<Session> s;
-  Status st = Session::loadSource("t.attn", src, diags, s);
-  INFO(diags << st.toString());
-  REQUIRE(st.isOk());
-  std::unique_ptr<CpuKernel> k;
-  st = s->compileCpu(variant, spec, k);
-  INFO(st.toString());
-  REQUIRE(st.isOk());
-  return k;
+  return test::compileCpuKernel(src, variant, spec);
 }
 
 std::vector<float> randn(size_t n, uint64_t seed) {

@@ -5,6 +5,7 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/PagedKVCache.h"
 #include "attnc/runtime/cuda/DevicePagedKVCache.h"
+#include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
 
@@ -16,30 +17,6 @@ using namespace attnc;
 using namespace attnc::rt;
 
 namespace {
-
-std::vector<uint8_t> randomRows(DType dt, int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<uint8_t> x(n * dtypeSize(dt));
-  for (int64_t i = 0; i < n; ++i)
-    storeFromDouble(x.data(), dt, i, u(rng));
-  return x;
-}
-
-double maxError(const VariantInfo &info, const AttentionArgs &a) {
-  std::vector<double> ref, lse;
-  Status s = referenceAttention(info, a, ref, lse);
-  INFO(s.toString());
-  REQUIRE(s.isOk());
-  double m = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double got = loadAsDouble(a.out.data, a.out.dtype, static_cast<int64_t>(i));
-    if (std::isnan(got))
-      return INFINITY;
-    m = std::max(m, std::fabs(got - ref[i]));
-  }
-  return m;
-}
 
 const char *kCacheSource = R"(
 variant causal() { mask_mod(b, h, q, kv) = q >= kv }
@@ -106,8 +83,8 @@ TEST_CASE("the host paged cache: prefill, decode and finish with plan/run",
   auto appendRows = [&](const std::vector<int32_t> &ids, int64_t T,
                         uint64_t seed) {
     int64_t n = static_cast<int64_t>(ids.size());
-    auto nk = randomRows(DType::F32, n * 2 * T * 64, seed);
-    auto nv = randomRows(DType::F32, n * 2 * T * 64, seed + 1);
+    auto nk = test::randomValues(DType::F32, n * 2 * T * 64, seed);
+    auto nv = test::randomValues(DType::F32, n * 2 * T * 64, seed + 1);
     Status s = cache.append(
         ids, TensorView::contiguous(nk.data(), DType::F32, {n, 2, T, 64}),
         TensorView::contiguous(nv.data(), DType::F32, {n, 2, T, 64}));
@@ -124,7 +101,7 @@ TEST_CASE("the host paged cache: prefill, decode and finish with plan/run",
     PageTable t;
     REQUIRE(cache.table(seqs, t).isOk());
     int64_t B = static_cast<int64_t>(seqs.size());
-    auto q = randomRows(DType::F32, B * 8 * 64, 20 + step);
+    auto q = test::randomValues(DType::F32, B * 8 * 64, 20 + step);
     std::vector<float> out(B * 8 * 64);
     AttentionArgs a;
     a.q = TensorView::contiguous(q.data(), DType::F32, {B, 8, 1, 64});
@@ -135,15 +112,15 @@ TEST_CASE("the host paged cache: prefill, decode and finish with plan/run",
     CpuPlan plan;
     REQUIRE(k->plan(a, plan).isOk());
     REQUIRE(k->run(plan, a).isOk());
-    CHECK(maxError(k->variant(), a) < 1e-5);
+    CHECK(test::maxErrorVsReference(k->variant(), a) < 1e-5);
   }
   // A bad append: wrong head count, and a full cache, change nothing.
-  auto nk = randomRows(DType::F32, 3 * 64, 5);
+  auto nk = test::randomValues(DType::F32, 3 * 64, 5);
   TensorView bad = TensorView::contiguous(nk.data(), DType::F32, {1, 3, 1, 64});
   CHECK(cache.append({seqs[0]}, bad, bad).message() ==
         "'newK' has shape [1, 3, 1, 64], expected [1, 2, 1, 64]");
   int64_t before = cache.pages().length(seqs[0]);
-  auto big = randomRows(DType::F32, 2 * 400 * 64, 6);
+  auto big = test::randomValues(DType::F32, 2 * 400 * 64, 6);
   TensorView huge = TensorView::contiguous(big.data(), DType::F32, {1, 2, 400, 64});
   CHECK_THAT(cache.append({seqs[0]}, huge, huge).message(),
              Catch::Contains("free pages of 16 rows, the append needs"));
@@ -189,8 +166,8 @@ TEST_CASE("the device paged cache matches the host one and serves decode",
       int64_t n = static_cast<int64_t>(seqs.size());
       // newK with a padded row stride (strided, unit along D).
       int64_t rowStride = 64 + 8;
-      auto nk = randomRows(DType::BF16, n * 2 * T * rowStride, seed);
-      auto nv = randomRows(DType::BF16, n * 2 * T * 64, seed + 1);
+      auto nk = test::randomValues(DType::BF16, n * 2 * T * rowStride, seed);
+      auto nv = test::randomValues(DType::BF16, n * 2 * T * 64, seed + 1);
       TensorView hk{nk.data(), DType::BF16, {n, 2, T, 64},
                     {2 * T * rowStride, T * rowStride, rowStride, 1}};
       TensorView hv = TensorView::contiguous(nv.data(), DType::BF16, {n, 2, T, 64});
@@ -229,7 +206,7 @@ TEST_CASE("the device paged cache matches the host one and serves decode",
     PageTable t;
     REQUIRE(dev.table(seqs, t).isOk());
     int64_t B = static_cast<int64_t>(seqs.size());
-    auto q = randomRows(DType::BF16, B * 8 * 64, 9);
+    auto q = test::randomValues(DType::BF16, B * 8 * 64, 9);
     std::vector<uint8_t> out(B * 8 * 64 * es);
     cuda::DeviceBuffer dq, dout;
     REQUIRE(cuda::DeviceBuffer::allocate(*ctx, q.size(), dq).isOk());
@@ -251,6 +228,6 @@ TEST_CASE("the device paged cache matches the host one and serves decode",
     h.k = host.keys();
     h.v = host.values();
     h.out.data = out.data();
-    CHECK(maxError(info, h) < 2e-2);
+    CHECK(test::maxErrorVsReference(info, h) < 2e-2);
   }
 }

@@ -9,6 +9,7 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/PagedKVCache.h"
 #include "attnc/runtime/cuda/DevicePagedKVCache.h"
+#include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
 
@@ -67,14 +68,10 @@ struct PagedPool {
   }
   /// Appends `T` random K/V rows to each of `ids`, in every layer.
   void append(const std::vector<int32_t> &ids, int64_t T) {
-    std::uniform_real_distribution<double> u(-1, 1);
     int64_t n = static_cast<int64_t>(ids.size()), elems = n * kHkv * T * kD;
     for (int l = 0; l < kLayers; ++l) {
-      std::vector<uint8_t> k(elems * dtypeSize(dt)), v(k.size());
-      for (int64_t i = 0; i < elems; ++i) {
-        storeFromDouble(k.data(), dt, i, u(rng));
-        storeFromDouble(v.data(), dt, i, u(rng));
-      }
+      std::vector<uint8_t> k = test::randomValues(dt, elems, rng()),
+                           v = test::randomValues(dt, elems, rng());
       TensorView kv = TensorView::contiguous(k.data(), dt, {n, kHkv, T, kD});
       TensorView vv = TensorView::contiguous(v.data(), dt, {n, kHkv, T, kD});
       REQUIRE(host[l].append(ids, kv, vv).isOk());
@@ -124,34 +121,13 @@ struct LayerCall {
 LayerCall layerCall(PagedPool &pool, int layer, int64_t lq, uint64_t seed) {
   LayerCall c;
   int64_t B = pool.batch();
-  size_t es = dtypeSize(pool.dt);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1, 1);
-  c.q.resize(B * kHq * lq * kD * es);
-  for (int64_t i = 0; i < B * kHq * lq * kD; ++i)
-    storeFromDouble(c.q.data(), pool.dt, i, u(rng));
-  c.out.assign(B * kHq * lq * kD * es, 0);
+  c.q = test::randomValues(pool.dt, B * kHq * lq * kD, seed);
+  c.out.assign(c.q.size(), 0);
   c.args.q = TensorView::contiguous(c.q.data(), pool.dt, {B, kHq, lq, kD});
   c.args.k = pool.host[layer].keys();
   c.args.v = pool.host[layer].values();
   c.args.out = TensorView::contiguous(c.out.data(), pool.dt, {B, kHq, lq, kD});
   return c;
-}
-
-/// max |out - reference| of a finished call (host views).
-double maxError(const VariantInfo &info, const AttentionArgs &a) {
-  std::vector<double> ref, lse;
-  Status s = referenceAttention(info, a, ref, lse);
-  INFO(s.toString());
-  REQUIRE(s.isOk());
-  double m = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double got = loadAsDouble(a.out.data, a.out.dtype, static_cast<int64_t>(i));
-    if (std::isnan(got))
-      return INFINITY;
-    m = std::max(m, std::fabs(got - ref[i]));
-  }
-  return m;
 }
 
 /// The loop: prefill {40, 7, 20} tokens, then 4 decode steps; sequence 1
@@ -177,7 +153,7 @@ void servingLoop(PagedPool &pool, double tol, RunStep runStep,
     runStep(calls);
     for (LayerCall &c : calls) {
       INFO("B=" << pool.batch() << " lq=" << lq);
-      CHECK(maxError(info, c.args) < tol);
+      CHECK(test::maxErrorVsReference(info, c.args) < tol);
     }
   };
   // Prefill: queries from position 0 (sequences shorter than the chunk

@@ -4,6 +4,7 @@
 // too. (The emulated GPU's: test/Runtime/split-kv.test.)
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/SplitPlan.h"
+#include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
 
@@ -25,18 +26,9 @@ variant window() {
 )";
 
 std::unique_ptr<CpuKernel> compileSplit(const std::string &variant) {
-  std::string diags;
-  std::unique_ptr<Session> s;
-  Status st = Session::loadSource("split.attn", kSplitSources, diags, s);
-  INFO(diags << st.toString());
-  REQUIRE(st.isOk());
-  std::unique_ptr<CpuKernel> k;
   KernelSpec spec;
   spec.blockN = 16; // many tiles for short sequences
-  st = s->compileCpu(variant, spec, k);
-  INFO(st.toString());
-  REQUIRE(st.isOk());
-  return k;
+  return test::compileCpuKernel(kSplitSources, variant, spec);
 }
 
 struct Batch {

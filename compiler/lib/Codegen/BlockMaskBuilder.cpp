@@ -19,20 +19,8 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
   for (const rt::ParamSpec &p : info_.params)
     if (p.isTensor)
       args.push_back(dyn(storageType(ctx_, p.dtype)));
-  args.push_back(i64_);
-  if (!gpuModule)
-    args.push_back(i64_);
   OpBuilder::InsertionGuard guard(b_);
-  Block *entry = nullptr;
-  if (gpuModule) {
-    b_.setInsertionPointToEnd(gpuModule.getBody());
-    auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
-    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
-    entry = &fn.getBody().front();
-  } else {
-    auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
-    entry = fn.addEntryBlock();
-  }
+  Block *entry = createRangeEntry(name, args, gpuModule);
   b_.setInsertionPointToStart(entry);
   ValueRange fargs = entry->getArguments();
   ip_ = fargs[0];

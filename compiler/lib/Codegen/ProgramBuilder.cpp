@@ -156,6 +156,20 @@ void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   });
 }
 
+Block *ProgramBuilder::createRangeEntry(StringRef name, SmallVector<Type> args,
+                                        gpu::GPUModuleOp gpuModule) {
+  args.push_back(i64_);
+  if (!gpuModule) {
+    args.push_back(i64_);
+    auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
+    return fn.addEntryBlock();
+  }
+  b_.setInsertionPointToEnd(gpuModule.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  return &fn.getBody().front();
+}
+
 SmallVector<Type> ProgramBuilder::kernelArgs() {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
   SmallVector<Type> args = {dyn(elem_), dyn(elem_), dyn(elem_), dyn(elem_),

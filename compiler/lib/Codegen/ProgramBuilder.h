@@ -116,6 +116,12 @@ public:
   /// The SIMT GPU form: a gpu.func with one block per work item and one
   /// thread per query row; K and V tiles are staged in shared memory.
   LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
+  /// The entry of a program over a range of items (the block-mask builder,
+  /// the merge): `args`, then on the CPU a func.func's first and end item,
+  /// or with `gpuModule` a gpu.func kernel's first item (one block each).
+  /// Returns its entry block; the caller sets the insertion point.
+  Block *createRangeEntry(StringRef name, SmallVector<Type> args,
+                          gpu::GPUModuleOp gpuModule);
   /// The split-KV merge (SplitMerge.cpp): combines the partial rows of a
   /// split launch by their LSEs (KernelABI.h). On the CPU a func over
   /// [begin, end) rows; with `gpuModule` a gpu.func, one block per row.

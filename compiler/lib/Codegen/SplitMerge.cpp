@@ -20,21 +20,10 @@ namespace attnc::codegen {
 LogicalResult ProgramBuilder::buildMerge(StringRef name,
                                          gpu::GPUModuleOp gpuModule) {
   auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
-  SmallVector<Type> args = {dyn(elem_), dyn(f32_), dyn(elem_), dyn(f32_),
-                            dyn(i64_), i64_};
-  if (!gpuModule)
-    args.push_back(i64_);
   OpBuilder::InsertionGuard guard(b_);
-  Block *entry = nullptr;
-  if (gpuModule) {
-    b_.setInsertionPointToEnd(gpuModule.getBody());
-    auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
-    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
-    entry = &fn.getBody().front();
-  } else {
-    auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
-    entry = fn.addEntryBlock();
-  }
+  Block *entry = createRangeEntry(
+      name, {dyn(elem_), dyn(f32_), dyn(elem_), dyn(f32_), dyn(i64_)},
+      gpuModule);
   b_.setInsertionPointToStart(entry);
   ValueRange fargs = entry->getArguments();
   Value opart = fargs[0], lpart = fargs[1], o = fargs[2], lse = fargs[3];

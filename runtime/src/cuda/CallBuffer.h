@@ -9,6 +9,7 @@
 #define ATTNC_RUNTIME_SRC_CUDA_CALLBUFFER_H
 
 #include "../KernelOperands.h"
+#include "attnc/runtime/cuda/GpuKernel.h"
 
 #include <cstddef>
 
@@ -39,6 +40,24 @@ inline SlotLayout slotLayout(const detail::Operands &ops, const BlockMask *bm,
   }
   return l;
 }
+
+/// A validated call: what GpuKernel::prepare makes for run(), plan() and
+/// buildBlockMask(). `bm` points to the caller's block mask or to `built`
+/// (a mask the device builder will fill), so a Call stays where it is made.
+struct GpuKernel::Call {
+  Call() = default;
+  Call(const Call &) = delete;
+  Call &operator=(const Call &) = delete;
+  Problem p;
+  BlockMask built;
+  const BlockMask *bm = nullptr;
+  detail::Operands ops; // split applied
+  SplitPlan split;
+  bool buildsMask() const { return bm == &built; }
+  SlotLayout layout(const KernelSpec &spec) const {
+    return slotLayout(ops, bm, p, spec, split);
+  }
+};
 
 } // namespace attnc::rt::cuda
 

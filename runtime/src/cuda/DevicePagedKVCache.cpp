@@ -5,7 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <tuple>
+#include <utility>
 
 namespace attnc::rt::cuda {
 
@@ -129,44 +129,30 @@ Status DevicePagedKVCache::create(const Context &ctx,
 Status DevicePagedKVCache::append(const std::vector<int32_t> &seqs,
                                   const TensorView &newK,
                                   const TensorView &newV, CUstream stream) {
-  int64_t n = static_cast<int64_t>(seqs.size());
-  std::vector<int64_t> ks, kd, vs, vd;
-  std::vector<int64_t> probe(static_cast<size_t>(
-                                 n * (newK.shape.size() == 4 ? newK.shape[2] : 0)),
-                             0);
-  if (Status s = appendRows(spec_, newK, "newK", n, spec_.headDim, probe, ks, kd); !s)
-    return s;
-  if (Status s = appendRows(spec_, newV, "newV", n, spec_.vHeadDim, probe, vs, vd); !s)
-    return s;
-  if (newV.shape[2] != newK.shape[2])
-    return Status::invalidArgument(fmt::format(
-        "'newK' has {} new rows per sequence, 'newV' {}", newK.shape[2],
-        newV.shape[2]));
   // The copy moves 4-byte words: every source row must start on one.
   size_t es = dtypeSize(spec_.dtype);
-  for (auto [name, t, offs] : {std::tuple{"newK", &newK, &ks},
-                               std::tuple{"newV", &newV, &vs}}) {
+  for (auto [name, t] : {std::pair{"newK", &newK}, std::pair{"newV", &newV}}) {
     bool aligned = reinterpret_cast<uintptr_t>(t->data) % 4 == 0;
-    for (int64_t o : *offs)
-      aligned = aligned && (o * es) % 4 == 0;
+    for (size_t d = 0; d < 3 && d < t->strides.size() && d < t->shape.size();
+         ++d)
+      aligned = aligned && (t->shape[d] <= 1 || (t->strides[d] * es) % 4 == 0);
     if (!aligned)
       return Status::invalidArgument(fmt::format(
           "'{}' rows must start on 4-byte boundaries to be appended on the "
           "device (strides {})",
           name, TensorView::formatDims(t->strides)));
   }
-  std::vector<int64_t> slots;
-  if (Status s = pages_.reserve(seqs, newK.shape[2], slots); !s)
+  AppendRows plan;
+  if (Status s = planAppend(spec_, pages_, seqs, newK, newV, plan); !s)
     return s;
-  (void)appendRows(spec_, newK, "newK", n, spec_.headDim, slots, ks, kd);
-  (void)appendRows(spec_, newV, "newV", n, spec_.vHeadDim, slots, vs, vd);
-  size_t rows = ks.size();
+  size_t rows = plan.kFrom.size();
   if (!rows)
     return Status::ok();
   // [K from | K to | V from | V to], in 4-byte words.
   std::vector<uint64_t> words;
   words.reserve(4 * rows);
-  for (const std::vector<int64_t> *v : {&ks, &kd, &vs, &vd})
+  for (const std::vector<int64_t> *v :
+       {&plan.kFrom, &plan.kTo, &plan.vFrom, &plan.vTo})
     for (int64_t o : *v)
       words.push_back(static_cast<uint64_t>(o) * es / 4);
   size_t bytes = words.size() * 8;

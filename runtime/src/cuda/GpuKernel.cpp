@@ -299,17 +299,43 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
   return Status::ok();
 }
 
-Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
-                         const BlockMask *bm, const SplitPlan &plan,
+Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,
+                          Call &c) const {
+  if (Status s = resolveProblem(variant_, &image_.spec, a, c.p); !s)
+    return s;
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
+  if (variant_.maskKind == MaskKind::Data) {
+    if (a.blockMask && !forMaskBuilder) {
+      if (Status s = detail::checkBlockMask(image_.spec, c.p, *a.blockMask); !s)
+        return s;
+      c.bm = a.blockMask;
+    } else {
+      detail::initBlockMask(variant_, image_.spec, c.p, c.built);
+      c.bm = &c.built;
+    }
+  }
+  int64_t pack = detail::packedHeads(variant_, image_.spec, c.p, c.bm);
+  c.ops = detail::buildOperands(variant_, image_.spec, a, c.p, c.bm, pack);
+  if (!forMaskBuilder)
+    if (Status s = detail::planLaunchSplits(c.p, c.ops,
+                                            ctx_->device().multiprocessors(),
+                                            a.numSplits, c.split);
+        !s)
+      return s;
+  detail::applySplit(c.p, c.split, c.ops);
+  return Status::ok();
+}
+
+Status GpuKernel::upload(const AttentionArgs &a, const Call &c,
                          bool forMaskBuilder, ParamSlot &slot, CUstream stream,
                          Operands &out) const {
-  int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
-  detail::Operands ops =
-      detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
-  detail::applySplit(p, plan, ops);
+  const Problem &p = c.p;
+  const detail::Operands &ops = c.ops;
+  const BlockMask *bm = c.bm;
   out.items = forMaskBuilder ? bm->batch * bm->heads * bm->numQTiles
                              : detail::numItems(p, ops);
-  SlotLayout at = slotLayout(ops, bm, p, image_.spec, plan);
+  SlotLayout at = c.layout(image_.spec);
   size_t ipBytes = at.fp, fpBytes = at.bm - at.fp, bmBytes = at.partials - at.bm;
   if (slot.buf.size() < at.total)
     return Status::internal("the parameter buffer is too small");
@@ -319,7 +345,7 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   std::memcpy(host.data(), ops.ip.data(), ipBytes);
   std::memcpy(host.data() + ipBytes, ops.fp.data(), ops.fp.size() * 4);
   // The block mask: the caller's, uploaded; or written by the builder.
-  bool callerMask = bm && !forMaskBuilder && a.blockMask == bm;
+  bool callerMask = bm && !c.buildsMask();
   if (callerMask)
     std::memcpy(host.data() + ipBytes + fpBytes, bm->classes.data(), bmBytes);
   size_t upBytes = callerMask ? host.size() : ipBytes + fpBytes;
@@ -338,9 +364,9 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   detail::MemrefDesc lse =
       p.hasLse ? detail::memrefOf(a.lse.data, detail::extent(a.lse))
                : detail::memrefOf(base, 0);
-  if (plan.splits > 1 && !forMaskBuilder) {
+  if (c.split.splits > 1 && !forMaskBuilder) {
     // The kernel writes partial rows into the slot; the merge reads them.
-    int64_t rows = detail::partialRows(p, plan.splits);
+    int64_t rows = detail::partialRows(p, c.split.splits);
     detail::MemrefDesc opart = detail::memrefOf(base + at.partials, rows * p.Dv);
     detail::MemrefDesc lpart = detail::memrefOf(base + at.lse, rows);
     out.merge = {opart, lpart, o, lse,
@@ -364,59 +390,29 @@ Status GpuKernel::upload(const AttentionArgs &a, const Problem &p,
   return Status::ok();
 }
 
-/// The operands of an unsplit launch (what the planner looks at).
-detail::Operands GpuKernel::baseOperands(const AttentionArgs &a,
-                                         const Problem &p,
-                                         const BlockMask *bm) const {
-  int64_t pack = detail::packedHeads(variant_, image_.spec, p, bm);
-  return detail::buildOperands(variant_, image_.spec, a, p, bm, pack);
-}
-
 Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
-  Problem p;
-  if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
-    return s;
-  if (Status s = ctx_->makeCurrent(); !s)
+  Call c;
+  if (Status s = prepare(a, false, c); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
-  Operands ops;
-  BlockMask built;
-  const BlockMask *bm = nullptr;
-  if (variant_.maskKind == MaskKind::Data) {
-    if (a.blockMask) {
-      if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
-        return s;
-      bm = a.blockMask;
-    } else {
-      detail::initBlockMask(variant_, image_.spec, p, built);
-      bm = &built;
-    }
-  }
-  detail::Operands base = baseOperands(a, p, bm);
-  SplitPlan plan;
-  if (Status s = detail::planLaunchSplits(
-          p, base, ctx_->device().multiprocessors(), a.numSplits, plan);
-      !s)
-    return s;
-  detail::applySplit(p, plan, base);
   ParamSlot *slot = nullptr;
-  if (Status s = acquire(slotLayout(base, bm, p, image_.spec, plan).total, slot);
-      !s)
+  if (Status s = acquire(c.layout(image_.spec).total, slot); !s)
     return s;
-  if (bm == &built) {
+  if (c.buildsMask()) {
     // Build the block mask on the device, into the slot the kernel reads
     // (the kernel's upload rewrites ip and fp there, keeps the classes).
     Operands builder;
-    if (Status s = upload(a, p, bm, plan, true, *slot, stream, builder); !s)
+    if (Status s = upload(a, c, true, *slot, stream, builder); !s)
       return s;
     if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
       return s;
   }
-  if (Status s = upload(a, p, bm, plan, false, *slot, stream, ops); !s)
+  Operands ops;
+  if (Status s = upload(a, c, false, *slot, stream, ops); !s)
     return s;
   if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
     return s;
-  if (plan.splits > 1)
+  if (c.split.splits > 1)
     if (Status s = launch(merge_, ops.merge, ops.rows, stream); !s)
       return s;
   return release(*slot, stream);
@@ -427,23 +423,15 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
     return Status::invalidArgument(fmt::format(
         "variant '{}' has no data-dependent mask; it needs no block mask",
         variant_.name));
-  Problem p;
-  if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
-    return s;
-  if (Status s = ctx_->makeCurrent(); !s)
+  Call c;
+  if (Status s = prepare(a, true, c); !s)
     return s;
   std::lock_guard<std::mutex> lock(mu_);
-  BlockMask bm;
-  detail::initBlockMask(variant_, image_.spec, p, bm);
-  SplitPlan unsplit;
-  detail::Operands base = baseOperands(a, p, &bm);
   ParamSlot *slot = nullptr;
-  if (Status s = acquire(slotLayout(base, &bm, p, image_.spec, unsplit).total,
-                         slot);
-      !s)
+  if (Status s = acquire(c.layout(image_.spec).total, slot); !s)
     return s;
   Operands builder;
-  if (Status s = upload(a, p, &bm, unsplit, true, *slot, nullptr, builder); !s)
+  if (Status s = upload(a, c, true, *slot, nullptr, builder); !s)
     return s;
   if (Status s = launch(maskBuilder_, builder.descs, builder.items, nullptr); !s)
     return s;
@@ -452,10 +440,11 @@ Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
   size_t offset = static_cast<size_t>(
       static_cast<unsigned char *>(builder.classes) -
       static_cast<unsigned char *>(slot->buf.data()));
-  if (Status s = slot->buf.download(bm.classes.data(), bm.classes.size(), offset);
+  if (Status s = slot->buf.download(c.built.classes.data(),
+                                    c.built.classes.size(), offset);
       !s)
     return s;
-  out = std::move(bm);
+  out = std::move(c.built);
   return Status::ok();
 }
 

@@ -19,61 +19,41 @@ namespace attnc::rt::cuda {
 
 Status GpuKernel::plan(const AttentionArgs &a, GpuPlan &out,
                        CUstream stream) const {
-  Problem p;
-  if (Status s = resolveProblem(variant_, &image_.spec, a, p); !s)
+  Call c;
+  if (Status s = prepare(a, false, c); !s)
     return s;
-  if (Status s = ctx_->makeCurrent(); !s)
-    return s;
-  BlockMask built;
-  const BlockMask *bm = nullptr;
-  if (variant_.maskKind == MaskKind::Data) {
-    if (a.blockMask) {
-      if (Status s = detail::checkBlockMask(image_.spec, p, *a.blockMask); !s)
-        return s;
-      bm = a.blockMask;
-    } else {
-      detail::initBlockMask(variant_, image_.spec, p, built);
-      bm = &built;
-    }
-  }
-  detail::Operands ops = baseOperands(a, p, bm);
-  SplitPlan split;
-  if (Status s = detail::planLaunchSplits(
-          p, ops, ctx_->device().multiprocessors(), a.numSplits, split);
-      !s)
-    return s;
-  detail::applySplit(p, split, ops);
-  SlotLayout at = slotLayout(ops, bm, p, image_.spec, split);
-
+  const Problem &p = c.p;
+  const detail::Operands &ops = c.ops;
+  SlotLayout at = c.layout(image_.spec);
   GpuPlan plan;
   if (Status s = DeviceBuffer::allocate(*ctx_, at.total, plan.buf_); !s)
     return s;
   std::vector<unsigned char> host(at.partials, 0);
   std::memcpy(host.data(), ops.ip.data(), ops.ip.size() * 8);
   std::memcpy(host.data() + at.fp, ops.fp.data(), ops.fp.size() * 4);
-  if (bm && bm == a.blockMask)
-    std::memcpy(host.data() + at.bm, bm->classes.data(), bm->classes.size());
+  if (c.bm && !c.buildsMask())
+    std::memcpy(host.data() + at.bm, c.bm->classes.data(), c.bm->classes.size());
   if (Status s = plan.buf_.upload(host.data(), host.size()); !s)
     return s;
   plan.kernel_ = this;
   plan.planned_ = a;
   plan.planned_.pages = nullptr; // copied to the device; may go away
   plan.planned_.blockMask = nullptr;
-  plan.splits_ = split.splits;
+  plan.splits_ = c.split.splits;
   plan.items_ = detail::numItems(p, ops);
   plan.rows_ = p.B * p.Hq * p.Lq;
   plan.ipCount_ = static_cast<int64_t>(ops.ip.size());
   plan.fpCount_ = static_cast<int64_t>(ops.fp.size());
-  plan.bmBytes_ = bm ? static_cast<int64_t>(bm->classes.size()) : 0;
+  plan.bmBytes_ = c.bm ? static_cast<int64_t>(c.bm->classes.size()) : 0;
   plan.fpAt_ = at.fp;
   plan.bmAt_ = at.bm;
   plan.partialsAt_ = at.partials;
   plan.lseAt_ = at.lse;
-  if (split.splits > 1) {
-    plan.lseElems_ = detail::partialRows(p, split.splits);
+  if (c.split.splits > 1) {
+    plan.lseElems_ = detail::partialRows(p, c.split.splits);
     plan.partialElems_ = plan.lseElems_ * p.Dv;
   }
-  if (bm == &built) {
+  if (c.buildsMask()) {
     // The device builds the block mask into the plan's buffer.
     auto base = static_cast<unsigned char *>(plan.buf_.data());
     std::vector<detail::MemrefDesc> d = {
@@ -81,7 +61,8 @@ Status GpuKernel::plan(const AttentionArgs &a, GpuPlan &out,
         detail::memrefOf(base + at.fp, plan.fpCount_),
         detail::memrefOf(base + at.bm, plan.bmBytes_)};
     detail::appendCaptures(variant_, p, d);
-    if (Status s = launch(maskBuilder_, d, bm->batch * bm->heads * bm->numQTiles,
+    const BlockMask &bm = c.built;
+    if (Status s = launch(maskBuilder_, d, bm.batch * bm.heads * bm.numQTiles,
                           stream);
         !s)
       return s;
@@ -96,7 +77,7 @@ Status GpuKernel::run(const GpuPlan &plan, const AttentionArgs &a,
     return Status::invalidArgument(
         plan.kernel_ ? "the plan was made by another kernel"
                      : "the plan is empty: make it with GpuKernel::plan");
-  std::vector<const void *> captures;
+  std::vector<detail::MemrefDesc> captures;
   if (Status s = detail::matchPlannedViews(variant_, plan.planned_, a, captures);
       !s)
     return s;
@@ -123,16 +104,7 @@ Status GpuKernel::run(const GpuPlan &plan, const AttentionArgs &a,
       view(a.q), view(a.k), view(a.v), o, lse, ip,
       detail::memrefOf(base + plan.fpAt_, plan.fpCount_),
       detail::memrefOf(base + plan.bmAt_, plan.bmBytes_)};
-  size_t c = 0;
-  for (const ParamSpec &ps : variant_.params) {
-    if (!ps.isTensor)
-      continue;
-    for (const auto &[name, t] : plan.planned_.tensors)
-      if (name == ps.name)
-        d.push_back(detail::memrefOf(const_cast<void *>(captures[c]),
-                                     detail::extent(t)));
-    ++c;
-  }
+  d.insert(d.end(), captures.begin(), captures.end());
   if (Status s = launch(kernel_, d, plan.items_, stream); !s)
     return s;
   if (plan.splits_ > 1)

@@ -75,15 +75,20 @@ struct PagedKVCacheSpec {
   TensorView poolView(void *data, int64_t d) const;
 };
 
-/// Where each element row of an append goes: for sequence i, head h and new
-/// row t (i-major), the source element offset of `src` (its dims 0..2
-/// strided, unit stride along D) and the destination element offset in the
-/// pool. Checks `src` against [seqs, Hkv, T, d] and the dtype.
-Status appendRows(const PagedKVCacheSpec &spec, const TensorView &src,
-                  const char *name, int64_t n, int64_t d,
-                  const std::vector<int64_t> &slots,
-                  std::vector<int64_t> &srcOffsets,
-                  std::vector<int64_t> &dstOffsets);
+/// Where an append's rows go, for K and V: each row's element offset in
+/// newK or newV and in its pool, for (sequence i, head h, new row t),
+/// i-major.
+struct AppendRows {
+  std::vector<int64_t> kFrom, kTo, vFrom, vTo;
+};
+
+/// What both caches' append does first: checks newK [n, Hkv, T, Dqk] and
+/// newV [n, Hkv, T, Dv] (n = seqs.size(), the spec's dtype, unit stride
+/// along D), reserves T rows for each of `seqs` in `pages` (all or
+/// nothing) and says where every row goes.
+Status planAppend(const PagedKVCacheSpec &spec, PageAllocator &pages,
+                  const std::vector<int32_t> &seqs, const TensorView &newK,
+                  const TensorView &newV, AppendRows &out);
 
 /// A paged K/V cache in host memory (CPU kernels).
 class PagedKVCache {

@@ -17,12 +17,8 @@
 #include <mutex>
 #include <vector>
 
-namespace attnc::rt {
-struct SplitPlan;
-}
 namespace attnc::rt::detail {
 struct MemrefDesc;
-struct Operands;
 }
 
 namespace attnc::rt::cuda {
@@ -137,14 +133,19 @@ private:
   Status acquire(size_t bytes, ParamSlot *&slot) const;
   /// Marks the slot busy until the work queued on `stream` so far is done.
   Status release(ParamSlot &slot, CUstream stream) const;
-  /// Copies ip, fp (and a caller's block mask) to the slot on `stream` and
-  /// lays out the kernel's (or the block-mask builder's) operands; a split
-  /// launch's partial rows live in the slot too, with the merge's operands.
-  Status upload(const AttentionArgs &a, const Problem &p, const BlockMask *bm,
-                const SplitPlan &plan, bool forMaskBuilder, ParamSlot &slot,
-                CUstream stream, Operands &out) const;
-  detail::Operands baseOperands(const AttentionArgs &a, const Problem &p,
-                                const BlockMask *bm) const;
+  /// A validated call (CallBuffer.h): its problem, block mask, parameters
+  /// and split plan, made once by prepare() for run(), plan() and
+  /// buildBlockMask().
+  struct Call;
+  /// Validates `a` and makes the context current, then fills `c`. For the
+  /// block-mask builder: a mask to build whatever the caller gave, no split.
+  Status prepare(const AttentionArgs &a, bool forMaskBuilder, Call &c) const;
+  /// Copies c's ip, fp (and a caller's block mask) to the slot on `stream`
+  /// and lays out the kernel's (or the block-mask builder's) operands; a
+  /// split launch's partial rows live in the slot too, with the merge's
+  /// operands.
+  Status upload(const AttentionArgs &a, const Call &c, bool forMaskBuilder,
+                ParamSlot &slot, CUstream stream, Operands &out) const;
 
   const Context *ctx_ = nullptr;
   VariantInfo variant_;
