@@ -43,12 +43,16 @@ void VariantOp::getAsmBlockArgumentNames(Region &region,
                                          OpAsmSetValueNameFn setNameFn) {
   static const char *const scoreNames[] = {"score", "b", "h", "q", "kv"};
   static const char *const maskNames[] = {"b", "h", "q", "kv"};
+  static const char *const gradNames[] = {"score", "b", "h", "q", "kv", "dy"};
   bool isScore = &region == &getScoreMod();
+  bool isGrad = &region == &getScoreGrad();
   for (BlockArgument arg : region.getArguments()) {
     unsigned i = arg.getArgNumber();
-    if (isScore && i < 5)
+    if (isGrad && i < 6)
+      setNameFn(arg, gradNames[i]);
+    else if (isScore && i < 5)
       setNameFn(arg, scoreNames[i]);
-    else if (!isScore && i < 4)
+    else if (!isScore && !isGrad && i < 4)
       setNameFn(arg, maskNames[i]);
   }
 }
@@ -113,8 +117,12 @@ LogicalResult VariantOp::verifyRegions() {
     SmallVector<Type> args;
     Type result;
   } regions[] = {{&getScoreMod(), "score_mod", {f32, i32, i32, i32, i32}, f32},
-                 {&getMaskMod(), "mask_mod", {i32, i32, i32, i32}, i1}};
+                 {&getMaskMod(), "mask_mod", {i32, i32, i32, i32}, i1},
+                 {&getScoreGrad(), "score_grad",
+                  {f32, i32, i32, i32, i32, f32}, f32}};
   for (Expect &e : regions) {
+    if (e.region->empty()) // only score_grad may be (verified as sized)
+      continue;
     Block &block = e.region->front();
     if (block.getArgumentTypes() != TypeRange(e.args))
       return emitOpError("'") << e.name << "' region must take "
@@ -174,9 +182,10 @@ static ParseResult parseParam(OpAsmParser &parser,
   return success();
 }
 
+/// `keyword(args) {...}`; an empty keyword when the caller parsed it.
 static ParseResult parseModifier(OpAsmParser &parser, StringRef keyword,
                                  Region &region) {
-  if (parser.parseKeyword(keyword))
+  if (!keyword.empty() && parser.parseKeyword(keyword))
     return failure();
   SmallVector<OpAsmParser::Argument> args;
   if (parser.parseArgumentList(args, OpAsmParser::Delimiter::Paren,
@@ -205,9 +214,12 @@ ParseResult VariantOp::parse(OpAsmParser &parser, OperationState &result) {
     return failure();
   Region *score = result.addRegion();
   Region *mask = result.addRegion();
+  Region *grad = result.addRegion();
   if (parseModifier(parser, "score_mod", *score) ||
       parseModifier(parser, "mask_mod", *mask))
     return failure();
+  if (succeeded(parser.parseOptionalKeyword("score_grad")))
+    return parseModifier(parser, "", *grad);
   return success();
 }
 
@@ -248,6 +260,10 @@ void VariantOp::print(OpAsmPrinter &p) {
   printModifier(p, "score_mod", getScoreMod());
   p << " ";
   printModifier(p, "mask_mod", getMaskMod());
+  if (!getScoreGrad().empty()) {
+    p << " ";
+    printModifier(p, "score_grad", getScoreGrad());
+  }
 }
 
 namespace {
@@ -315,6 +331,26 @@ LogicalResult GatherOp::verify() {
     return emitOpError("reading '@")
            << getCapture() << "' (" << p.getElementType() << ") yields "
            << want << ", not " << getType();
+  return success();
+}
+
+LogicalResult AccumulateOp::verify() {
+  auto variant = (*this)->getParentOfType<VariantOp>();
+  if (!variant || !variant.getScoreGrad().isAncestor((*this)->getParentRegion()))
+    return emitOpError("must be nested in the score_grad region of an "
+                       "attn.variant");
+  ParamAttr p = variant.lookupParam(getParam());
+  if (!p)
+    return emitOpError("unknown parameter '@")
+           << getParam() << "' in variant '@" << variant.getSymName() << "'";
+  if (!isa<FloatType>(p.getElementType()))
+    return emitOpError("'@") << getParam() << "' is "
+                            << p.getElementType()
+                            << "; only float parameters have gradients";
+  unsigned rank = p.isTensor() ? p.getRank() : 0;
+  if (getIndices().size() != rank)
+    return emitOpError("'@") << getParam() << "' has rank " << rank << " but "
+                            << getIndices().size() << " indices were given";
   return success();
 }
 

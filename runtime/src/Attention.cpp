@@ -313,7 +313,7 @@ std::array<int64_t, 3> BlockMask::histogram() const {
 Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
                           std::vector<double> &out, std::vector<double> &lse,
                           GatherViolation *violation,
-                          std::vector<double> *rowScale) {
+                          std::vector<double> *rowScale, bool exact) {
   Problem p;
   if (Status s = resolveProblem(v, nullptr, a, p); !s)
     return s;
@@ -327,23 +327,11 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
   if (rowScale)
     rowScale->assign(p.B * p.Hq * p.Lq, 0.0);
   std::vector<double> s(p.Lkv), w(p.Lkv);
-  // Inputs widened to double once, contiguous: [B, H, L, D].
-  auto widen = [](const TensorView &t) {
-    std::vector<double> d(static_cast<size_t>(t.numel()));
-    size_t k = 0;
-    for (int64_t i0 = 0; i0 < t.shape[0]; ++i0)
-      for (int64_t i1 = 0; i1 < t.shape[1]; ++i1)
-        for (int64_t i2 = 0; i2 < t.shape[2]; ++i2)
-          for (int64_t i3 = 0; i3 < t.shape[3]; ++i3)
-            d[k++] = loadAsDouble(t.data, t.dtype,
-                                  i0 * t.strides[0] + i1 * t.strides[1] +
-                                      i2 * t.strides[2] + i3 * t.strides[3]);
-    return d;
-  };
-  // K and V in pages: gathered per sequence into [B, Hkv, Lkv, D] rows.
+  // Inputs widened to double once, contiguous: [B, H, L, D]. K and V in
+  // pages: gathered per sequence into [B, Hkv, Lkv, D] rows.
   auto widenKV = [&](const TensorView &t) {
     if (!p.pages)
-      return widen(t);
+      return t.toDoubles();
     int64_t D = t.shape[3];
     std::vector<double> d(static_cast<size_t>(p.B * p.Hkv * p.Lkv * D), 0.0);
     for (int64_t b = 0; b < p.B; ++b)
@@ -358,7 +346,8 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
         }
     return d;
   };
-  const std::vector<double> q = widen(a.q), k = widenKV(a.k), vv = widenKV(a.v);
+  const std::vector<double> q = a.q.toDoubles(), k = widenKV(a.k),
+                            vv = widenKV(a.v);
   const int64_t Lkv = p.Lkv;
   const double ninf = -std::numeric_limits<double>::infinity();
   for (int64_t b = 0; b < p.B; ++b)
@@ -380,7 +369,8 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           for (int64_t d = 0; d < p.Dqk; ++d)
             dot += qr[d] * kr[d];
           double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
-                                   int32_t(h), qpos, int32_t(j), violation);
+                                   int32_t(h), qpos, int32_t(j), violation,
+                                   exact);
           bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
                                   int32_t(j), violation);
           s[j] = keep ? sc : ninf;

@@ -8,7 +8,10 @@
 // (arith.addf, math.tanh, ...); `gather` and `scalar` read the variant's
 // parameters, `size` a problem size or a free dimension, and
 // `%R = sum %N %I` ... `endsum %T` sums the body's term %T over the index
-// %I in [0, %N) (f32 sums rounded per addition, i32 sums wrapping). A program is
+// %I in [0, %N) (f32 sums rounded per addition, i32 sums wrapping). The
+// `grad` section (score_mod's derivative) also has `upstream` (the gradient
+// into score_mod's result) and `accumulate P INDICES... V` (adds V into
+// float parameter P's gradient at the clamped indices). A program is
 // input (packages are files): every line, operand count, operand type and
 // constant is checked before it is run.
 //
@@ -36,7 +39,7 @@ enum class Op {
   Select, SIToFP, UIToFP, FPToSI, ExtUI, TruncI,
   Exp, Exp2, Log, Log2, Sqrt, Rsqrt, Tanh, Floor, Ceil, AbsF, AbsI, Fma,
   Sin, Cos, Erf, Log1p, Expm1,
-  Gather, Scalar, Size, Sum, Yield,
+  Gather, Scalar, Size, Sum, Yield, Upstream, Accumulate,
 };
 
 /// A value's type in the program: i32, f32 or i1.
@@ -58,7 +61,7 @@ struct Instr {
 
 class ModProgram {
 public:
-  std::vector<Instr> score, mask;
+  std::vector<Instr> score, mask, grad; // grad: empty when absent
   int numValues = 5; // %score %b %h %q %kv, then %0..
 };
 
@@ -92,7 +95,7 @@ const std::map<std::string, Op> &opTable() {
       {"gather", Op::Gather},         {"scalar", Op::Scalar},
       {"size", Op::Size},             {"sum", Op::Sum},
       {"const.i32", Op::ConstI},      {"const.f32", Op::ConstF},
-      {"const.i1", Op::ConstB},
+      {"const.i1", Op::ConstB},       {"upstream", Op::Upstream},
   };
   return t;
 }
@@ -138,11 +141,15 @@ namespace {
 /// Type-checks `code` (a modifier, or a sum's body at depth > 0): every
 /// operand defined before use and of the type its op takes. `term` gets the
 /// type a body yields.
+enum class Section { Score, Mask, Grad };
+
 Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
-                     const VariantInfo &v, bool isMask, int depth,
+                     const VariantInfo &v, Section section, int depth,
                      VType *term) {
   using T = VType;
-  const char *where = isMask ? "mask" : "score";
+  bool isMask = section == Section::Mask;
+  const char *where = isMask ? "mask"
+                      : section == Section::Grad ? "grad" : "score";
   for (size_t k = 0; k < code.size(); ++k) {
       Instr &in = code[k];
       auto fail = [&](const std::string &what) {
@@ -199,6 +206,26 @@ Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
                                                     : T::I32;
         break;
       case Op::Size: ok = arity(0); r = T::I32; break;
+      case Op::Upstream:
+        ok = arity(0) && section == Section::Grad; r = T::F32; break;
+      case Op::Accumulate: {
+        const ParamSpec &ps = v.params[in.imm];
+        bool isFloat = ps.dtype == DType::F32 || ps.dtype == DType::F16 ||
+                       ps.dtype == DType::BF16;
+        if (section != Section::Grad)
+          return fail("accumulate outside the grad section");
+        if (!isFloat)
+          return fail("accumulate into '" + ps.name +
+                      "', which is not a float parameter");
+        ok = at.size() == ps.dims.size() + 1 && at.back() == T::F32 &&
+             std::all_of(at.begin(), at.end() - 1,
+                         [](T x) { return x == T::I32; });
+        if (!ok)
+          return fail("accumulate into '" + ps.name + "' takes " +
+                      std::to_string(ps.dims.size()) +
+                      " i32 indices and an f32 value");
+        continue; // no result
+      }
       case Op::Gather: {
         ok = all(T::I32); // the rank was checked when parsed
         DType dt = v.params[in.imm].dtype;
@@ -215,7 +242,7 @@ Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
           return fail("a sum's index must be a new value");
         type[in.imm] = T::I32;
         T t = T::None;
-        if (Status s = typeCheckCode(in.body, type, v, isMask, depth + 1, &t);
+        if (Status s = typeCheckCode(in.body, type, v, section, depth + 1, &t);
             !s)
           return s;
         // The body's values (and the index) are not visible after it.
@@ -259,15 +286,18 @@ Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
 
 Status typeCheck(ModProgram &prog, const VariantInfo &v) {
   using T = VType;
-  for (bool isMask : {false, true}) {
+  for (Section section : {Section::Score, Section::Mask, Section::Grad}) {
+    std::vector<Instr> &code = section == Section::Score  ? prog.score
+                               : section == Section::Mask ? prog.mask
+                                                          : prog.grad;
+    if (section == Section::Grad && code.empty())
+      continue; // optional
     std::vector<T> type(prog.numValues, T::None);
-    if (!isMask)
+    if (section != Section::Mask)
       type[0] = T::F32; // %score
     for (int a = 1; a < 5; ++a)
       type[a] = T::I32; // %b %h %q %kv
-    if (Status s = typeCheckCode(isMask ? prog.mask : prog.score, type, v,
-                                 isMask, 0, nullptr);
-        !s)
+    if (Status s = typeCheckCode(code, type, v, section, 0, nullptr); !s)
       return s;
   }
   return Status::ok();
@@ -350,13 +380,31 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
     } else if (w[0] == "mask-uses") {
       out.maskUsesBatch = std::find(w.begin(), w.end(), "b") != w.end();
       out.maskUsesHead = std::find(w.begin(), w.end(), "h") != w.end();
-    } else if ((w[0] == "score" || w[0] == "mask" || w[0] == "end") &&
+    } else if ((w[0] == "score" || w[0] == "mask" || w[0] == "grad" ||
+                w[0] == "end") &&
                !enclosing.empty()) {
       return err("a sum is not closed with 'endsum'");
     } else if (w[0] == "score" && w.size() == 1) {
       section = &prog->score;
     } else if (w[0] == "mask" && w.size() == 1) {
       section = &prog->mask;
+    } else if (w[0] == "grad" && w.size() == 1) {
+      section = &prog->grad;
+    } else if (section && w[0] == "accumulate" && w.size() >= 3) {
+      Instr in;
+      in.op = Op::Accumulate;
+      auto p = std::find_if(out.params.begin(), out.params.end(),
+                            [&](const ParamSpec &s) { return s.name == w[1]; });
+      if (p == out.params.end())
+        return err("unknown parameter '" + w[1] + "'");
+      in.imm = p - out.params.begin();
+      for (size_t i = 2; i < w.size(); ++i) {
+        int v = valueIndex(w[i], kMaxValues);
+        if (v < 0)
+          return err("bad operand '" + w[i] + "'");
+        in.args.push_back(v);
+      }
+      section->push_back(std::move(in));
     } else if (w[0] == "end") {
       ended = true;
       break;
@@ -489,8 +537,9 @@ Status VariantInfo::parse(const std::string &text, VariantInfo &out) {
   }
   if (!ended)
     return Status::invalidArgument("modifier program: missing 'end'");
-  for (auto *s : {&prog->score, &prog->mask})
-    if (s->empty() || s->back().op != Op::Yield)
+  for (auto *s : {&prog->score, &prog->mask, &prog->grad})
+    if ((s != &prog->grad || !s->empty()) &&
+        (s->empty() || s->back().op != Op::Yield))
       return Status::invalidArgument(
           "modifier program: a modifier does not end with 'yield'");
   if (Status st = typeCheck(*prog, out); !st)
@@ -553,10 +602,43 @@ double nanMax(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
 }
 
+/// What a run reads besides its values, and where its gradients go.
+struct RunEnv {
+  const VariantInfo &v;
+  const std::vector<BoundParam> &params;
+  GatherViolation *violation = nullptr;
+  bool exact = false;          // no rounding to f32
+  double upstream = 0.0;       // grad: dy
+  ParamGradients *grads = nullptr;
+};
+
+/// The clamped indices `args[0, n)` of a read of parameter `bp`: the
+/// element offset (strided) and the dense row-major index; whether any
+/// index was outside its dimension, and the unclamped indices.
+struct ElementAt {
+  int64_t offset = 0, dense = 0;
+  bool clamped = false;
+  std::vector<int64_t> index;
+};
+ElementAt elementAt(const BoundParam &bp, const std::vector<Val> &vals,
+                    const std::vector<int> &args, size_t n) {
+  ElementAt e;
+  for (size_t d = 0; d < n; ++d) {
+    int64_t i = static_cast<int32_t>(vals[args[d]].i);
+    e.index.push_back(i);
+    int64_t c = std::clamp<int64_t>(i, 0, bp.shape[d] - 1);
+    e.clamped |= c != i;
+    e.offset += c * bp.strides[d];
+    e.dense = e.dense * bp.shape[d] + c;
+  }
+  return e;
+}
+
 /// Runs `code` over `vals` up to its Yield; returns the yielded value.
-Val runCode(const VariantInfo &v, const std::vector<Instr> &code,
-            const std::vector<BoundParam> &params, std::vector<Val> &vals,
-            GatherViolation *violation) {
+Val runCode(const RunEnv &env, const std::vector<Instr> &code,
+            std::vector<Val> &vals) {
+  const VariantInfo &v = env.v;
+  const std::vector<BoundParam> &params = env.params;
   for (const Instr &in : code) {
     auto A = [&](int k) -> const Val & { return vals[in.args[k]]; };
     Val r;
@@ -661,19 +743,12 @@ Val runCode(const VariantInfo &v, const std::vector<Instr> &code,
     }
     case Op::Gather: {
       const BoundParam &bp = params[in.imm];
-      int64_t off = 0;
-      bool bad = false;
-      std::vector<int64_t> idx;
-      for (size_t d = 0; d < in.args.size(); ++d) {
-        int64_t i = static_cast<int32_t>(A(d).i);
-        idx.push_back(i);
-        int64_t c = std::clamp<int64_t>(i, 0, bp.shape[d] - 1);
-        bad |= c != i;
-        off += c * bp.strides[d];
-      }
-      if (bad && violation && violation->capture.empty()) {
+      ElementAt at = elementAt(bp, vals, in.args, in.args.size());
+      int64_t off = at.offset;
+      GatherViolation *violation = env.violation;
+      if (at.clamped && violation && violation->capture.empty()) {
         violation->capture = v.params[in.imm].name;
-        violation->index = idx;
+        violation->index = at.index;
         violation->shape = bp.shape;
       }
       double x = loadAsDouble(bp.data, bp.dtype, off);
@@ -693,43 +768,78 @@ Val runCode(const VariantInfo &v, const std::vector<Instr> &code,
       int64_t n = static_cast<int32_t>(A(0).i);
       for (int64_t i = 0; i < n; ++i) {
         vals[in.imm].i = i;
-        Val t = runCode(v, in.body, params, vals, violation);
+        Val t = runCode(env, in.body, vals);
         if (in.type == VType::F32)
-          r.f = static_cast<float>(r.f + t.f);
+          r.f = env.exact ? r.f + t.f : static_cast<float>(r.f + t.f);
         else
           r.i = wrap(r.i + t.i);
       }
       break;
     }
+    case Op::Upstream: r.f = env.upstream; break;
+    case Op::Accumulate: {
+      if (!env.grads)
+        continue;
+      const BoundParam &bp = params[in.imm];
+      size_t n = in.args.size() - 1;
+      int64_t dense = n ? elementAt(bp, vals, in.args, n).dense : 0;
+      ParamGradients &g = *env.grads;
+      g.resize(v.params.size());
+      if (g[in.imm].empty()) {
+        int64_t numel = 1;
+        for (int64_t d : bp.shape)
+          numel *= d;
+        g[in.imm].assign(static_cast<size_t>(n ? numel : 1), 0.0);
+      }
+      g[in.imm][static_cast<size_t>(dense)] += vals[in.args.back()].f;
+      continue; // no result
+    }
     case Op::Yield: return A(0);
     }
-    if (in.type == VType::F32)
+    if (in.type == VType::F32 && !env.exact)
       r.f = static_cast<float>(r.f); // f32 arithmetic: one rounding per op
     vals[in.dst] = r;
   }
   return Val();
 }
 
-Val run(const VariantInfo &v, const std::vector<Instr> &code,
-        const std::vector<BoundParam> &params, Val args[5],
-        GatherViolation *violation) {
-  std::vector<Val> vals(v.program->numValues);
+Val run(const RunEnv &env, const std::vector<Instr> &code, Val args[5]) {
+  std::vector<Val> vals(env.v.program->numValues);
   std::copy(args, args + 5, vals.begin());
-  return runCode(v, code, params, vals, violation);
+  return runCode(env, code, vals);
 }
 
 } // namespace
 
+bool VariantInfo::hasScoreGrad() const {
+  return program && !program->grad.empty();
+}
+
 double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
                     double score, int32_t b, int32_t h, int32_t q, int32_t kv,
-                    GatherViolation *violation) {
+                    GatherViolation *violation, bool exact) {
   Val args[5];
-  args[0].f = static_cast<float>(score); // score_mod sees an f32
+  // score_mod sees an f32
+  args[0].f = exact ? score : static_cast<float>(score);
   args[1].i = b;
   args[2].i = h;
   args[3].i = q;
   args[4].i = kv;
-  return run(v, v.program->score, params, args, violation).f;
+  return run(RunEnv{v, params, violation, exact}, v.program->score, args).f;
+}
+
+double evalScoreGrad(const VariantInfo &v, const std::vector<BoundParam> &params,
+                     double score, int32_t b, int32_t h, int32_t q, int32_t kv,
+                     double dy, ParamGradients *grads, bool exact) {
+  Val args[5];
+  args[0].f = exact ? score : static_cast<float>(score);
+  args[1].i = b;
+  args[2].i = h;
+  args[3].i = q;
+  args[4].i = kv;
+  RunEnv env{v, params, nullptr, exact, exact ? dy : static_cast<float>(dy),
+             grads};
+  return run(env, v.program->grad, args).f;
 }
 
 bool evalMaskMod(const VariantInfo &v, const std::vector<BoundParam> &params,
@@ -742,7 +852,7 @@ bool evalMaskMod(const VariantInfo &v, const std::vector<BoundParam> &params,
   args[2].i = h;
   args[3].i = q;
   args[4].i = kv;
-  return run(v, v.program->mask, params, args, violation).i != 0;
+  return run(RunEnv{v, params, violation}, v.program->mask, args).i != 0;
 }
 
 } // namespace attnc::rt

@@ -77,4 +77,17 @@ Status checkTensor(const TensorView &t, const std::string &name, DType dtype,
   return checkShape(t, name, shape);
 }
 
+std::vector<double> TensorView::toDoubles() const {
+  std::vector<double> d(static_cast<size_t>(numel()));
+  size_t k = 0;
+  for (int64_t i0 = 0; i0 < shape[0]; ++i0)
+    for (int64_t i1 = 0; i1 < shape[1]; ++i1)
+      for (int64_t i2 = 0; i2 < shape[2]; ++i2)
+        for (int64_t i3 = 0; i3 < shape[3]; ++i3)
+          d[k++] = loadAsDouble(data, dtype,
+                                i0 * strides[0] + i1 * strides[1] +
+                                    i2 * strides[2] + i3 * strides[3]);
+  return d;
+}
+
 } // namespace attnc::rt

@@ -11,6 +11,7 @@ attn.variant @tagged(t: f32[H]) attributes {note = "kept"}
   attn.yield %t : i1
 }
 
+// The generic form has three regions; the third (score_grad) may be empty.
 // CHECK: attn.variant @generic(w: i32, bias: f32[H, 16])
 "attn.variant"() <{sym_name = "generic",
                    params = [#attn.param<"w", i32, []>,
@@ -21,4 +22,5 @@ attn.variant @tagged(t: f32[H]) attributes {note = "kept"}
 ^bb0(%b: i32, %h: i32, %q: i32, %kv: i32):
   %t = "arith.constant"() <{value = true}> : () -> i1
   "attn.yield"(%t) : (i1) -> ()
+}, {
 }) : () -> ()

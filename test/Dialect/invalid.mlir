@@ -263,3 +263,52 @@ attn.variant @sum_index(t: f32[N]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
   %t = arith.constant true
   attn.yield %t : i1
 }
+
+// -----
+
+// expected-error @+1 {{'score_grad' region must take (f32, i32, i32, i32, i32, f32), got (f32, i32, i32, i32, i32)}}
+attn.variant @grad_args() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  attn.yield %s : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+} score_grad(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  attn.yield %s : f32
+}
+
+// -----
+
+attn.variant @accumulate_outside(t: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  // expected-error @+1 {{must be nested in the score_grad region of an attn.variant}}
+  attn.accumulate @t[%h], %s : f32
+  attn.yield %s : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
+
+// -----
+
+attn.variant @accumulate_int(n: i32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  attn.yield %s : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+} score_grad(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %dy: f32) {
+  // expected-error @+1 {{'@n' is 'i32'; only float parameters have gradients}}
+  attn.accumulate @n[%h], %dy : f32
+  attn.yield %dy : f32
+}
+
+// -----
+
+attn.variant @accumulate_rank(t: f32[H], c: f32) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  attn.yield %s : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+} score_grad(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %dy: f32) {
+  // expected-error @+1 {{'@c' has rank 0 but 1 indices were given}}
+  attn.accumulate @c[%h], %dy : f32
+  attn.yield %dy : f32
+}

@@ -95,3 +95,24 @@ attn.variant @sums(t: f32[B, KV, R])
   %0 = arith.cmpi slt, %n, %q : i32
   attn.yield %0 : i1
 }
+
+// A variant with its score_grad region (as -attn-differentiate builds it).
+// CHECK-LABEL: attn.variant @with_grad(t: f32[H], c: f32)
+// CHECK:       } score_grad(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %dy: f32) {
+// CHECK-NEXT:    attn.accumulate @t[%h], %dy : f32
+// CHECK-NEXT:    %[[G:.*]] = arith.mulf %dy, %score : f32
+// CHECK-NEXT:    attn.accumulate @c[], %[[G]] : f32
+// CHECK-NEXT:    attn.yield %dy : f32
+attn.variant @with_grad(t: f32[H], c: f32) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %0 = attn.gather @t[%h] : f32
+  %1 = arith.addf %s, %0 : f32
+  attn.yield %1 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+} score_grad(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %dy: f32) {
+  attn.accumulate @t[%h], %dy : f32
+  %g = arith.mulf %dy, %s : f32
+  attn.accumulate @c[], %g : f32
+  attn.yield %dy : f32
+}

@@ -1,5 +1,6 @@
 //===- Passes.cpp - The compiler's stages as mlir passes -----------------===//
 #include "attnc/Codegen/Passes.h"
+#include "attnc/Autodiff/ScoreModDerivative.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
 
@@ -73,6 +74,24 @@ struct MaskAnalysisPass
       v->setAttr("attn.mask_kind", b.getStringAttr(kind));
       v->setAttr("attn.mask", b.getStringAttr(m.describe()));
     }
+  }
+};
+
+struct DifferentiatePass
+    : PassWrapper<DifferentiatePass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DifferentiatePass)
+  StringRef getArgument() const final { return "attn-differentiate"; }
+  StringRef getDescription() const final {
+    return "Build the score_grad region (score_mod's reverse-mode "
+           "derivative) of each attn.variant";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<arith::ArithDialect, math::MathDialect>();
+  }
+  void runOnOperation() override {
+    for (auto v : getOperation().getOps<attn::VariantOp>())
+      if (failed(buildScoreGrad(v)))
+        return signalPassFailure();
   }
 };
 
@@ -184,6 +203,7 @@ struct LowerToNVVMPass
 
 void registerAttncPasses() {
   PassRegistration<MaskAnalysisPass>();
+  PassRegistration<DifferentiatePass>();
   PassRegistration<BuildTiledPass>();
   PassRegistration<BuildGpuPass>();
   PassRegistration<LowerToLLVMPass>();

@@ -40,6 +40,13 @@ void printOps(Block &block, llvm::DenseMap<Value, std::string> &names,
          << use(y.getValue()) << "\n";
       continue;
     }
+    if (auto a = dyn_cast<attn::AccumulateOp>(op)) {
+      os << "  accumulate " << a.getParam().str();
+      for (Value v : op.getOperands())
+        os << " " << use(v);
+      os << "\n";
+      continue;
+    }
     std::string dst = "%" + std::to_string(next++);
     names[op.getResult(0)] = dst;
     os << "  " << dst << " = ";
@@ -79,13 +86,23 @@ void printOps(Block &block, llvm::DenseMap<Value, std::string> &names,
   }
 }
 
+/// score_mod and score_grad take (score, b, h, q, kv), mask_mod (b, h, q,
+/// kv); score_grad's sixth argument, the upstream gradient, is read by an
+/// `upstream` op at its start.
 void printRegion(Block &block, bool isScore, std::ostringstream &os) {
   llvm::DenseMap<Value, std::string> names;
   const char *scoreArgs[] = {"%score", "%b", "%h", "%q", "%kv"};
   const char *maskArgs[] = {"%b", "%h", "%q", "%kv"};
-  for (BlockArgument a : block.getArguments())
-    names[a] = isScore ? scoreArgs[a.getArgNumber()] : maskArgs[a.getArgNumber()];
   int next = 0;
+  for (BlockArgument a : block.getArguments()) {
+    unsigned i = a.getArgNumber();
+    if (i == 5) {
+      names[a] = "%" + std::to_string(next++);
+      os << "  " << names[a] << " = upstream\n";
+    } else {
+      names[a] = isScore ? scoreArgs[i] : maskArgs[i];
+    }
+  }
   printOps(block, names, next, os);
 }
 
@@ -117,6 +134,10 @@ std::string printVariantInfo(attn::VariantOp v, const MaskAnalysis &m) {
   printRegion(v.getScoreBlock(), true, os);
   os << "mask\n";
   printRegion(v.getMaskBlock(), false, os);
+  if (Block *grad = v.getGradBlock()) {
+    os << "grad\n";
+    printRegion(*grad, true, os);
+  }
   os << "end\n";
   return os.str();
 }

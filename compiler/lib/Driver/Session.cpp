@@ -1,5 +1,5 @@
 //===- Session.cpp - Parse, check, lower and compile a .attn file --------===//
-#include "attnc/Codegen/Canonicalize.h"
+#include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Driver/Session.h"
 
 #include "attnc/Codegen/CpuBackend.h"
@@ -9,8 +9,6 @@
 #include "attnc/MLIRGen/MLIRGen.h"
 
 #include "mlir/IR/Verifier.h"
-#include "mlir/Pass/PassManager.h"
-#include "mlir/Transforms/Passes.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -78,11 +76,9 @@ rt::Status Session::loadSource(const std::string &name, std::string text,
   s->impl_->module = emitAttn(s->impl_->ctx, ast, name);
   if (!s->impl_->module || mlir::failed(mlir::verify(*s->impl_->module)))
     return rt::Status::internal("the generated attn IR does not verify");
-  mlir::PassManager pm(&s->impl_->ctx);
-  pm.addPass(attnc::createCanonicalizer());
-  pm.addPass(mlir::createCSEPass());
-  if (mlir::failed(pm.run(*s->impl_->module)))
-    return rt::Status::internal("canonicalization failed");
+  std::string error;
+  if (mlir::failed(runAttnPipeline(*s->impl_->module, true, error)))
+    return rt::Status::internal(error);
   for (const Variant &v : ast.variants)
     s->impl_->names.push_back(v.name);
   out = std::move(s);

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Check.h"
 
-#include "attnc/Codegen/Canonicalize.h"
+#include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Analysis/MaskAnalysis.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
@@ -56,11 +56,13 @@ usage:
 compile options:
   --emit=STAGE      what to print:
                       ast     the typed syntax tree
-                      attn    the attn dialect, verified and canonicalized
-                              (the default)
+                      attn    the attn dialect, verified and canonicalized,
+                              with each variant's score_grad (score_mod's
+                              derivative) built (the default)
                       mask    the mask analysis and a grid of tile classes
                       info    the signature and modifier program the runtime
-                              reads (the fp64 reference runs it)
+                              reads (the fp64 reference runs it; its grad
+                              section is score_grad)
                       tiled   the tiled flash program (scf/vector/memref)
                       llvm    LLVM IR for the host, optimized (--target=cpu)
                       gpu     the SIMT GPU program (gpu dialect)
@@ -553,14 +555,10 @@ int emitStage(attnc::Module &module, const CompileOptions &o,
                  "not verify\n";
     return 1;
   }
-  if (o.canonicalize) {
-    mlir::PassManager pm(&ctx);
-    pm.addPass(attnc::createCanonicalizer());
-    pm.addPass(mlir::createCSEPass());
-    if (mlir::failed(pm.run(*ir))) {
-      std::cerr << "attnc: error: internal error: canonicalization failed\n";
-      return 1;
-    }
+  std::string error;
+  if (mlir::failed(attnc::runAttnPipeline(*ir, o.canonicalize, error))) {
+    std::cerr << "attnc: error: internal error: " << error << "\n";
+    return 1;
   }
   if (o.emit == "package")
     return emitPackage(*ir, o, name, *os);

@@ -31,11 +31,20 @@ def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove,
       attn.yield %true : i1
     }
     ```
+
+    A third region, `score_grad`, is empty until `-attn-differentiate`
+    builds it: the reverse-mode derivative of score_mod. It takes
+    score_mod's arguments and `%dy`, the gradient flowing into score_mod's
+    result, yields `%dy` times the derivative with respect to `score`, and
+    adds `%dy` times the derivative with respect to each gathered float
+    element and float scalar into that parameter's gradient with
+    `attn.accumulate`.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypedArrayAttrBase<Attn_ParamAttr,
                                           "variant parameters">:$params);
-  let regions = (region SizedRegion<1>:$score_mod, SizedRegion<1>:$mask_mod);
+  let regions = (region SizedRegion<1>:$score_mod, SizedRegion<1>:$mask_mod,
+                        MaxSizedRegion<1>:$score_grad);
   let hasCustomAssemblyFormat = 1;
   let hasVerifier = 1;
   let hasRegionVerifier = 1;
@@ -45,7 +54,35 @@ def Attn_VariantOp : Attn_Op<"variant", [Symbol, IsolatedFromAbove,
     ::mlir::attn::ParamAttr lookupParam(::llvm::StringRef name);
     ::mlir::Block &getScoreBlock() { return getScoreMod().front(); }
     ::mlir::Block &getMaskBlock() { return getMaskMod().front(); }
+    /// The derivative region, or null before -attn-differentiate built it.
+    ::mlir::Block *getGradBlock() {
+      return getScoreGrad().empty() ? nullptr : &getScoreGrad().front();
+    }
   }];
+}
+
+def Attn_AccumulateOp : Attn_Op<"accumulate", [
+    MemoryEffects<[MemWrite]>]> {
+  let summary = "Adds to the gradient of a float parameter";
+  let description = [{
+    Inside a `score_grad` region: adds `value` to the gradient of the
+    enclosing variant's float parameter at `indices` (one i32 per dimension
+    of a tensor, none for a scalar). A kernel adds every term of every
+    (query, key) pair; where the kernels run several threads, the adds are
+    atomic or reduced per thread, so the order is unspecified. Indices are
+    clamped into the tensor, as a gather's are, so the gradient lands where
+    the forward read.
+
+    ```mlir
+    attn.accumulate @qamp[%b, %h, %q], %g : f32
+    attn.accumulate @barrier[], %g2 : f32
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Variadic<I32>:$indices,
+                       F32:$value);
+  let assemblyFormat =
+      "$param `[` $indices `]` `,` $value attr-dict `:` type($value)";
+  let hasVerifier = 1;
 }
 
 def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,

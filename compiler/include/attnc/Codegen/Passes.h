@@ -6,6 +6,8 @@
 //
 //   -attn-mask-analysis   annotate each attn.variant with its mask's kind
 //                         and closed form (attn.mask_kind, attn.mask)
+//   -attn-differentiate   build each attn.variant's score_grad region:
+//                         score_mod's reverse-mode derivative
 //   -attn-build-tiled     the tiled flash program (CPU form) of every
 //                         variant, as func.func @<variant>_kernel
 //   -attn-build-gpu       the GPU program (tensor-core or SIMT form) of

@@ -109,11 +109,13 @@ public:
 /// (|max score| + the softmax-weighted mean |score|) times the largest |v|
 /// element of the kept keys: about what rounding the scores to f32 moves
 /// the row's output by, in units of f32's unit roundoff (attnc check's
-/// tolerance grows with it).
+/// tolerance grows with it). With `exact`, score_mod is evaluated without
+/// rounding to f32 (for finite differences: Backward.h).
 Status referenceAttention(const VariantInfo &variant, const AttentionArgs &args,
                           std::vector<double> &out, std::vector<double> &lse,
                           GatherViolation *violation = nullptr,
-                          std::vector<double> *rowScale = nullptr);
+                          std::vector<double> *rowScale = nullptr,
+                          bool exact = false);
 
 /// A kernel compiled for the host CPU (see KernelABI.h for the calling
 /// convention). `owner` keeps the code alive.

@@ -35,6 +35,9 @@ struct TensorView {
   int64_t offsetOf(const std::vector<int64_t> &index) const;
   /// "[2, 8, 128, 64]"
   static std::string formatDims(const std::vector<int64_t> &dims);
+  /// The elements of a rank-4 view, widened to double, row-major (the
+  /// fp64 reference's operands).
+  std::vector<double> toDoubles() const;
 };
 
 /// Checks that `t`, the argument named `name`, is well-formed (non-null when

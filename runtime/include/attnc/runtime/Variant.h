@@ -14,11 +14,22 @@
 //   mask
 //     %0 = arith.cmpi sge %q %kv
 //     yield %0
+//   grad
+//     %0 = upstream
+//     %1 = gather qamp %b %h %q
+//     %2 = arith.mulf %0 %score
+//     accumulate qamp %b %h %q %2
+//     %3 = arith.mulf %0 %1
+//     yield %3
 //   end
 //
 // Values are `%score %b %h %q %kv` (modifier arguments) or `%N`; every
 // instruction is `%N = OP [ATTR] OPERANDS...` with a type-directed meaning
-// documented in ModProgram.cpp. The runtime evaluates it in fp64 for the
+// documented in ModProgram.cpp. The optional `grad` section is score_mod's
+// derivative (the compiler's score_grad region): `upstream` reads the
+// gradient dy flowing into score_mod's result, the section yields dy times
+// the derivative with respect to score, and `accumulate P INDICES... V`
+// adds V into float parameter P's gradient. The runtime evaluates it in fp64 for the
 // reference, and uses the signature to bind captures and scalars by name.
 //
 //===----------------------------------------------------------------------===//
@@ -67,6 +78,8 @@ struct VariantInfo {
   std::shared_ptr<const ModProgram> program;
 
   const ParamSpec *findParam(const std::string &name) const;
+  /// Whether the program has score_mod's derivative (a `grad` section).
+  bool hasScoreGrad() const;
   /// The text form (parse(toText()) round-trips).
   std::string text;
 
@@ -101,10 +114,25 @@ struct GatherViolation {
 
 /// Evaluates score_mod / mask_mod in fp64 (integers in wrapping i32).
 /// Out-of-range gathers are clamped, as the kernels do; the first one is
-/// recorded in `violation` when it is non-null.
+/// recorded in `violation` when it is non-null. Float results are rounded
+/// to f32 after every op, as the kernels compute, unless `exact` (for
+/// finite differences of the program's own function).
 double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
                     double score, int32_t b, int32_t h, int32_t q, int32_t kv,
-                    GatherViolation *violation = nullptr);
+                    GatherViolation *violation = nullptr, bool exact = false);
+
+/// Gradients of a variant's parameters, indexed like VariantInfo::params:
+/// for a float parameter, dense row-major over its bound shape (a scalar
+/// has one element); empty for the others and for those never reached.
+using ParamGradients = std::vector<std::vector<double>>;
+
+/// Evaluates the `grad` section (v.hasScoreGrad() must hold): returns dy *
+/// d score_mod / d score at (score, b, h, q, kv) and, when `grads` is not
+/// null, adds dy * d score_mod / d p into the gradient of every float
+/// parameter p it read (at the clamped indices the forward read).
+double evalScoreGrad(const VariantInfo &v, const std::vector<BoundParam> &params,
+                     double score, int32_t b, int32_t h, int32_t q, int32_t kv,
+                     double dy, ParamGradients *grads, bool exact = false);
 bool evalMaskMod(const VariantInfo &v, const std::vector<BoundParam> &params,
                  int32_t b, int32_t h, int32_t q, int32_t kv,
                  GatherViolation *violation = nullptr);

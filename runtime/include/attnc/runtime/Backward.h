@@ -1,0 +1,46 @@
+//===- Backward.h - Gradients of an attention call --------------*- C++ -*-===//
+//
+// The backward pass: given dO (the gradient of the loss with respect to the
+// output), the gradients of Q, K, V and of every float parameter score_mod
+// reads. As FlashAttention-2's backward, per kept (query, key) pair:
+//
+//   P = exp(score_mod(s) - LSE), s = scale * q.k
+//   dV += P dO,  dP = dO . v,  D = rowsum(dO * O) = sum_j P_j dP_j
+//   dS = P (dP - D)              (the gradient into score_mod's result)
+//   ds = score_grad(s, dy = dS)  (into score; parameters accumulate)
+//   dQ += scale ds k,  dK += scale ds q
+//
+// The mask has no gradient; a row with no kept key has zero gradients.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_BACKWARD_H
+#define ATTNC_RUNTIME_BACKWARD_H
+
+#include "attnc/runtime/Attention.h"
+
+namespace attnc::rt {
+
+/// The gradients of one call, row-major: dq [B, Hq, Lq, Dqk], dk [B, Hkv,
+/// Lkv, Dqk], dv [B, Hkv, Lkv, Dv] (a key past its sequence's length gets
+/// 0; with GQA, a KV head's gradient sums its query heads'), and the float
+/// parameters' (ParamGradients: dense over each parameter's bound shape).
+struct AttentionGrads {
+  std::vector<double> dq, dk, dv;
+  ParamGradients params;
+};
+
+/// The fp64 oracle of the backward pass: the forward recomputed naively in
+/// double, score_mod's derivative evaluated by the interpreter of the
+/// variant's `grad` section. `args` as for referenceAttention (out and lse
+/// are not read); `dOut` is [B, Hq, Lq, Dv] of any float dtype and strides.
+/// Paged K/V is refused (training passes contiguous K and V). With `exact`,
+/// the modifiers are evaluated without rounding to f32 (for finite
+/// differences).
+Status referenceAttentionBackward(const VariantInfo &variant,
+                                  const AttentionArgs &args,
+                                  const TensorView &dOut, AttentionGrads &out,
+                                  bool exact = false);
+
+} // namespace attnc::rt
+
+#endif

@@ -1,0 +1,414 @@
+// The backward pass's foundations, checked by finite differences: the
+// compiler's derivative of score_mod (the `grad` section, run by the
+// interpreter) against score_mod itself, for every example; and the fp64
+// backward (Backward.h) against the fp64 forward, for dQ, dK, dV and every
+// float capture and scalar, on prefill, decode and chunk shapes with GQA,
+// ragged lengths and rows with no key.
+#include "Problem.h"
+
+#include "attnc/Driver/Session.h"
+#include "attnc/runtime/Backward.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+using namespace attnc;
+using attnc::tools::Inputs;
+using attnc::tools::Mode;
+using attnc::tools::Shape;
+
+namespace {
+
+std::unique_ptr<Session> loadFile(const std::string &path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string diags;
+  std::unique_ptr<Session> s;
+  rt::Status st = Session::loadSource(path, text.str(), diags, s);
+  INFO(path << ": " << diags << st.toString());
+  REQUIRE(st.isOk());
+  return s;
+}
+
+std::unique_ptr<Session> loadText(const std::string &text) {
+  std::string diags;
+  std::unique_ptr<Session> s;
+  rt::Status st = Session::loadSource("t.attn", text, diags, s);
+  INFO(diags << st.toString());
+  REQUIRE(st.isOk());
+  return s;
+}
+
+std::vector<std::string> exampleFiles() {
+  std::vector<std::string> files;
+  for (const auto &e : std::filesystem::directory_iterator(ATTNC_EXAMPLES_DIR))
+    if (e.path().extension() == ".attn")
+      files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+/// Seeded inputs for `info` at `shape` (captures filled as attnc check
+/// fills them), with every float capture perturbed per element so no two
+/// elements are alike.
+Inputs inputsFor(const rt::VariantInfo &info, Shape shape) {
+  shape.resolve();
+  Inputs in;
+  rt::Status st = tools::makeInputs(info, shape, {}, {}, in);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-0.2, 0.2);
+  for (auto &[name, view] : in.args.tensors)
+    if (view.dtype == rt::DType::F32)
+      for (int64_t i = 0; i < view.numel(); ++i) {
+        float *x = static_cast<float *>(view.data) + i;
+        *x = static_cast<float>(*x + u(rng));
+      }
+  return in;
+}
+
+/// A central difference of `f` in the f32 element `*x`, with the steps the
+/// f32 rounding actually took.
+template <typename F> double centralDifference(float *x, double step, F f) {
+  float x0 = *x;
+  float up = static_cast<float>(x0 + step), down = static_cast<float>(x0 - step);
+  *x = up;
+  double fUp = f();
+  *x = down;
+  double fDown = f();
+  *x = x0;
+  return (fUp - fDown) / (double(up) - double(down));
+}
+
+} // namespace
+
+namespace {
+
+/// Checks score_grad (the `grad` section) against central differences of
+/// score_mod, both exact, at seeded points: the gradient into score, and
+/// into every element of every f32 parameter.
+void checkScoreGradByDifferences(const rt::VariantInfo &info) {
+  INFO(info.text);
+  REQUIRE(info.hasScoreGrad());
+  Shape shape;
+  shape.batch = 2;
+  shape.heads = 4;
+  shape.kvHeads = 2;
+  shape.qLen = shape.kvLen = 9;
+  shape.headDim = 8;
+  Inputs in = inputsFor(info, shape);
+  rt::Problem p;
+  REQUIRE(rt::resolveProblem(info, nullptr, in.args, p).isOk());
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> score(-3, 3);
+  std::uniform_int_distribution<int> pos(0, 8), b(0, 1), h(0, 3);
+  for (int trial = 0; trial < 12; ++trial) {
+    double x = score(rng);
+    int32_t bb = b(rng), hh = h(rng), q = pos(rng), kv = pos(rng);
+    INFO("at score " << x << " b " << bb << " h " << hh << " q " << q
+                     << " kv " << kv);
+    auto f = [&](double s) {
+      return rt::evalScoreMod(info, p.params, s, bb, hh, q, kv, nullptr,
+                              /*exact=*/true);
+    };
+    rt::ParamGradients grads;
+    double dy = 0.75;
+    double dscore = rt::evalScoreGrad(info, p.params, x, bb, hh, q, kv, dy,
+                                      &grads, /*exact=*/true);
+    double e = 1e-6;
+    double fd = dy * (f(x + e) - f(x - e)) / (2 * e);
+    CHECK(dscore == Approx(fd).epsilon(1e-6).margin(1e-7));
+    auto gradAt = [&](size_t pi, int64_t i) {
+      return grads.size() > pi && !grads[pi].empty()
+                 ? grads[pi][static_cast<size_t>(i)]
+                 : 0.0;
+    };
+    for (size_t pi = 0; pi < info.params.size(); ++pi) {
+      const rt::ParamSpec &ps = info.params[pi];
+      if (ps.dtype != rt::DType::F32)
+        continue;
+      INFO("parameter " << ps.name);
+      if (!ps.isTensor) {
+        double s0 = p.params[pi].scalar;
+        p.params[pi].scalar = s0 + e;
+        double up = f(x);
+        p.params[pi].scalar = s0 - e;
+        double down = f(x);
+        p.params[pi].scalar = s0;
+        CHECK(gradAt(pi, 0) ==
+              Approx(dy * (up - down) / (2 * e)).epsilon(1e-6).margin(1e-7));
+        continue;
+      }
+      const rt::BoundParam &bp = p.params[pi];
+      int64_t numel = 1;
+      for (int64_t d : bp.shape)
+        numel *= d;
+      for (int64_t i = 0; i < numel; ++i) { // dense index -> strided offset
+        int64_t rest = i, off = 0;
+        for (size_t d = bp.shape.size(); d-- > 0;) {
+          off += (rest % bp.shape[d]) * bp.strides[d];
+          rest /= bp.shape[d];
+        }
+        float *elem =
+            const_cast<float *>(static_cast<const float *>(bp.data)) + off;
+        double want = dy * centralDifference(elem, 1e-3, [&] { return f(x); });
+        INFO("element " << i);
+        CHECK(gradAt(pi, i) == Approx(want).epsilon(1e-5).margin(1e-6));
+      }
+    }
+  }
+}
+
+} // namespace
+
+TEST_CASE("score_grad of every example agrees with finite differences of "
+          "score_mod",
+          "[backward]") {
+  for (const std::string &file : exampleFiles()) {
+    auto session = loadFile(file);
+    for (const std::string &name : session->variants()) {
+      rt::VariantInfo info;
+      REQUIRE(session->info(name, info).isOk());
+      INFO(file << " variant " << name);
+      checkScoreGradByDifferences(info);
+    }
+  }
+}
+
+TEST_CASE("score_grad of every differentiable builtin, a sum and the "
+          "operators agrees with finite differences",
+          "[backward]") {
+  // Smooth where the seeded points fall (kinks of abs, min, max, clamp,
+  // floormod and the conditionals are at fixed points, not near them).
+  auto session = loadText(R"(
+variant builtins(t: f32[H], r: f32[KV, 4], c: f32) {
+  score_mod(score, b, h, q, kv) =
+      exp2(score * 0.3) + log2(2 + score * score) + sqrt(1.5 + sin(score))
+    + rsqrt(3 + cos(score)) + sigmoid(score) * t[h] + tan(score * 0.2)
+    + pow(1.5 + 0.5 * sin(score), c) + log1p(score * score)
+    + expm1(0.1 * score) + erf(score) + abs(score - 0.3) * t[h]
+    + min(score, t[h]) + max(score * c, 0.5) + clamp(score, -1.5, 1.5)
+    + (score > 0.1 ? score * c : -score / c) + floormod(score, 0.7 * c)
+    + where(score < 1, 2 * score, score) + score % c
+    + sum(i < 4: r[kv, i] * score * t[h]) - sign(score) + exp(-score * score)
+    + tanh(score) / (1 + score * score) - log(3 + score) + floor(score)
+  mask_mod(b, h, q, kv) = true
+})");
+  rt::VariantInfo info;
+  REQUIRE(session->info("builtins", info).isOk());
+  checkScoreGradByDifferences(info);
+}
+
+namespace {
+
+/// sum(dO * O) of the fp64 forward, exact modifiers.
+double loss(const rt::VariantInfo &info, const rt::AttentionArgs &a,
+            const std::vector<double> &dO) {
+  std::vector<double> out, lse;
+  rt::Status st = rt::referenceAttention(info, a, out, lse, nullptr, nullptr,
+                                         /*exact=*/true);
+  REQUIRE(st.isOk());
+  double l = 0;
+  for (size_t i = 0; i < out.size(); ++i)
+    l += dO[i] * out[i];
+  return l;
+}
+
+/// Checks every gradient of the fp64 backward against central differences
+/// of the fp64 forward's loss sum(dO * O).
+void checkBackwardByDifferences(const rt::VariantInfo &info, Shape shape,
+                                bool expectSomeZeroRows = false) {
+  Inputs in = inputsFor(info, shape);
+  rt::AttentionArgs &a = in.args;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<float> dOut(static_cast<size_t>(a.out.numel()));
+  for (float &x : dOut)
+    x = static_cast<float>(u(rng));
+  rt::TensorView dO =
+      rt::TensorView::contiguous(dOut.data(), rt::DType::F32, a.out.shape);
+  std::vector<double> dOd(dOut.begin(), dOut.end());
+  rt::AttentionGrads g;
+  rt::Status st = rt::referenceAttentionBackward(info, a, dO, g, /*exact=*/true);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  auto lossNow = [&] { return loss(info, a, dOd); };
+  auto check = [&](const char *what, const rt::TensorView &t,
+                   const std::vector<double> &grad) {
+    REQUIRE(static_cast<int64_t>(grad.size()) == t.numel());
+    double scale = 1e-3;
+    for (double x : grad) {
+      REQUIRE(std::isfinite(x));
+      scale = std::max(scale, std::fabs(x));
+    }
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      // Contiguous views in these tests: the dense index is the offset.
+      float *x = static_cast<float *>(t.data) + i;
+      double want = centralDifference(x, 1e-3, lossNow);
+      INFO(what << "[" << i << "]");
+      CHECK(grad[static_cast<size_t>(i)] == Approx(want).margin(2e-4 * scale));
+    }
+  };
+  check("dq", a.q, g.dq);
+  check("dk", a.k, g.dk);
+  check("dv", a.v, g.dv);
+  for (auto &[name, view] : a.tensors) {
+    size_t pi = 0;
+    while (info.params[pi].name != name)
+      ++pi;
+    if (view.dtype != rt::DType::F32)
+      continue;
+    std::vector<double> grad = g.params[pi];
+    if (grad.empty())
+      grad.assign(static_cast<size_t>(view.numel()), 0.0);
+    check(name.c_str(), view, grad);
+  }
+  for (auto &[name, value] : a.scalars) {
+    size_t pi = 0;
+    while (info.params[pi].name != name)
+      ++pi;
+    if (info.params[pi].dtype != rt::DType::F32)
+      continue;
+    double v0 = value, e = 1e-5;
+    value = v0 + e;
+    double up = lossNow();
+    value = v0 - e;
+    double down = lossNow();
+    value = v0;
+    double got = g.params[pi].empty() ? 0.0 : g.params[pi][0];
+    INFO("scalar " << name);
+    CHECK(got == Approx((up - down) / (2 * e)).epsilon(1e-4).margin(1e-6));
+  }
+  if (expectSomeZeroRows) {
+    // Rows with no key: dq is exactly 0 there.
+    bool zeroRow = false;
+    int64_t D = a.q.shape[3];
+    for (size_t r = 0; r < g.dq.size() / D; ++r) {
+      bool all = true;
+      for (int64_t d = 0; d < D; ++d)
+        all &= g.dq[r * D + d] == 0.0;
+      zeroRow |= all;
+    }
+    CHECK(zeroRow);
+  }
+}
+
+} // namespace
+
+TEST_CASE("the fp64 backward agrees with finite differences of the fp64 "
+          "forward, every example",
+          "[backward]") {
+  for (const std::string &file : exampleFiles()) {
+    auto session = loadFile(file);
+    for (const std::string &name : session->variants()) {
+      rt::VariantInfo info;
+      REQUIRE(session->info(name, info).isOk());
+      INFO(file << " variant " << name);
+      for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
+        Shape s;
+        s.mode = mode;
+        s.batch = 2;
+        s.heads = 2;
+        s.kvHeads = 1; // GQA: dK and dV sum two query heads
+        s.kvLen = 7;
+        s.qLen = mode == Mode::Chunk ? 3 : -1;
+        s.kvLens = {7, 5}; // ragged
+        if (mode == Mode::Prefill)
+          s.qOffsets = {0}; // 7 queries from position 0 over 7 and 5 keys
+        s.headDim = 8;
+        s.vHeadDim = mode == Mode::Chunk ? 16 : 8;
+        INFO(tools::modeName(mode));
+        checkBackwardByDifferences(info, s);
+      }
+    }
+  }
+}
+
+TEST_CASE("the fp64 backward: rows with no key have zero gradients, never "
+          "NaN",
+          "[backward]") {
+  // Query 2 of each sequence sees no key.
+  auto session = loadText(R"(
+variant holes(bias: f32[H, KV], t: f32) {
+  score_mod(score, b, h, q, kv) = t * score + bias[h, kv]
+  mask_mod(b, h, q, kv) = q != 2 && kv <= q
+})");
+  rt::VariantInfo info;
+  REQUIRE(session->info("holes", info).isOk());
+  Shape s;
+  s.batch = 1;
+  s.heads = 2;
+  s.qLen = s.kvLen = 5;
+  s.headDim = 8;
+  s.qOffsets = {0};
+  checkBackwardByDifferences(info, s, /*expectSomeZeroRows=*/true);
+}
+
+TEST_CASE("the fp64 backward refuses what it cannot differentiate, by name",
+          "[backward]") {
+  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/alibi.attn");
+  rt::VariantInfo info;
+  REQUIRE(session->info("alibi", info).isOk());
+  Shape shape;
+  shape.batch = 1;
+  shape.heads = 2;
+  shape.qLen = shape.kvLen = 4;
+  shape.headDim = 8;
+  Inputs in = inputsFor(info, shape);
+  std::vector<float> dOut(static_cast<size_t>(in.args.out.numel()), 1.0f);
+  rt::AttentionGrads g;
+
+  rt::TensorView bad = rt::TensorView::contiguous(dOut.data(), rt::DType::F32,
+                                                  {1, 2, 4, 4});
+  rt::Status st = rt::referenceAttentionBackward(info, in.args, bad, g);
+  CHECK(!st.isOk());
+  CHECK_THAT(st.message(), Catch::Contains("dOut") &&
+                               Catch::Contains("[1, 2, 4, 8]"));
+
+  // A program without a grad section (a package from before the backward).
+  std::string text = info.text;
+  text = text.substr(0, text.find("grad\n")) + "end\n";
+  rt::VariantInfo old;
+  REQUIRE(rt::VariantInfo::parse(text, old).isOk());
+  CHECK_FALSE(old.hasScoreGrad());
+  rt::TensorView dO = rt::TensorView::contiguous(dOut.data(), rt::DType::F32,
+                                                 in.args.out.shape);
+  st = rt::referenceAttentionBackward(old, in.args, dO, g);
+  CHECK_THAT(st.message(), Catch::Contains("no derivative of score_mod"));
+}
+
+TEST_CASE("grad sections are checked when parsed", "[backward]") {
+  const std::string head = "variant v\nparam t tensor f32 H\nparam n tensor "
+                           "i32 H\nparam s scalar f32\nmask-kind none\n"
+                           "score\n  yield %score\nmask\n  %0 = const.i1 1\n"
+                           "  yield %0\n";
+  auto parse = [&](const std::string &grad) {
+    rt::VariantInfo v;
+    return rt::VariantInfo::parse(head + "grad\n" + grad + "end\n", v);
+  };
+  CHECK(parse("  %0 = upstream\n  accumulate t %h %0\n  accumulate s %0\n"
+              "  yield %0\n")
+            .isOk());
+  CHECK_THAT(parse("  %0 = upstream\n  accumulate n %h %0\n  yield %0\n")
+                 .message(),
+             Catch::Contains("not a float parameter"));
+  CHECK_THAT(parse("  %0 = upstream\n  accumulate t %0\n  yield %0\n").message(),
+             Catch::Contains("takes 1 i32 indices and an f32 value"));
+  CHECK_THAT(parse("  %0 = upstream\n  accumulate nope %0\n  yield %0\n")
+                 .message(),
+             Catch::Contains("unknown parameter 'nope'"));
+  rt::VariantInfo v;
+  CHECK_THAT(rt::VariantInfo::parse(
+                 "variant v\nparam s scalar f32\nmask-kind none\nscore\n"
+                 "  %0 = upstream\n  yield %0\nmask\n  %1 = const.i1 1\n"
+                 "  yield %1\nend\n",
+                 v)
+                 .message(),
+             Catch::Contains("score op 1"));
+}
