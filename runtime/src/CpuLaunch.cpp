@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/KernelABI.h"
-#include "KernelOperands.h"
+#include "CpuLaunch.h"
 
 #include <fmt/format.h>
 
@@ -17,32 +17,36 @@
 
 namespace attnc::rt {
 
-namespace {
-
 using Desc = detail::MemrefDesc;
 
-/// A host operand; empty ones get a valid address all the same.
+namespace detail {
+
 Desc descOf(const void *p, int64_t n) {
   static int64_t dummy = 0;
-  return detail::memrefOf(const_cast<void *>(p ? p : &dummy), n);
+  return memrefOf(const_cast<void *>(p ? p : &dummy), n);
 }
 
-/// Calls `fn` (MLIR's packed convention: 5 pointers per memref operand,
-/// then the item range) once per work item in [0, items), spread over
-/// `threads` threads (0: every core). Each thread builds its argument
-/// array once and then only changes the item range.
-void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
-                 int64_t items, int threads) {
-  if (items <= 0)
-    return;
+int launchWorkers(int64_t items, int threads) {
   int n = threads > 0 ? threads
                       : static_cast<int>(std::thread::hardware_concurrency());
-  n = static_cast<int>(std::clamp<int64_t>(n, 1, items));
+  return static_cast<int>(std::clamp<int64_t>(n, 1, std::max<int64_t>(items, 1)));
+}
+
+void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
+                 int64_t items, int threads,
+                 const std::function<void(int, std::vector<Desc> &)> &perThread) {
+  if (items <= 0)
+    return;
+  int n = launchWorkers(items, threads);
   std::atomic<int64_t> next{0};
-  auto worker = [&] {
+  // Each thread builds its argument array once and then only changes the
+  // item range.
+  auto worker = [&](int t) {
     std::vector<Desc> descs = operands;
+    if (perThread)
+      perThread(t, descs);
     int64_t begin = 0, end = 0;
-    std::vector<void *> ptrs = detail::memrefWords(descs);
+    std::vector<void *> ptrs = memrefWords(descs);
     ptrs.push_back(&begin);
     ptrs.push_back(&end);
     for (int64_t i; (i = next.fetch_add(1)) < items;) {
@@ -52,17 +56,38 @@ void launchItems(void (*fn)(void **), const std::vector<Desc> &operands,
     }
   };
   if (n <= 1) {
-    worker();
+    worker(0);
     return;
   }
   std::vector<std::thread> pool;
   for (int t = 0; t < n; ++t)
-    pool.emplace_back(worker);
+    pool.emplace_back(worker, t);
   for (auto &t : pool)
     t.join();
 }
 
-} // namespace
+void fillBlockMask(void (*builder)(void **), const VariantInfo &v,
+                   const KernelSpec &spec, const AttentionArgs &a,
+                   const Problem &p, BlockMask &bm) {
+  initBlockMask(v, spec, p, bm);
+  Operands ops = buildOperands(v, spec, a, p, &bm);
+  std::vector<Desc> operands = {descOf(ops.ip.data(), ops.ip.size()),
+                                descOf(ops.fp.data(), ops.fp.size()),
+                                descOf(bm.classes.data(), bm.classes.size())};
+  std::vector<Desc> caps;
+  appendCaptures(v, p, caps);
+  for (const Desc &d : caps)
+    operands.push_back(descOf(d.aligned, d.size));
+  // The builder's items are (b * heads + h) * numQTiles + qt; it learns
+  // `heads` from kBMStrideH (0 when shared by every head).
+  launchItems(builder, operands, bm.batch * bm.heads * bm.numQTiles,
+              a.numThreads);
+}
+
+} // namespace detail
+
+using detail::descOf;
+using detail::launchItems;
 
 Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
   if (variant_.maskKind != MaskKind::Data || !entry_.maskBuilder)
@@ -80,19 +105,7 @@ Status CpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &bm) const {
 
 void CpuKernel::fillBlockMask(const AttentionArgs &a, const Problem &p,
                               BlockMask &bm) const {
-  detail::initBlockMask(variant_, spec_, p, bm);
-  detail::Operands ops = detail::buildOperands(variant_, spec_, a, p, &bm);
-  std::vector<Desc> operands = {descOf(ops.ip.data(), ops.ip.size()),
-                                descOf(ops.fp.data(), ops.fp.size()),
-                                descOf(bm.classes.data(), bm.classes.size())};
-  std::vector<Desc> caps;
-  detail::appendCaptures(variant_, p, caps);
-  for (const Desc &d : caps)
-    operands.push_back(descOf(d.aligned, d.size));
-  // The builder's items are (b * heads + h) * numQTiles + qt; it learns
-  // `heads` from kBMStrideH (0 when shared by every head).
-  launchItems(entry_.maskBuilder, operands,
-              bm.batch * bm.heads * bm.numQTiles, a.numThreads);
+  detail::fillBlockMask(entry_.maskBuilder, variant_, spec_, a, p, bm);
 }
 
 Status CpuKernel::plan(const AttentionArgs &a, CpuPlan &out) const {

@@ -49,6 +49,15 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
   g.dk.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dqk), 0.0);
   g.dv.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dv), 0.0);
   g.params.assign(v.params.size(), {});
+  for (size_t i = 0; i < v.params.size(); ++i) { // every float parameter
+    DType t = v.params[i].dtype;
+    if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+      continue;
+    int64_t n = 1;
+    for (int64_t d : p.params[i].shape)
+      n *= d;
+    g.params[i].assign(static_cast<size_t>(n), 0.0);
+  }
   const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<double> x(Lkv), s(Lkv), dP(Lkv);
   for (int64_t b = 0; b < p.B; ++b)

@@ -1,6 +1,6 @@
 // RUN: attn-opt %s -attn-differentiate | FileCheck %s
 // The reverse-mode rules of -attn-differentiate, one variant per family.
-// (Finite-difference checks of every example: test/unit/BackwardReferenceTests.cpp.)
+// (Finite-difference checks of every example: test/unit/BackwardTests.cpp.)
 
 // Identity: the gradient into score is dy, nothing accumulates.
 // CHECK-LABEL: attn.variant @identity()

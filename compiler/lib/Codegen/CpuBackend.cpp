@@ -2,6 +2,7 @@
 #include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/VariantInfo.h"
+#include "attnc/runtime/Backward.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -20,6 +21,7 @@
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -147,6 +149,63 @@ void registerTranslations(MLIRContext *ctx) {
   ctx->appendDialectRegistry(registry);
 }
 
+/// JIT-links an LLVM-dialect module for the host at -O3.
+rt::Status jitModule(ModuleOp module, std::shared_ptr<ExecutionEngine> &out) {
+  std::string error;
+  registerTranslations(module.getContext());
+  auto tm = hostTargetMachine(error);
+  if (!tm)
+    return rt::Status::internal("no host target machine: " + error);
+  ExecutionEngineOptions opts;
+  // opts.transformer is a function_ref: the function it refers to must
+  // outlive ExecutionEngine::create.
+  std::function<llvm::Error(llvm::Module *)> optimize =
+      makeOptimizingTransformer(3, 0, tm.get());
+  opts.transformer = optimize;
+  opts.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  // ATTNC_PERF_JIT=1: tell `perf` about JIT'd code (perf record -k 1, then
+  // perf inject --jit), as docs/performance.md describes.
+  opts.enablePerfNotificationListener = std::getenv("ATTNC_PERF_JIT") != nullptr;
+  auto engine = ExecutionEngine::create(module, opts, std::move(tm));
+  if (!engine)
+    return rt::Status::internal("JIT compilation failed: " +
+                                llvm::toString(engine.takeError()));
+  out = std::move(*engine);
+  return rt::Status::ok();
+}
+
+/// The packed entry `name` of a JIT-linked module.
+rt::Status lookupEntry(ExecutionEngine &engine, StringRef name,
+                       void (*&out)(void **)) {
+  auto fn = engine.lookupPacked(name);
+  if (!fn)
+    return rt::Status::internal("JIT: " + llvm::toString(fn.takeError()));
+  out = *fn;
+  return rt::Status::ok();
+}
+
+/// The kernel configuration checks every CPU compile makes, and the
+/// variant's runtime program.
+rt::Status checkCpuSpec(attn::VariantOp variant, const rt::KernelSpec &spec,
+                        const MaskAnalysis &mask, rt::VariantInfo &info) {
+  for (auto [d, what] : {std::pair{spec.headDim, "head dim (Dqk)"},
+                         std::pair{spec.vHeadDim, "value head dim (Dv)"}})
+    if (d <= 0 || d % 8 != 0 || d > 256)
+      return rt::Status::invalidArgument(
+          std::string(what) + " must be a multiple of 8 in [8, 256], got " +
+          std::to_string(d));
+  if (spec.blockM <= 0 || spec.blockN <= 0 || spec.blockN % 8 != 0)
+    return rt::Status::invalidArgument(
+        "tile sizes must be positive and blockN a multiple of 8, got " +
+        std::to_string(spec.blockM) + "x" + std::to_string(spec.blockN));
+  if (rt::Status s = rt::VariantInfo::parse(printVariantInfo(variant, mask), info);
+      !s)
+    return rt::Status::invalidArgument("variant '" +
+                                       variant.getSymName().str() +
+                                       "' cannot be run: " + s.message());
+  return rt::Status::ok();
+}
+
 } // namespace
 
 std::string emitHostLLVMIR(ModuleOp module, std::string &error) {
@@ -174,23 +233,10 @@ std::string emitHostLLVMIR(ModuleOp module, std::string &error) {
 
 rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
                          std::unique_ptr<rt::CpuKernel> &out) {
-  for (auto [d, what] : {std::pair{spec.headDim, "head dim (Dqk)"},
-                         std::pair{spec.vHeadDim, "value head dim (Dv)"}})
-    if (d <= 0 || d % 8 != 0 || d > 256)
-      return rt::Status::invalidArgument(
-          std::string(what) + " must be a multiple of 8 in [8, 256], got " +
-          std::to_string(d));
-  if (spec.blockM <= 0 || spec.blockN <= 0 || spec.blockN % 8 != 0)
-    return rt::Status::invalidArgument(
-        "tile sizes must be positive and blockN a multiple of 8, got " +
-        std::to_string(spec.blockM) + "x" + std::to_string(spec.blockN));
   MaskAnalysis mask = analyzeMask(variant);
   rt::VariantInfo info;
-  if (rt::Status s = rt::VariantInfo::parse(printVariantInfo(variant, mask), info);
-      !s)
-    return rt::Status::invalidArgument("variant '" +
-                                       variant.getSymName().str() +
-                                       "' cannot be run: " + s.message());
+  if (rt::Status s = checkCpuSpec(variant, spec, mask, info); !s)
+    return s;
   FlashConfig config;
   config.spec = spec;
   config.vectorWidth = spec.blockN % hostVectorWidth() == 0 ? hostVectorWidth() : 8;
@@ -200,43 +246,67 @@ rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
     return rt::Status::internal(error);
   if (failed(lowerToLLVMDialect(*module)))
     return rt::Status::internal("lowering the tiled program to LLVM failed");
-  registerTranslations(module->getContext());
-  auto tm = hostTargetMachine(error);
-  if (!tm)
-    return rt::Status::internal("no host target machine: " + error);
-  ExecutionEngineOptions opts;
-  // opts.transformer is a function_ref: the function it refers to must
-  // outlive ExecutionEngine::create.
-  std::function<llvm::Error(llvm::Module *)> optimize =
-      makeOptimizingTransformer(3, 0, tm.get());
-  opts.transformer = optimize;
-  opts.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
-  // ATTNC_PERF_JIT=1: tell `perf` about JIT'd code (perf record -k 1, then
-  // perf inject --jit), as docs/performance.md describes.
-  opts.enablePerfNotificationListener = std::getenv("ATTNC_PERF_JIT") != nullptr;
-  auto engine = ExecutionEngine::create(*module, opts, std::move(tm));
-  if (!engine)
-    return rt::Status::internal("JIT compilation failed: " +
-                                llvm::toString(engine.takeError()));
-  std::shared_ptr<ExecutionEngine> owner(std::move(*engine));
+  std::shared_ptr<ExecutionEngine> owner;
+  if (rt::Status s = jitModule(*module, owner); !s)
+    return s;
   rt::CpuEntryPoints entry;
-  auto kernel = owner->lookupPacked("kernel");
-  if (!kernel)
-    return rt::Status::internal("JIT: " + llvm::toString(kernel.takeError()));
-  entry.kernel = *kernel;
-  auto merge = owner->lookupPacked("kernel_merge");
-  if (!merge)
-    return rt::Status::internal("JIT: " + llvm::toString(merge.takeError()));
-  entry.merge = *merge;
-  if (mask.kind == rt::MaskKind::Data) {
-    auto builder = owner->lookupPacked("kernel_block_mask");
-    if (!builder)
-      return rt::Status::internal("JIT: " +
-                                  llvm::toString(builder.takeError()));
-    entry.maskBuilder = *builder;
-  }
+  if (rt::Status s = lookupEntry(*owner, "kernel", entry.kernel); !s)
+    return s;
+  if (rt::Status s = lookupEntry(*owner, "kernel_merge", entry.merge); !s)
+    return s;
+  if (mask.kind == rt::MaskKind::Data)
+    if (rt::Status s =
+            lookupEntry(*owner, "kernel_block_mask", entry.maskBuilder);
+        !s)
+      return s;
   entry.owner = owner;
   out = std::make_unique<rt::CpuKernel>(std::move(info), spec, std::move(entry));
+  return rt::Status::ok();
+}
+
+rt::Status compileBackwardForCpu(attn::VariantOp variant,
+                                 const rt::KernelSpec &spec,
+                                 std::unique_ptr<rt::CpuBackwardKernel> &out) {
+  MaskAnalysis mask = analyzeMask(variant);
+  rt::VariantInfo info;
+  if (rt::Status s = checkCpuSpec(variant, spec, mask, info); !s)
+    return s;
+  if (!variant.getGradBlock())
+    return rt::Status::internal("variant '" + variant.getSymName().str() +
+                                "' has no score_grad region");
+  FlashConfig config;
+  config.spec = spec;
+  config.vectorWidth = hostVectorWidth();
+  OpBuilder b(variant.getContext());
+  OwningOpRef<ModuleOp> module = ModuleOp::create(variant.getLoc());
+  b.setInsertionPointToEnd(module->getBody());
+  auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  if (failed(buildBackwardProgram(*module, copy, analyzeMask(copy), config,
+                                  "kernel")))
+    return rt::Status::internal("cannot build the backward program of '" +
+                                variant.getSymName().str() + "'");
+  if (failed(verify(*module)))
+    return rt::Status::internal("the backward program of '" +
+                                variant.getSymName().str() +
+                                "' does not verify");
+  if (failed(lowerToLLVMDialect(*module)))
+    return rt::Status::internal("lowering the backward program to LLVM failed");
+  std::shared_ptr<ExecutionEngine> owner;
+  if (rt::Status s = jitModule(*module, owner); !s)
+    return s;
+  rt::CpuBackwardEntryPoints entry;
+  if (rt::Status s = lookupEntry(*owner, "kernel_bwd_kv", entry.keyValue); !s)
+    return s;
+  if (rt::Status s = lookupEntry(*owner, "kernel_bwd_q", entry.query); !s)
+    return s;
+  if (mask.kind == rt::MaskKind::Data)
+    if (rt::Status s =
+            lookupEntry(*owner, "kernel_block_mask", entry.maskBuilder);
+        !s)
+      return s;
+  entry.owner = owner;
+  out = std::make_unique<rt::CpuBackwardKernel>(std::move(info), spec,
+                                                std::move(entry));
   return rt::Status::ok();
 }
 

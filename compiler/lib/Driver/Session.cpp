@@ -106,6 +106,15 @@ rt::Status Session::compileCpu(const std::string &variant,
   return compileForCpu(v, spec, out);
 }
 
+rt::Status Session::compileCpuBackward(const std::string &variant,
+                               const rt::KernelSpec &spec,
+                               std::unique_ptr<rt::CpuBackwardKernel> &out) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  return compileBackwardForCpu(v, spec, out);
+}
+
 void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
   impl_->cache = std::move(cache);
   impl_->cacheChosen = true;

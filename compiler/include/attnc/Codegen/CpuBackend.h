@@ -4,6 +4,7 @@
 
 #include "attnc/Codegen/FlashProgram.h"
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Backward.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -39,6 +40,12 @@ std::string emitHostLLVMIR(mlir::ModuleOp llvmDialectModule, std::string &error)
 rt::Status compileForCpu(mlir::attn::VariantOp variant,
                          const rt::KernelSpec &spec,
                          std::unique_ptr<rt::CpuKernel> &out);
+
+/// Compiles the backward pass of `variant` (which needs its score_grad
+/// region) for the host CPU and JIT-links it.
+rt::Status compileBackwardForCpu(mlir::attn::VariantOp variant,
+                                 const rt::KernelSpec &spec,
+                                 std::unique_ptr<rt::CpuBackwardKernel> &out);
 
 } // namespace attnc
 

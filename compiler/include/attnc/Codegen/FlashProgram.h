@@ -32,6 +32,17 @@ mlir::LogicalResult buildFlashProgram(mlir::ModuleOp module,
                                       const FlashConfig &config,
                                       llvm::StringRef name);
 
+/// The backward pass on the CPU (CpuBackwardKernel.cpp): adds
+/// `@<name>_bwd_kv` (dK, dV and the parameters' gradients, per KV tile),
+/// `@<name>_bwd_q` (dQ, per Q tile) and, for data-dependent masks,
+/// `@<name>_block_mask` to `module`. The variant needs its score_grad
+/// region (runAttnPipeline builds it).
+mlir::LogicalResult buildBackwardProgram(mlir::ModuleOp module,
+                                         mlir::attn::VariantOp variant,
+                                         const MaskAnalysis &mask,
+                                         const FlashConfig &config,
+                                         llvm::StringRef name);
+
 /// Whether the GPU kernel for `spec` is the tensor-core form (f16/bf16,
 /// head dims multiples of 16 up to 128, block_m = 16 x warps x m-tiles per
 /// warp with 1 or 2 m-tiles, block_n a multiple of 16): mma.sync m16n8k16

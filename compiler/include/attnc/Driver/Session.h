@@ -9,6 +9,7 @@
 #define ATTNC_DRIVER_SESSION_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Backward.h"
 #include "attnc/runtime/KernelCache.h"
 #include "attnc/runtime/Package.h"
 
@@ -43,6 +44,12 @@ public:
   /// JIT-compiles `variant` for the host CPU.
   rt::Status compileCpu(const std::string &variant, const rt::KernelSpec &spec,
                         std::unique_ptr<rt::CpuKernel> &out) const;
+  /// JIT-compiles the backward pass of `variant` for the host CPU
+  /// (rt::CpuBackwardKernel: dQ, dK, dV and the float parameters'
+  /// gradients).
+  rt::Status compileCpuBackward(const std::string &variant,
+                                const rt::KernelSpec &spec,
+                                std::unique_ptr<rt::CpuBackwardKernel> &out) const;
   /// Compiles `variant` to PTX for `target` (sm_80, sm_86, sm_89, sm_90),
   /// ready for rt::cuda::GpuKernel::load or a Package. Results go through
   /// the kernel cache (see setKernelCache), keyed by the variant's

@@ -20,7 +20,7 @@
 
 namespace attnc::rt {
 
-/// The gradients of one call, row-major: dq [B, Hq, Lq, Dqk], dk [B, Hkv,
+/// The gradients of one call (the fp64 reference's form), row-major: dq [B, Hq, Lq, Dqk], dk [B, Hkv,
 /// Lkv, Dqk], dv [B, Hkv, Lkv, Dv] (a key past its sequence's length gets
 /// 0; with GQA, a KV head's gradient sums its query heads'), and the float
 /// parameters' (ParamGradients: dense over each parameter's bound shape).
@@ -40,6 +40,50 @@ Status referenceAttentionBackward(const VariantInfo &variant,
                                   const AttentionArgs &args,
                                   const TensorView &dOut, AttentionGrads &out,
                                   bool exact = false);
+
+/// One backward call.
+struct BackwardArgs {
+  /// The forward call as it ran: q, k, v, captures, scalars, lengths,
+  /// offsets and scale; `out` is the forward's O and `lse` its LSE (both
+  /// required). Paged K/V and caller block masks are not taken.
+  AttentionArgs forward;
+  TensorView dOut;       // [B, Hq, Lq, Dv], the kernel's dtype, any strides
+  TensorView dq, dk, dv; // written: q's, k's and v's shapes; f32, f16 or
+                         // bf16, any strides (keys past a sequence's
+                         // length get 0)
+};
+
+/// The CPU backward kernels of a variant (CpuBackwardKernel.cpp): dK/dV
+/// per KV tile, dQ per Q tile, and the block-mask builder of a
+/// data-dependent mask.
+struct CpuBackwardEntryPoints {
+  std::shared_ptr<void> owner;
+  void (*keyValue)(void **) = nullptr;
+  void (*query)(void **) = nullptr;
+  void (*maskBuilder)(void **) = nullptr;
+};
+
+class CpuBackwardKernel {
+public:
+  CpuBackwardKernel(VariantInfo variant, KernelSpec spec,
+                    CpuBackwardEntryPoints entry)
+      : variant_(std::move(variant)), spec_(spec), entry_(std::move(entry)) {}
+
+  const VariantInfo &variant() const { return variant_; }
+  const KernelSpec &spec() const { return spec_; }
+
+  /// Writes dq, dk, dv and, with `paramGrads`, every float parameter's
+  /// gradient (dense, ParamGradients). Validates everything first and
+  /// touches nothing on error. dq, dk and dv are deterministic for given
+  /// inputs; the parameters' gradients are summed per thread, so their last
+  /// bits may depend on how work items fell to threads.
+  Status run(const BackwardArgs &args, ParamGradients *paramGrads = nullptr) const;
+
+private:
+  VariantInfo variant_;
+  KernelSpec spec_;
+  CpuBackwardEntryPoints entry_;
+};
 
 } // namespace attnc::rt
 

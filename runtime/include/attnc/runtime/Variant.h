@@ -123,7 +123,8 @@ double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
 
 /// Gradients of a variant's parameters, indexed like VariantInfo::params:
 /// for a float parameter, dense row-major over its bound shape (a scalar
-/// has one element); empty for the others and for those never reached.
+/// has one element); empty for the others (evalScoreGrad sizes a float
+/// parameter's entry when it first adds to it).
 using ParamGradients = std::vector<std::vector<double>>;
 
 /// Evaluates the `grad` section (v.hasScoreGrad() must hold): returns dy *

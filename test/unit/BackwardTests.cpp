@@ -1,10 +1,13 @@
-// The backward pass's foundations, checked by finite differences: the
+// The backward pass. Its foundations, checked by finite differences: the
 // compiler's derivative of score_mod (the `grad` section, run by the
 // interpreter) against score_mod itself, for every example; and the fp64
 // backward (Backward.h) against the fp64 forward, for dQ, dK, dV and every
 // float capture and scalar, on prefill, decode and chunk shapes with GQA,
-// ragged lengths and rows with no key.
+// ragged lengths and rows with no key. Then the CPU backward kernels
+// against the fp64 backward, for every example, in f32 and bf16.
 #include "Problem.h"
+
+#include "ReferenceCheck.h"
 
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/Backward.h"
@@ -411,4 +414,163 @@ TEST_CASE("grad sections are checked when parsed", "[backward]") {
                  v)
                  .message(),
              Catch::Contains("score op 1"));
+}
+
+namespace {
+
+/// Runs the forward kernel (for O and LSE) and the backward kernel of
+/// `name` on seeded inputs at `shape`, and compares dQ, dK, dV and every
+/// float parameter's gradient with the fp64 backward: max |error| <= tol *
+/// (1 + max |reference|), per gradient.
+void checkBackwardKernel(const Session &session, const std::string &name,
+                         Shape shape, double tol, rt::KernelSpec spec = {}) {
+  rt::VariantInfo info;
+  REQUIRE(session.info(name, info).isOk());
+  Inputs in = inputsFor(info, shape);
+  rt::AttentionArgs &a = in.args;
+  spec.dtype = shape.dtype;
+  spec.headDim = a.q.shape[3];
+  spec.vHeadDim = a.v.shape[3];
+  std::unique_ptr<rt::CpuKernel> fwd;
+  rt::Status st = session.compileCpu(name, spec, fwd);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  REQUIRE(fwd->run(a).isOk());
+  std::unique_ptr<rt::CpuBackwardKernel> bwd;
+  st = session.compileCpuBackward(name, spec, bwd);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+
+  std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
+  rt::BackwardArgs b;
+  b.forward = a;
+  b.dOut = rt::TensorView::contiguous(dOut.data(), shape.dtype, a.out.shape);
+  // dq in bf16 and token-major (BSHD) strides, dk and dv in f32.
+  std::vector<uint8_t> dq(static_cast<size_t>(a.q.numel()) * 2);
+  std::vector<float> dk(static_cast<size_t>(a.k.numel()), NAN),
+      dv(static_cast<size_t>(a.v.numel()), NAN);
+  const auto &qs = a.q.shape;
+  b.dq = {dq.data(), rt::DType::BF16, qs,
+          {qs[1] * qs[2] * qs[3], qs[3], qs[1] * qs[3], 1}};
+  b.dk = rt::TensorView::contiguous(dk.data(), rt::DType::F32, a.k.shape);
+  b.dv = rt::TensorView::contiguous(dv.data(), rt::DType::F32, a.v.shape);
+  rt::ParamGradients grads;
+  st = bwd->run(b, &grads);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+
+  rt::AttentionGrads ref;
+  REQUIRE(rt::referenceAttentionBackward(info, a, b.dOut, ref).isOk());
+  auto compare = [&](const char *what, const std::vector<double> &want,
+                     auto got, double extra) {
+    double scale = 1, err = 0;
+    for (double x : want)
+      scale = std::max(scale, 1 + std::fabs(x));
+    for (size_t i = 0; i < want.size(); ++i) {
+      double g = got(i);
+      REQUIRE_FALSE(std::isnan(g));
+      err = std::max(err, std::fabs(g - want[i]));
+    }
+    INFO(what << ": max |error| " << err << " against a scale of " << scale);
+    CHECK(err <= (tol + extra) * scale);
+  };
+  compare("dq", ref.dq, [&](size_t i) {
+    int64_t r = static_cast<int64_t>(i);
+    int64_t d = r % qs[3], t = r / qs[3], l = t % qs[2], bh = t / qs[2];
+    int64_t h = bh % qs[1], bb = bh / qs[1];
+    return rt::loadAsDouble(dq.data(), rt::DType::BF16,
+                            b.dq.offsetOf({bb, h, l, d}));
+  }, 8e-3); // dq is stored in bf16
+  compare("dk", ref.dk, [&](size_t i) { return double(dk[i]); }, 0);
+  compare("dv", ref.dv, [&](size_t i) { return double(dv[i]); }, 0);
+  REQUIRE(grads.size() == info.params.size());
+  for (size_t i = 0; i < info.params.size(); ++i) {
+    INFO("parameter " << info.params[i].name);
+    REQUIRE(grads[i].size() == ref.params[i].size());
+    compare("parameter", ref.params[i], [&](size_t k) { return grads[i][k]; },
+            0);
+  }
+}
+
+} // namespace
+
+TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
+          "example, prefill, decode and chunk",
+          "[backward][kernel]") {
+  for (const std::string &file : exampleFiles()) {
+    auto session = loadFile(file);
+    for (const std::string &name : session->variants()) {
+      INFO(file << " variant " << name);
+      for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
+        INFO(tools::modeName(mode));
+        Shape s;
+        s.mode = mode;
+        s.batch = 2;
+        s.heads = 4;
+        s.kvHeads = 2;
+        s.kvLen = 41;
+        s.qLen = mode == Mode::Prefill ? 41 : mode == Mode::Chunk ? 9 : -1;
+        s.kvLens = {41, 29};
+        if (mode == Mode::Prefill)
+          s.qOffsets = {0};
+        s.headDim = 16;
+        s.vHeadDim = mode == Mode::Chunk ? 24 : 16;
+        rt::KernelSpec tiles; // several tiles each way, with tails
+        tiles.blockM = 16;
+        tiles.blockN = 16;
+        checkBackwardKernel(*session, name, s, 2e-5, tiles);
+      }
+    }
+  }
+}
+
+TEST_CASE("the CPU backward kernels in bf16, and with default tiles",
+          "[backward][kernel]") {
+  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/synaptic.attn");
+  Shape s;
+  s.batch = 1;
+  s.heads = 2;
+  s.kvHeads = 1;
+  s.qLen = s.kvLen = 100;
+  s.headDim = 32;
+  s.dtype = rt::DType::BF16;
+  checkBackwardKernel(*session, "synaptic", s, 3e-2);
+  s.dtype = rt::DType::F32;
+  checkBackwardKernel(*session, "synaptic", s, 2e-5);
+}
+
+TEST_CASE("the CPU backward kernels refuse bad calls by name",
+          "[backward][kernel]") {
+  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/alibi.attn");
+  rt::VariantInfo info;
+  REQUIRE(session->info("alibi", info).isOk());
+  Shape shape;
+  shape.batch = 1;
+  shape.heads = 2;
+  shape.qLen = shape.kvLen = 8;
+  shape.headDim = 8;
+  Inputs in = inputsFor(info, shape);
+  rt::KernelSpec spec;
+  spec.headDim = spec.vHeadDim = 8;
+  std::unique_ptr<rt::CpuBackwardKernel> bwd;
+  REQUIRE(session->compileCpuBackward("alibi", spec, bwd).isOk());
+  std::vector<float> g(static_cast<size_t>(in.args.q.numel()), 0.f),
+      dk(g.size()), dv(g.size()), dq(g.size());
+  rt::BackwardArgs b;
+  b.forward = in.args;
+  b.dOut = rt::TensorView::contiguous(g.data(), rt::DType::F32, in.args.out.shape);
+  b.dq = rt::TensorView::contiguous(dq.data(), rt::DType::F32, in.args.q.shape);
+  b.dk = rt::TensorView::contiguous(dk.data(), rt::DType::F32, in.args.k.shape);
+  b.dv = rt::TensorView::contiguous(dv.data(), rt::DType::F32, in.args.v.shape);
+  rt::BackwardArgs noLse = b;
+  noLse.forward.lse = {};
+  CHECK_THAT(bwd->run(noLse).message(), Catch::Contains("lse"));
+  rt::BackwardArgs badDk = b;
+  badDk.dk.shape = {1, 2, 8, 16};
+  CHECK_THAT(bwd->run(badDk).message(),
+             Catch::Contains("dk") && Catch::Contains("[1, 2, 8, 8]"));
+  rt::BackwardArgs badDOut = b;
+  badDOut.dOut.dtype = rt::DType::BF16;
+  CHECK_THAT(bwd->run(badDOut).message(), Catch::Contains("dOut"));
+  CHECK(bwd->run(b).isOk());
 }

@@ -1,0 +1,454 @@
+//===- CpuBackwardKernel.cpp - The CPU form of the backward pass ------------===//
+//
+// Two funcs over work items, FlashAttention-2's backward split so that no
+// two threads write the same row of dQ, dK or dV:
+//
+//   <name>_bwd_kv  items (b, kv head, KV tile): for each query head of the
+//                  group and each Q tile that is not empty, recompute
+//                  S = Q K^T, P = exp(score_mod(scale S) - LSE), dP = dO V^T,
+//                  dS = P (dP - delta) and dX = scale score_grad(dS), and
+//                  add P^T dO into dV and dX^T Q into dK (stack tiles,
+//                  written once); score_grad's accumulates go to the
+//                  thread's own parameter-gradient buffer.
+//   <name>_bwd_q   items (b, head, Q tile), as the forward's: the same
+//                  recomputation over the visited KV tiles, dQ += dX K.
+//
+// Operands: the forward kernel's (KernelABI.h; dO in O's place, the
+// forward's LSE in LSE's), then delta [B, Hq, Lq] (rowsum(dO * O)), dq
+// [B, Hq, Lq, Dqk], dk [B, Hkv, Lkv, Dqk], dv [B, Hkv, Lkv, Dv] (f32,
+// contiguous) and the thread's gradient buffer (f32: each float parameter
+// dense in declaration order, a scalar one element), then the item range.
+// Matrix products use the forward's register-blocked micro-kernel.
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramBuilder.h"
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc::codegen {
+namespace {
+
+class BackwardBuilder : public ProgramBuilder {
+public:
+  using ProgramBuilder::ProgramBuilder;
+
+  LogicalResult buildKeyValueGrads(StringRef name);
+  LogicalResult buildQueryGrads(StringRef name);
+
+private:
+  /// The backward operands after the forward's.
+  struct Extra {
+    Value delta, dq, dk, dv, grads;
+  };
+  /// A func with the backward's operands; sets the entry values.
+  func::FuncOp createEntry(StringRef name, Entry &e, Extra &x, Value &begin,
+                           Value &end);
+  /// An item of the forward's shape for (b, h, qt): rows of one head.
+  Item itemAt(const Entry &e, Value b, Value h, Value qt);
+  /// Qs [BM][D] and dOs [BM][DV] (zero past the item's rows), and per row
+  /// its LSE and delta.
+  void loadQueryTile(const Entry &e, const Extra &x, const Item &it, Value Qs,
+                     Value dOs, Value Lse, Value Delta);
+  /// Kt [D][BN] and Vt [DV][BN] (transposed) and, if given, Ks [BN][D] of
+  /// KV tile `kv0` (zero past `cols`).
+  void loadKeyTile(const Entry &e, const Item &it, Value kv0, Value cols,
+                   Value Kt, Value Vt, Value Ks);
+  /// C[rows][cols] (+)= A[rows][depth] . B[depth][cols], f32 stack tiles.
+  void matmul(Value C, Value A, Value B, int64_t rows, int64_t cols,
+              int64_t depth, bool accumulate);
+  /// From S = Q K^T and dP = dO V^T of a (Q tile, KV tile) pair: P and dX
+  /// (dS through score_mod, times scale) per element, 0 where masked or
+  /// out of range, into P and DX ([BN][BM] when `transposed`, else
+  /// [BM][BN]); with `accumulate`, score_grad's parameter gradients too.
+  void scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse, Value Delta,
+                 Value P, Value DX, bool transposed, bool accumulate);
+  /// score_grad's ops in order: accumulates (when `accumulate`) into the
+  /// thread's buffer, the rest on demand; returns the yielded value.
+  Value emitGrad(Block &block, IRMapping &map, bool accumulate);
+  void emitAccumulate(attn::AccumulateOp a, IRMapping &map);
+  void zero(Value tile, int64_t n);
+
+  Value grads_;
+  SmallVector<Value> gradBase_; // per parameter (null: no gradient)
+};
+
+func::FuncOp BackwardBuilder::createEntry(StringRef name, Entry &e, Extra &x,
+                                          Value &begin, Value &end) {
+  SmallVector<Type> args = kernelArgs();
+  args.pop_back(); // the forward's first item
+  auto dyn = MemRefType::get({ShapedType::kDynamic}, f32_);
+  unsigned first = args.size();
+  args.append(5, dyn);
+  args.push_back(i64_);
+  args.push_back(i64_);
+  auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  Block *entry = fn.addEntryBlock();
+  b_.setInsertionPointToStart(entry);
+  e = loadEntry(fn.getArguments());
+  x = {fn.getArgument(first), fn.getArgument(first + 1),
+       fn.getArgument(first + 2), fn.getArgument(first + 3),
+       fn.getArgument(first + 4)};
+  grads_ = x.grads;
+  // Where each float parameter's gradient starts in the thread's buffer.
+  Value next = cIdx(0);
+  for (size_t i = 0; i < info_.params.size(); ++i) {
+    const rt::ParamSpec &p = info_.params[i];
+    bool isFloat = p.dtype == rt::DType::F32 || p.dtype == rt::DType::F16 ||
+                   p.dtype == rt::DType::BF16;
+    gradBase_.push_back({});
+    if (!isFloat)
+      continue;
+    gradBase_.back() = next;
+    Value n = cIdx(1);
+    for (Value d : capDims_[i])
+      n = mul(n, d);
+    next = add(next, n);
+  }
+  begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
+  end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
+  return fn;
+}
+
+ProgramBuilder::Item BackwardBuilder::itemAt(const Entry &e, Value b, Value h,
+                                             Value qt) {
+  Item it;
+  it.qt = qt;
+  it.h = h;
+  it.b = b;
+  it.kvh = arith::DivUIOp::create(b_, h, e.G);
+  it.kvLen = ipAt(add(cIdx(layout_.seqBase), b));
+  it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), b));
+  it.r0 = mul(qt, cIdx(BM));
+  it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
+  it.bI32 = arith::IndexCastOp::create(b_, i32_, b);
+  it.hI32 = arith::IndexCastOp::create(b_, i32_, h);
+  it.qlo = add(it.qpos0, it.r0);
+  it.qhi = add(it.qpos0, sub(add(it.r0, it.rows), cIdx(1)));
+  it.jlo = cIdx(0);
+  it.jhi = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
+  it.oB = b;
+  it.kBase = add(mul(b, e.ks[0]), mul(it.kvh, e.ks[1]));
+  it.vBase = add(mul(b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  return it;
+}
+
+void BackwardBuilder::zero(Value tile, int64_t n) {
+  Value z = cF32(0.0);
+  loop0(cIdx(0), cIdx(n), 1, [&](Value i) { store(z, tile, i); });
+}
+
+void BackwardBuilder::loadQueryTile(const Entry &e, const Extra &x,
+                                    const Item &it, Value Qs, Value dOs,
+                                    Value Lse, Value Delta) {
+  zero(Qs, BM * D);
+  zero(dOs, BM * DV);
+  loop0(cIdx(0), it.rows, 1, [&](Value r) {
+    Value i = add(it.r0, r);
+    Value qRow = add(add(mul(it.b, e.qs[0]), mul(it.h, e.qs[1])),
+                     mul(i, e.qs[2]));
+    loop0(cIdx(0), cIdx(D), 1, [&](Value d) {
+      store(toF32(load(e.q, add(qRow, mul(d, e.qs[3])))), Qs,
+            add(mul(r, cIdx(D)), d));
+    });
+    Value oRow = add(add(mul(it.b, e.os[0]), mul(it.h, e.os[1])),
+                     mul(i, e.os[2]));
+    loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
+      store(toF32(load(e.o, add(oRow, mul(d, e.os[3])))), dOs,
+            add(mul(r, cIdx(DV)), d));
+    });
+    store(load(e.lse, add(add(mul(it.b, e.ls[0]), mul(it.h, e.ls[1])),
+                          mul(i, e.ls[2]))),
+          Lse, r);
+    Value row = add(mul(add(mul(it.b, e.Hq), it.h), e.Lq), i);
+    store(load(x.delta, row), Delta, r);
+  });
+}
+
+void BackwardBuilder::loadKeyTile(const Entry &e, const Item &it, Value kv0,
+                                  Value cols, Value Kt, Value Vt, Value Ks) {
+  loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
+    Value inRange =
+        arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+    Value row = minI(add(kv0, c), sub(add(kv0, cols), cIdx(1)));
+    forTileRow(e.k, add(it.kBase, mul(row, e.ks[2])), e.ks[3], D, inRange,
+               [&](Value d, Value k) {
+                 store(k, Kt, add(mul(d, cIdx(BN)), c));
+                 if (Ks)
+                   store(k, Ks, add(mul(c, cIdx(D)), d));
+               });
+    forTileRow(e.v, add(it.vBase, mul(row, e.vs[2])), e.vs[3], DV, inRange,
+               [&](Value d, Value v) {
+                 store(v, Vt, add(mul(d, cIdx(BN)), c));
+               });
+  });
+}
+
+void BackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
+                             int64_t cols, int64_t depth, bool accumulate) {
+  int64_t W = VW == 16 && cols % 16 == 0 ? 16 : 8; // cols: multiples of 8
+  int64_t cap = VW == 16 ? 4 : 2, cb = 1;
+  for (int64_t c : {4, 2, 1})
+    if (c <= cap && (cols / W) % c == 0) {
+      cb = c;
+      break;
+    }
+  int64_t rb = rows % 4 == 0 ? 4 : 1;
+  VectorType vt = VectorType::get({W}, f32_);
+  loop0(cIdx(0), cIdx(rows), rb, [&](Value r) {
+    loop0(cIdx(0), cIdx(cols), W * cb, [&](Value c0) {
+      auto at = [&](int64_t i, int64_t j) {
+        return add(mul(add(r, cIdx(i)), cIdx(cols)), add(c0, cIdx(j * W)));
+      };
+      Value zeroV =
+          arith::ConstantOp::create(b_, DenseElementsAttr::get(vt, 0.0f));
+      SmallVector<Value> init;
+      for (int64_t i = 0; i < rb; ++i)
+        for (int64_t j = 0; j < cb; ++j)
+          init.push_back(accumulate ? Value(vector::LoadOp::create(
+                                          b_, vt, C, ValueRange{at(i, j)}))
+                                    : zeroV);
+      SmallVector<Value> acc =
+          outerProduct(A, depth, B, cols, r, c0, depth, rb, cb, vt, init);
+      for (int64_t i = 0; i < rb; ++i)
+        for (int64_t j = 0; j < cb; ++j)
+          vector::StoreOp::create(b_, acc[i * cb + j], C, ValueRange{at(i, j)});
+    });
+  });
+}
+
+void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
+  size_t pi = 0;
+  while (info_.params[pi].name != a.getParam())
+    ++pi;
+  Value off = cIdx(0);
+  for (auto [d, idx] : llvm::enumerate(a.getIndices())) {
+    // Clamped as the gather that read the element.
+    Value i = toIdx(materialize(idx, map));
+    Value n = capDims_[pi][d];
+    i = minI(maxI(i, cIdx(0)), sub(n, cIdx(1)));
+    off = add(mul(off, n), i);
+  }
+  Value at = add(gradBase_[pi], off);
+  Value v = materialize(a.getValue(), map);
+  store(arith::AddFOp::create(b_, load(grads_, at), v), grads_, at);
+}
+
+Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
+                                bool accumulate) {
+  auto hasAccumulate = [](attn::SumOp s) {
+    bool any = false;
+    s.getBody().walk([&](attn::AccumulateOp) { any = true; });
+    return any;
+  };
+  for (Operation &op : block) {
+    if (auto y = dyn_cast<attn::YieldOp>(op))
+      return materialize(y.getValue(), map);
+    if (!accumulate)
+      continue; // pure ops are materialized where they are used
+    if (auto a = dyn_cast<attn::AccumulateOp>(op)) {
+      emitAccumulate(a, map);
+    } else if (auto s = dyn_cast<attn::SumOp>(op); s && hasAccumulate(s)) {
+      // The sum's terms, with their accumulates, in index order.
+      attn::forEachValueRead(s, [&](Value v) { materialize(v, map); });
+      Block &body = s.getBody().front();
+      Value ub = toIdx(maxI(map.lookup(s.getCount()), cI32(0)));
+      auto f = loop(cIdx(0), ub, 1, {cF32(0.0)}, [&](Value i, ValueRange acc) {
+        IRMapping inner = map;
+        inner.map(body.getArgument(0),
+                  arith::IndexCastOp::create(b_, i32_, i));
+        Value t = emitGrad(body, inner, /*accumulate=*/true);
+        return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], t)};
+      });
+      map.map(s.getResult(), f.getResult(0));
+    }
+  }
+  llvm_unreachable("score_grad ends with attn.yield");
+}
+
+void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse,
+                                Value Delta, Value P, Value DX, bool transposed,
+                                bool accumulate) {
+  Block &score = v_.getScoreBlock(), &mask = v_.getMaskBlock();
+  Block &grad = *v_.getGradBlock();
+  loop0(cIdx(0), it.rows, 1, [&](Value r) {
+    Value qpos = arith::IndexCastOp::create(b_, i32_,
+                                            add(it.qpos0, add(it.r0, r)));
+    Value lse = load(Lse, r), delta = load(Delta, r);
+    // A row with no key (LSE -inf) has P = 0 everywhere.
+    Value rowLive =
+        arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse, e.ninf);
+    loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
+      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
+      Value inRange =
+          arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
+      // mask_mod only where the tile is not full (or has a tail).
+      Value needMask = arith::XOrIOp::create(
+          b_, t.skipMask, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
+      Value keep = ifYield(needMask, ValueRange{inRange}, [&] {
+        Value m = emitModifier(mask, ValueRange{it.bI32, it.hI32, qpos, kv});
+        return SmallVector<Value>{arith::AndIOp::create(b_, inRange, m)};
+      })[0];
+      keep = arith::AndIOp::create(b_, keep, rowLive);
+      Value at = add(mul(r, cIdx(BN)), c);
+      Value xs = arith::MulFOp::create(b_, load(S, at), e.scale);
+      Value dp = load(DP, at);
+      Value zeroF = cF32(0.0);
+      auto pd = ifYield(keep, ValueRange{zeroF, zeroF}, [&] {
+        Value s = emitModifier(score, ValueRange{xs, it.bI32, it.hI32, qpos, kv});
+        Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, s, lse));
+        Value ds = arith::MulFOp::create(
+            b_, p, arith::SubFOp::create(b_, dp, delta));
+        IRMapping map;
+        SmallVector<Value> args = {xs, it.bI32, it.hI32, qpos, kv, ds};
+        map.map(grad.getArguments(), args);
+        Value dx = emitGrad(grad, map, accumulate);
+        return SmallVector<Value>{p, arith::MulFOp::create(b_, dx, e.scale)};
+      });
+      Value out = transposed ? add(mul(c, cIdx(BM)), r) : at;
+      store(pd[0], P, out);
+      store(pd[1], DX, out);
+    });
+  });
+}
+
+LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
+  Entry e;
+  Extra x;
+  Value begin, end;
+  OpBuilder::InsertionGuard guard(b_);
+  createEntry(name, e, x, begin, end);
+  Value Qs = alloca(BM * D), dOs = alloca(BM * DV), Lse = alloca(BM),
+        Delta = alloca(BM), Kt = alloca(D * BN), Vt = alloca(DV * BN),
+        S = alloca(BM * BN), DP = alloca(BM * BN), Pt = alloca(BN * BM),
+        DXt = alloca(BN * BM), dK = alloca(BN * D), dV = alloca(BN * DV);
+  Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
+  loop0(begin, end, 1, [&](Value item) {
+    Value kt = arith::RemUIOp::create(b_, item, nKT);
+    Value t = arith::DivUIOp::create(b_, item, nKT);
+    Value kvh = arith::RemUIOp::create(b_, t, Hkv);
+    Value b = arith::DivUIOp::create(b_, t, Hkv);
+    Value kvLen = ipAt(add(cIdx(layout_.seqBase), b));
+    Value kv0 = mul(kt, cIdx(BN));
+    Value cols = minI(cIdx(BN), sub(kvLen, kv0));
+    ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, cols,
+                                 cIdx(0)),
+           [&] {
+      zero(dK, BN * D);
+      zero(dV, BN * DV);
+      Item first = itemAt(e, b, mul(kvh, e.G), cIdx(0));
+      loadKeyTile(e, first, kv0, cols, Kt, Vt, nullptr);
+      loop0(cIdx(0), e.G, 1, [&](Value g) {
+        Value h = add(mul(kvh, e.G), g);
+        IRMapping inv;
+        inv.map(v_.getMaskBlock().getArgument(0),
+                arith::IndexCastOp::create(b_, i32_, b));
+        inv.map(v_.getMaskBlock().getArgument(1),
+                arith::IndexCastOp::create(b_, i32_, h));
+        materializeMaskInvariants(inv);
+        loop0(cIdx(0), e.nQT, 1, [&](Value qt) {
+          Item it = itemAt(e, b, h, qt);
+          Tile tile = tileAt(it, kt, inv);
+          ifThen(tile.visit, [&] {
+            loadQueryTile(e, x, it, Qs, dOs, Lse, Delta);
+            matmul(S, Qs, Kt, BM, BN, D, false);
+            matmul(DP, dOs, Vt, BM, BN, DV, false);
+            zero(Pt, BN * BM);
+            zero(DXt, BN * BM);
+            scoreTile(e, it, tile, S, DP, Lse, Delta, Pt, DXt,
+                      /*transposed=*/true, /*accumulate=*/true);
+            matmul(dV, Pt, dOs, BN, DV, BM, true);
+            matmul(dK, DXt, Qs, BN, D, BM, true);
+          });
+        });
+      });
+      // dK and dV rows of the tile's keys.
+      Value rowBase = mul(add(mul(b, Hkv), kvh), ipAt(abi::kLkv));
+      loop0(cIdx(0), cols, 1, [&](Value c) {
+        Value row = add(rowBase, add(kv0, c));
+        loop0(cIdx(0), cIdx(D), 1, [&](Value d) {
+          store(load(dK, add(mul(c, cIdx(D)), d)), x.dk,
+                add(mul(row, cIdx(D)), d));
+        });
+        loop0(cIdx(0), cIdx(DV), 1, [&](Value d) {
+          store(load(dV, add(mul(c, cIdx(DV)), d)), x.dv,
+                add(mul(row, cIdx(DV)), d));
+        });
+      });
+    });
+  });
+  func::ReturnOp::create(b_);
+  return success();
+}
+
+LogicalResult BackwardBuilder::buildQueryGrads(StringRef name) {
+  Entry e;
+  Extra x;
+  Value begin, end;
+  OpBuilder::InsertionGuard guard(b_);
+  createEntry(name, e, x, begin, end);
+  Value Qs = alloca(BM * D), dOs = alloca(BM * DV), Lse = alloca(BM),
+        Delta = alloca(BM), Kt = alloca(D * BN), Vt = alloca(DV * BN),
+        Ks = alloca(BN * D), S = alloca(BM * BN), DP = alloca(BM * BN),
+        P = alloca(BM * BN), DX = alloca(BM * BN), dQ = alloca(BM * D);
+  loop0(begin, end, 1, [&](Value item) {
+    // The forward's item order with one head per item and no split.
+    Item it = decodeItem(e, item);
+    loadQueryTile(e, x, it, Qs, dOs, Lse, Delta);
+    zero(dQ, BM * D);
+    forEachVisitedTile(it, [&](const Tile &tile) {
+      loadKeyTile(e, it, tile.kv0, tile.cols, Kt, Vt, Ks);
+      matmul(S, Qs, Kt, BM, BN, D, false);
+      matmul(DP, dOs, Vt, BM, BN, DV, false);
+      zero(DX, BM * BN);
+      scoreTile(e, it, tile, S, DP, Lse, Delta, P, DX,
+                /*transposed=*/false, /*accumulate=*/false);
+      matmul(dQ, DX, Ks, BM, D, BN, true);
+    });
+    loop0(cIdx(0), it.rows, 1, [&](Value r) {
+      Value row = add(mul(add(mul(it.b, e.Hq), it.h), e.Lq), add(it.r0, r));
+      loop0(cIdx(0), cIdx(D), 1, [&](Value d) {
+        store(load(dQ, add(mul(r, cIdx(D)), d)), x.dq,
+              add(mul(row, cIdx(D)), d));
+      });
+    });
+  });
+  func::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace
+} // namespace attnc::codegen
+
+namespace attnc {
+
+LogicalResult buildBackwardProgram(ModuleOp module, attn::VariantOp variant,
+                                   const MaskAnalysis &mask,
+                                   const FlashConfig &config, StringRef name) {
+  const rt::KernelSpec &s = config.spec;
+  if (!variant.getGradBlock())
+    return variant.emitError("the variant has no score_grad region; run "
+                             "-attn-differentiate first");
+  if (s.headDim % 8 || s.vHeadDim % 8 || s.blockN % 8 || s.blockM <= 0 ||
+      s.headDim <= 0 || s.vHeadDim <= 0)
+    return variant.emitError("invalid kernel configuration: head dims and "
+                             "blockN must be multiples of 8");
+  module->getContext()
+      ->loadDialect<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
+                    vector::VectorDialect, arith::ArithDialect,
+                    math::MathDialect>();
+  codegen::BackwardBuilder kv(module, variant, mask, config);
+  if (failed(kv.buildKeyValueGrads((name + "_bwd_kv").str())))
+    return failure();
+  codegen::BackwardBuilder q(module, variant, mask, config);
+  if (failed(q.buildQueryGrads((name + "_bwd_q").str())))
+    return failure();
+  if (mask.kind == rt::MaskKind::Data) {
+    codegen::ProgramBuilder builder(module, variant, mask, config);
+    if (failed(builder.buildMaskBuilder((name + "_block_mask").str())))
+      return failure();
+  }
+  return success();
+}
+
+} // namespace attnc

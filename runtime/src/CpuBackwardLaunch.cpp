@@ -1,0 +1,175 @@
+//===- CpuBackwardLaunch.cpp - Running the CPU backward kernels -----------===//
+//
+// Validates a backward call, computes delta = rowsum(dO * O), launches the
+// dK/dV kernel (items per KV tile, a gradient buffer per thread) and the dQ
+// kernel (items per Q tile) over f32 buffers of their own, then writes the
+// caller's dq, dk, dv in their dtypes and strides and sums the threads'
+// parameter gradients.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/runtime/Backward.h"
+#include "attnc/runtime/KernelABI.h"
+#include "CpuLaunch.h"
+
+#include <fmt/format.h>
+
+namespace attnc::rt {
+
+namespace {
+
+bool isFloat(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+Status checkGradView(const TensorView &t, const char *name,
+                     const std::vector<int64_t> &shape) {
+  if (!isFloat(t.dtype))
+    return Status::invalidArgument(fmt::format(
+        "{}: expected dtype f32, f16 or bf16, got {}", name, dtypeName(t.dtype)));
+  if (!t.data)
+    return Status::invalidArgument(fmt::format("{}: is null", name));
+  return checkShape(t, name, shape);
+}
+
+/// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view.
+void writeDense(const std::vector<float> &src, const TensorView &dst) {
+  size_t k = 0;
+  for (int64_t i0 = 0; i0 < dst.shape[0]; ++i0)
+    for (int64_t i1 = 0; i1 < dst.shape[1]; ++i1)
+      for (int64_t i2 = 0; i2 < dst.shape[2]; ++i2)
+        for (int64_t i3 = 0; i3 < dst.shape[3]; ++i3)
+          storeFromDouble(dst.data, dst.dtype,
+                          i0 * dst.strides[0] + i1 * dst.strides[1] +
+                              i2 * dst.strides[2] + i3 * dst.strides[3],
+                          src[k++]);
+}
+
+} // namespace
+
+Status CpuBackwardKernel::run(const BackwardArgs &a,
+                              ParamGradients *paramGrads) const {
+  if (!entry_.keyValue || !entry_.query)
+    return Status::internal("the CPU backward kernel has no entry points");
+  const AttentionArgs &f = a.forward;
+  Problem p;
+  if (Status s = resolveProblem(variant_, &spec_, f, p); !s)
+    return s;
+  if (!p.hasLse)
+    return Status::invalidArgument(
+        "lse: the backward needs the forward's LSE ([B, Hq, Lq] f32); pass "
+        "an lse view to the forward call and then here");
+  if (p.pages)
+    return Status::invalidArgument(
+        "backward: paged K/V (pages) is not supported; pass contiguous k "
+        "and v");
+  if (f.blockMask)
+    return Status::invalidArgument(
+        "backward: blockMask is not taken; the backward builds its own");
+  if (Status s = checkCaptureValues(variant_, p); !s)
+    return s;
+  if (Status s = checkTensor(a.dOut, "dOut", spec_.dtype,
+                             {p.B, p.Hq, p.Lq, p.Dv});
+      !s)
+    return s;
+  if (!a.dOut.data)
+    return Status::invalidArgument("dOut: is null");
+  if (Status s = checkGradView(a.dq, "dq", f.q.shape); !s)
+    return s;
+  if (Status s = checkGradView(a.dk, "dk", f.k.shape); !s)
+    return s;
+  if (Status s = checkGradView(a.dv, "dv", f.v.shape); !s)
+    return s;
+
+  // delta = rowsum(dO * O), per row (b, h, i).
+  std::vector<float> delta(static_cast<size_t>(p.B * p.Hq * p.Lq));
+  {
+    std::vector<double> dO = a.dOut.toDoubles(), o = f.out.toDoubles();
+    for (size_t r = 0; r < delta.size(); ++r) {
+      double s = 0;
+      for (int64_t d = 0; d < p.Dv; ++d)
+        s += dO[r * p.Dv + d] * o[r * p.Dv + d];
+      delta[r] = static_cast<float>(s);
+    }
+  }
+  BlockMask bm;
+  bool hasBlockMask = variant_.maskKind == MaskKind::Data;
+  if (hasBlockMask) {
+    if (!entry_.maskBuilder)
+      return Status::internal("the CPU backward kernel has no block-mask builder");
+    detail::fillBlockMask(entry_.maskBuilder, variant_, spec_, f, p, bm);
+  }
+  // dO in O's place: the kernels read it through kOStride.
+  AttentionArgs withDOut = f;
+  withDOut.out = a.dOut;
+  detail::Operands ops = detail::buildOperands(
+      variant_, spec_, withDOut, p, hasBlockMask ? &bm : nullptr, 1);
+
+  int64_t gradElems = 0;
+  // The threads' gradient buffers: each float parameter dense, in
+  // declaration order (a scalar: one element), as the kernel lays them out.
+  std::vector<int64_t> gradBase(variant_.params.size(), -1),
+      gradCount(variant_.params.size(), 0);
+  for (size_t i = 0; i < variant_.params.size(); ++i) {
+    if (!isFloat(variant_.params[i].dtype))
+      continue;
+    gradBase[i] = gradElems;
+    gradCount[i] = 1;
+    for (int64_t d : p.params[i].shape)
+      gradCount[i] *= d;
+    gradElems += gradCount[i];
+  }
+  std::vector<float> dq(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.f),
+      dk(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dqk), 0.f),
+      dv(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dv), 0.f);
+  int64_t kvItems = p.B * p.Hkv * ops.ip[abi::kNumKTiles];
+  int workers = detail::launchWorkers(kvItems, f.numThreads);
+  std::vector<std::vector<float>> grads(
+      static_cast<size_t>(workers),
+      std::vector<float>(static_cast<size_t>(gradElems), 0.f));
+
+  using detail::descOf;
+  auto view = [](const TensorView &t) { return descOf(t.data, detail::extent(t)); };
+  std::vector<detail::MemrefDesc> operands = {
+      view(f.q), view(f.k), view(f.v), view(a.dOut), view(f.lse),
+      descOf(ops.ip.data(), ops.ip.size()),
+      descOf(ops.fp.data(), ops.fp.size()),
+      hasBlockMask ? descOf(bm.classes.data(), bm.classes.size())
+                   : descOf(nullptr, 0)};
+  std::vector<detail::MemrefDesc> caps;
+  detail::appendCaptures(variant_, p, caps);
+  for (const detail::MemrefDesc &c : caps)
+    operands.push_back(descOf(c.aligned, c.size));
+  operands.push_back(descOf(delta.data(), delta.size()));
+  operands.push_back(descOf(dq.data(), dq.size()));
+  operands.push_back(descOf(dk.data(), dk.size()));
+  operands.push_back(descOf(dv.data(), dv.size()));
+  operands.push_back(descOf(grads[0].data(), gradElems));
+  detail::launchItems(
+      entry_.keyValue, operands, kvItems, f.numThreads,
+      [&](int t, std::vector<detail::MemrefDesc> &d) {
+        d.back() = descOf(grads[static_cast<size_t>(t)].data(), gradElems);
+      });
+  detail::launchItems(entry_.query, operands,
+                      p.B * p.Hq * ops.ip[abi::kNumQTiles], f.numThreads);
+
+  writeDense(dq, a.dq);
+  // dk and dv are [B, Hkv, Lkv, D] here as in the caller's views.
+  writeDense(dk, a.dk);
+  writeDense(dv, a.dv);
+  if (paramGrads) {
+    paramGrads->assign(variant_.params.size(), {});
+    for (size_t i = 0; i < variant_.params.size(); ++i) {
+      if (gradBase[i] < 0)
+        continue;
+      int64_t n = gradCount[i];
+      std::vector<double> &g = (*paramGrads)[i];
+      g.assign(static_cast<size_t>(n), 0.0);
+      for (const std::vector<float> &t : grads) // in thread order
+        for (int64_t k = 0; k < n; ++k)
+          g[static_cast<size_t>(k)] += t[static_cast<size_t>(gradBase[i] + k)];
+    }
+  }
+  return Status::ok();
+}
+
+} // namespace attnc::rt
