@@ -16,7 +16,7 @@ namespace attnc::rt {
 
 Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
                                   const TensorView &dOut, AttentionGrads &g,
-                                  bool exact) {
+                                  bool exact, const TensorView *forwardOut) {
   Problem p;
   if (Status s = resolveProblem(v, nullptr, a, p); !s)
     return s;
@@ -41,10 +41,15 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
                     dtypeName(dOut.dtype)));
   if (Status s = checkShape(dOut, "dOut", {p.B, p.Hq, p.Lq, p.Dv}); !s)
     return s;
+  if (forwardOut)
+    if (Status s = checkShape(*forwardOut, "out", {p.B, p.Hq, p.Lq, p.Dv}); !s)
+      return s;
 
   const int64_t G = p.Hq / p.Hkv, Lkv = p.Lkv, Dqk = p.Dqk, Dv = p.Dv;
   const std::vector<double> q = a.q.toDoubles(), k = a.k.toDoubles(),
                             vv = a.v.toDoubles(), dO = dOut.toDoubles();
+  const std::vector<double> givenO =
+      forwardOut ? forwardOut->toDoubles() : std::vector<double>();
   g.dq.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * Dqk), 0.0);
   g.dk.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dqk), 0.0);
   g.dv.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dv), 0.0);
@@ -99,6 +104,11 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
           for (int64_t d = 0; d < Dv; ++d)
             dP[j] += dOr[d] * vr[d];
           D += std::exp(s[j] - lse) * dP[j];
+        }
+        if (forwardOut) { // D from the given O instead
+          D = 0;
+          for (int64_t d = 0; d < Dv; ++d)
+            D += dOr[d] * givenO[row * Dv + d];
         }
         double *dq = &g.dq[row * Dqk];
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {

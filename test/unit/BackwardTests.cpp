@@ -460,7 +460,9 @@ void checkBackwardKernel(const Session &session, const std::string &name,
   REQUIRE(st.isOk());
 
   rt::AttentionGrads ref;
-  REQUIRE(rt::referenceAttentionBackward(info, a, b.dOut, ref).isOk());
+  // D from the forward kernel's O, as the backward kernel forms it.
+  REQUIRE(rt::referenceAttentionBackward(info, a, b.dOut, ref, false, &a.out)
+              .isOk());
   auto compare = [&](const char *what, const std::vector<double> &want,
                      auto got, double extra) {
     double scale = 1, err = 0;
@@ -534,7 +536,7 @@ TEST_CASE("the CPU backward kernels in bf16, and with default tiles",
   s.qLen = s.kvLen = 100;
   s.headDim = 32;
   s.dtype = rt::DType::BF16;
-  checkBackwardKernel(*session, "synaptic", s, 3e-2);
+  checkBackwardKernel(*session, "synaptic", s, 1e-3);
   s.dtype = rt::DType::F32;
   checkBackwardKernel(*session, "synaptic", s, 2e-5);
 }

@@ -6,6 +6,7 @@
 #include "Problem.h"
 
 #include "attnc/Driver/Session.h"
+#include "attnc/runtime/Backward.h"
 #include "attnc/runtime/Npy.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
 
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
 
 namespace attnc::tools {
 
@@ -68,8 +70,28 @@ Exit status 0 only if every case passes.
                           dims {64, 80, 128, 64:32} x {prefill, decode,
                           chunk} x {MHA, GQA, MQA}, with lengths, layouts
                           and ragged batches in rotation (docs/check.md)
+  --backward              check the backward pass instead (CPU): the forward
+                          kernel's O and LSE, then dQ, dK, dV and every float
+                          parameter's gradient against the fp64 backward,
+                          for a seeded dO; max_abs is the largest error,
+                          tolerance the dtype's (f32 1e-4, f16 and bf16
+                          1e-3) times 1 + the largest |gradient| of that
+                          kind (D = rowsum(dO O) from the kernel's O). --splits, --page-size, --checked and
+                          --output do not apply
 Tolerances (max_abs vs fp64): f32 1e-5, f16 2e-3, bf16 1.6e-2.
 )";
+
+/// The backward's tolerance, relative to 1 + the largest |gradient| of a
+/// kind (the gradients sum over every key or query). The reference takes
+/// D = rowsum(dO * O) from the forward kernel's O, as the kernel does, so
+/// this is the backward's own error: f32 arithmetic on the dtype's inputs.
+double backwardTolerance(rt::DType t) {
+  switch (t) {
+  case rt::DType::F16:
+  case rt::DType::BF16: return 1e-3;
+  default: return 1e-4;
+  }
+}
 
 struct KernelKey {
   std::string variant;
@@ -116,6 +138,98 @@ public:
     return row;
   }
 
+  /// The backward pass on the CPU against the fp64 backward.
+  Row runBackwardCase(const std::string &variant, const Shape &shape,
+                      const std::map<std::string, double> &sets,
+                      const std::map<std::string, std::string> &npy) {
+    std::string name = variant + " backward " + shape.describe();
+    rt::VariantInfo info;
+    if (rt::Status s = session_.info(variant, info); !s)
+      return failedRow(name, shape.dtype, s.message());
+    if (shape.pageSize || shape.splits > 1)
+      return failedRow(name, shape.dtype,
+                       "the backward takes neither pages nor splits");
+    Inputs in;
+    if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
+      return failedRow(name, shape.dtype, s.message());
+    in.args.numThreads = threads_;
+    rt::KernelSpec spec = tiles_;
+    spec.dtype = shape.dtype;
+    spec.headDim = shape.headDim;
+    spec.vHeadDim = shape.vHeadDim;
+    KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
+    if (rt::Status s = runCpu(key, spec, in); !s)
+      return failedRow(name, shape.dtype, s.message());
+    auto it = cpuBackward_.find(key);
+    if (it == cpuBackward_.end()) {
+      std::unique_ptr<rt::CpuBackwardKernel> k;
+      if (rt::Status s = session_.compileCpuBackward(variant, spec, k); !s)
+        return failedRow(name, shape.dtype, s.message());
+      it = cpuBackward_.emplace(key, std::move(k)).first;
+    }
+    // A seeded dO in the kernel's dtype; gradients into f32 buffers.
+    std::mt19937_64 rng(shape.seed + 1);
+    std::uniform_real_distribution<double> u(-1, 1);
+    const rt::AttentionArgs &a = in.args;
+    std::vector<unsigned char> dOut(static_cast<size_t>(a.out.numel()) *
+                                    rt::dtypeSize(shape.dtype));
+    for (int64_t i = 0; i < a.out.numel(); ++i)
+      rt::storeFromDouble(dOut.data(), shape.dtype, i, u(rng));
+    std::vector<float> dq(static_cast<size_t>(a.q.numel())),
+        dk(static_cast<size_t>(a.k.numel())),
+        dv(static_cast<size_t>(a.v.numel()));
+    rt::BackwardArgs b;
+    b.forward = a;
+    b.dOut = rt::TensorView::contiguous(dOut.data(), shape.dtype, a.out.shape);
+    b.dq = rt::TensorView::contiguous(dq.data(), rt::DType::F32, a.q.shape);
+    b.dk = rt::TensorView::contiguous(dk.data(), rt::DType::F32, a.k.shape);
+    b.dv = rt::TensorView::contiguous(dv.data(), rt::DType::F32, a.v.shape);
+    rt::ParamGradients params;
+    if (rt::Status s = it->second->run(b, &params); !s)
+      return failedRow(name, shape.dtype, s.message());
+    rt::AttentionGrads ref;
+    // D = rowsum(dO * O) from the O the forward kernel wrote, as the
+    // backward kernel forms it (Backward.h).
+    if (rt::Status s = rt::referenceAttentionBackward(info, a, b.dOut, ref,
+                                                      false, &a.out);
+        !s)
+      return failedRow(name, shape.dtype, s.message());
+
+    Row row;
+    row.name = name;
+    row.pass = true;
+    double tol = backwardTolerance(shape.dtype), worst = -1, sum = 0;
+    int64_t count = 0;
+    auto compare = [&](const std::string &what, const std::vector<double> &want,
+                       auto got) {
+      double scale = 1, err = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, 1 + std::fabs(want[i]));
+        double e = std::fabs(got(i) - want[i]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+        sum += std::isnan(e) ? INFINITY : e;
+      }
+      count += static_cast<int64_t>(want.size());
+      double ratio = err / (tol * scale);
+      if (ratio > worst) {
+        worst = ratio;
+        row.maxAbs = err;
+        row.tol = tol * scale;
+        row.note = "worst: " + what;
+      }
+      row.pass &= err <= tol * scale;
+    };
+    compare("dq", ref.dq, [&](size_t i) { return double(dq[i]); });
+    compare("dk", ref.dk, [&](size_t i) { return double(dk[i]); });
+    compare("dv", ref.dv, [&](size_t i) { return double(dv[i]); });
+    for (size_t i = 0; i < info.params.size(); ++i)
+      if (!ref.params[i].empty())
+        compare("d" + info.params[i].name, ref.params[i],
+                [&](size_t k) { return params[i][k]; });
+    row.meanAbs = count ? sum / static_cast<double>(count) : 0;
+    return row;
+  }
+
 private:
   rt::Status runCpu(const KernelKey &key, const rt::KernelSpec &spec,
                     Inputs &in) {
@@ -150,6 +264,7 @@ private:
   rt::KernelSpec tiles_; // block_m, block_n, warps as asked
   std::map<KernelKey, std::unique_ptr<rt::CpuKernel>> cpu_;
   std::map<KernelKey, std::unique_ptr<rt::cuda::GpuKernel>> gpuKernels_;
+  std::map<KernelKey, std::unique_ptr<rt::CpuBackwardKernel>> cpuBackward_;
 };
 
 } // namespace
@@ -165,6 +280,10 @@ int runCheck(const std::vector<std::string> &argv) {
   }
   if (o.positional.size() != 1)
     return usage("attnc check", "'check' needs exactly one input file");
+  if (o.backward && o.backend == "cuda")
+    return usage("attnc check",
+                 "--backward runs on the CPU only (the GPU backward kernel "
+                 "does not exist yet); drop --backend cuda");
   std::unique_ptr<rt::cuda::Context> gpu;
   if (o.backend == "cuda") {
     // Without a driver or a device, say so and use the CPU.
@@ -182,6 +301,9 @@ int runCheck(const std::vector<std::string> &argv) {
   }
   if (o.backend != "cpu" && o.backend != "cuda")
     return usage("attnc check", "unknown backend '" + o.backend + "'");
+  if (o.backward && (o.checked || !o.output.empty()))
+    return usage("attnc check", "--checked and --output do not apply to "
+                                "--backward");
   std::unique_ptr<Session> session;
   std::vector<std::string> variants;
   if (!loadVariants(o, session, variants))
@@ -202,9 +324,11 @@ int runCheck(const std::vector<std::string> &argv) {
     std::vector<Shape> shapes = shapesFor(o.matrix, o.suite, o.shape, dtypes);
     for (Shape s : shapes) {
       s.resolve();
-      rows.push_back(checker.runCase(v, s, o.sets, o.inputs,
-                                     o.suite || o.matrix ? "" : o.output,
-                                     o.checked));
+      rows.push_back(o.backward
+                         ? checker.runBackwardCase(v, s, o.sets, o.inputs)
+                         : checker.runCase(v, s, o.sets, o.inputs,
+                                           o.suite || o.matrix ? "" : o.output,
+                                           o.checked));
     }
   }
   return printRows(rows) ? 1 : 0;

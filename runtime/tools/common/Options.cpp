@@ -67,6 +67,7 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     else if (a == "--suite") suite = true;
     else if (a == "--matrix") matrix = true;
     else if (a == "--checked") checked = true;
+    else if (a == "--backward") backward = true;
     else if (a == "--json") json = true;
     else if (a == "--no-baseline") baseline = false;
     else if (a == "--variant") { if (!next()) return false; variant = val; }

@@ -18,6 +18,7 @@ struct Options {
   std::map<std::string, double> sets;
   std::map<std::string, std::string> inputs;
   bool suite = false, matrix = false, checked = false, help = false, json = false;
+  bool backward = false; // attnc check: the backward pass's gradients
   int threads = 0;
   int warmup = 3, iters = 10;
   int64_t blockM = 0, blockN = 0; // 0: the kernel's defaults

@@ -35,11 +35,16 @@ struct AttentionGrads {
 /// are not read); `dOut` is [B, Hq, Lq, Dv] of any float dtype and strides.
 /// Paged K/V is refused (training passes contiguous K and V). With `exact`,
 /// the modifiers are evaluated without rounding to f32 (for finite
-/// differences).
+/// differences). With `forwardOut` ([B, Hq, Lq, Dv]: the O a kernel
+/// computed), D = rowsum(dO * O) is formed from it, as the kernels do,
+/// instead of from the reference's own O: a check of a backward kernel then
+/// measures the backward's error alone, not the forward's O rounded to a
+/// 16-bit dtype (which moves D, and so every dS, by that rounding).
 Status referenceAttentionBackward(const VariantInfo &variant,
                                   const AttentionArgs &args,
                                   const TensorView &dOut, AttentionGrads &out,
-                                  bool exact = false);
+                                  bool exact = false,
+                                  const TensorView *forwardOut = nullptr);
 
 /// One backward call.
 struct BackwardArgs {
