@@ -272,6 +272,41 @@ class Kernel:
             kernel.run(q, k, v, out, lse, args, num_threads)
         return (out, lse) if return_lse else out
 
+    def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
+                  kv_lens, q_offsets, params):
+        """The backward pass on torch CPU tensors (attnc::attention_backward):
+        (dq, dk, dv, [the gradient of each captured tensor, in params'
+        order])."""
+        import torch
+        where = _device_of(q)
+        if where[0] != _CPU:
+            raise Error("the backward pass runs on the CPU; the GPU backward "
+                        "kernel does not exist yet")
+        if not hasattr(self.program, "cpu_backward_kernel"):
+            raise Error("a kernel package holds GPU forward kernels only: the "
+                        "backward needs attnc.compile (the compiler's host JIT)")
+        dtype = _attnc.dtype_of(q, "q")
+        d, dv = int(q.shape[3]), int(v.shape[3])
+        key = ("backward", dtype, d, dv)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
+            self._kernels[key] = kernel
+        dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        if grad_lse is not None:
+            grad_lse = grad_lse.to(torch.float32).contiguous()
+        grads = kernel.run(q, k, v, out, lse, grad_out.to(q.dtype), grad_lse,
+                           dq, dk, dvv, self._args(scale, kv_lens, q_offsets,
+                                                   params), 0)
+        tensor_grads = []
+        for name, value in params.items():
+            if _is_scalar(value):
+                continue
+            g = grads.get(name)
+            tensor_grads.append(torch.zeros_like(value) if g is None else
+                                torch.from_numpy(g).to(value.dtype).reshape(value.shape))
+        return dq, dk, dvv, tensor_grads
+
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
                   kv_indptr=None, kv_indices=None, kv_last_page_len=None, **params):
         """The fp64 oracle on the same arguments (copied to the host when

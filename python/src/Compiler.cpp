@@ -9,6 +9,7 @@
 #include "Bindings.h"
 #include "attnc/Driver/Session.h"
 
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -67,6 +68,16 @@ public:
     std::unique_ptr<rt::CpuKernel> k;
     nb::gil_scoped_release release;
     check(session_->compileCpu(variant, spec, k));
+    return k;
+  }
+
+  std::unique_ptr<rt::CpuBackwardKernel>
+  compileCpuBackward(const std::string &variant, const std::string &dtype,
+                     int64_t headDim, int64_t vHeadDim) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+    std::unique_ptr<rt::CpuBackwardKernel> k;
+    nb::gil_scoped_release release;
+    check(session_->compileCpuBackward(variant, spec, k));
     return k;
   }
 
@@ -129,9 +140,69 @@ private:
   std::string name_;
 };
 
+/// The backward pass on host arrays: writes dq, dk, dv and returns each
+/// float parameter's gradient by name (float64: an array of the capture's
+/// shape, or a float for a scalar).
+nb::dict runCpuBackward(const rt::CpuBackwardKernel &kernel, const Array &q,
+                        const Array &k, const Array &v, const Array &out,
+                        const Array &lse, const Array &dOut,
+                        std::optional<Array> dLse, const OutArray &dq,
+                        const OutArray &dk, const OutArray &dv,
+                        const CallArgs &c, int numThreads) {
+  Where at = whereOf(q);
+  if (at.isCuda())
+    throw Error("the backward runs on the CPU; 'q' is on " + at.str());
+  rt::BackwardArgs b;
+  b.forward = makeArgs(q, k, v, c);
+  b.forward.out = viewOf(out, "out", at);
+  b.forward.lse = viewOf(lse, "lse", at);
+  b.forward.numThreads = numThreads;
+  b.dOut = viewOf(dOut, "dOut", at);
+  if (dLse)
+    b.dLse = viewOf(*dLse, "dLse", at);
+  b.dq = viewOf(dq, "dq", at);
+  b.dk = viewOf(dk, "dk", at);
+  b.dv = viewOf(dv, "dv", at);
+  rt::ParamGradients grads;
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.run(b, &grads);
+  }
+  check(st);
+  nb::dict result;
+  const rt::VariantInfo &info = kernel.variant();
+  for (size_t i = 0; i < info.params.size(); ++i) {
+    if (grads[i].empty())
+      continue;
+    const std::string &name = info.params[i].name;
+    if (!info.params[i].isTensor) {
+      result[name.c_str()] = grads[i][0];
+      continue;
+    }
+    std::vector<size_t> shape;
+    const Array &t = c.tensors.at(name);
+    for (size_t d = 0; d < t.ndim(); ++d)
+      shape.push_back(t.shape(d));
+    auto *data = new std::vector<double>(std::move(grads[i]));
+    nb::capsule own(data, [](void *p) noexcept {
+      delete static_cast<std::vector<double> *>(p);
+    });
+    result[name.c_str()] = Float64Array(data->data(), shape.size(),
+                                        shape.data(), own);
+  }
+  return result;
+}
+
 } // namespace
 
 void bindCompiler(nb::module_ &m) {
+  nb::class_<rt::CpuBackwardKernel>(m, "CpuBackwardKernel")
+      .def("run", &runCpuBackward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
+           "d_out"_a, "d_lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "args"_a,
+           "num_threads"_a = 0,
+           "The backward pass: writes dq, dk, dv; returns the float "
+           "parameters' gradients by name.");
   nb::class_<Program>(m, "Program")
       .def_static("load", &Program::load, "name"_a, "source"_a.none() = nb::none(),
                   "Parses, checks and lowers a .attn file (or `source` text, "
@@ -142,6 +213,8 @@ void bindCompiler(nb::module_ &m) {
       }, "variant"_a)
       .def("cpu_kernel", &Program::compileCpu, "variant"_a, "dtype"_a,
            "head_dim"_a, "v_head_dim"_a)
+      .def("cpu_backward_kernel", &Program::compileCpuBackward, "variant"_a,
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a)
       .def("gpu_kernel", &Program::compileGpu, "variant"_a, "dtype"_a,
            "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,

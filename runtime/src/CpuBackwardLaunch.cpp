@@ -80,7 +80,10 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   if (Status s = checkGradView(a.dv, "dv", f.v.shape); !s)
     return s;
 
-  // delta = rowsum(dO * O), per row (b, h, i).
+  if (a.dLse.data)
+    if (Status s = checkTensor(a.dLse, "dLse", DType::F32, {p.B, p.Hq, p.Lq}); !s)
+      return s;
+  // delta = rowsum(dO * O) - dLse, per row (b, h, i).
   std::vector<float> delta(static_cast<size_t>(p.B * p.Hq * p.Lq));
   {
     std::vector<double> dO = a.dOut.toDoubles(), o = f.out.toDoubles();
@@ -89,6 +92,13 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
       for (int64_t d = 0; d < p.Dv; ++d)
         s += dO[r * p.Dv + d] * o[r * p.Dv + d];
       delta[r] = static_cast<float>(s);
+    }
+    if (a.dLse.data) {
+      size_t r = 0;
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.Hq; ++h)
+          for (int64_t i = 0; i < p.Lq; ++i, ++r)
+            delta[r] -= static_cast<const float *>(a.dLse.data)[a.dLse.offsetOf({b, h, i})];
     }
   }
   BlockMask bm;

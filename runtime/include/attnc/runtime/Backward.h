@@ -53,6 +53,9 @@ struct BackwardArgs {
   /// required). Paged K/V and caller block masks are not taken.
   AttentionArgs forward;
   TensorView dOut;       // [B, Hq, Lq, Dv], the kernel's dtype, any strides
+  /// Optional [B, Hq, Lq] f32: the gradient of the loss with respect to the
+  /// LSE output (d LSE / d s_j = P_j, so it enters as delta - dLse).
+  TensorView dLse;
   TensorView dq, dk, dv; // written: q's, k's and v's shapes; f32, f16 or
                          // bf16, any strides (keys past a sequence's
                          // length get 0)

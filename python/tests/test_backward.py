@@ -1,0 +1,174 @@
+"""The backward pass through torch autograd: attnc's operator has a
+backward (the compiled CPU backward kernels), so loss.backward() gives q,
+k, v and the captured tensors their gradients, through compiled .attn
+kernels and attnc.flex_attention alike, eager and under torch.compile."""
+import math
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnc  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+def synaptic_reference(q, k, v, qamp, key_factor, barrier):
+    """The synaptic example in plain torch ops (autograd differentiates it)."""
+    L, S = q.shape[2], k.shape[2]
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+    scale = 1 / math.sqrt(q.shape[3])
+    s = q @ k.transpose(-1, -2) * scale
+    qi = torch.arange(L)[:, None] + (S - L)
+    kj = torch.arange(S)[None, :]
+    s = s + torch.log(qamp[:, :, qi] * key_factor[:, :, None, :S]) \
+          - barrier * (qi - kj).abs()
+    s = s.masked_fill(qi < kj, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def leaves(*shapes, dtype=torch.float32, positive=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for shape in shapes:
+        x = torch.rand(shape, generator=g) + 0.5 if positive else \
+            torch.randn(shape, generator=g)
+        out.append(x.to(dtype).requires_grad_())
+    return out
+
+
+def test_gradients_of_a_compiled_variant_match_torch_autograd():
+    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"),
+                           variant="synaptic")
+    q, k, v = leaves((2, 4, 37, 16), (2, 2, 37, 16), (2, 2, 37, 16))
+    qamp, kf = leaves((2, 4, 37), (2, 4, 37), positive=True, seed=1)
+    w = torch.randn(2, 4, 37, 16)
+    (kernel(q, k, v, qamp=qamp, key_factor=kf, barrier=0.05) * w).sum().backward()
+    ours = [t.grad.clone() for t in (q, k, v, qamp, kf)]
+    for t in (q, k, v, qamp, kf):
+        t.grad = None
+    (synaptic_reference(q, k, v, qamp, kf, 0.05) * w).sum().backward()
+    for name, got, t in zip("q k v qamp key_factor".split(), ours,
+                            (q, k, v, qamp, kf)):
+        torch.testing.assert_close(got, t.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: name + ": " + m)
+
+
+def test_the_lse_output_is_differentiable_too():
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"), variant="causal")
+    q, k, v = leaves((1, 2, 19, 8), (1, 2, 19, 8), (1, 2, 19, 8))
+    out, lse = kernel(q, k, v, return_lse=True)
+    (out.sum() + (lse * torch.linspace(-1, 1, 19)).sum()).backward()
+    ours = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    s = q @ k.transpose(-1, -2) / math.sqrt(8)
+    s = s.masked_fill(torch.ones(19, 19, dtype=torch.bool).triu(1), float("-inf"))
+    ref_out, ref_lse = torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+    (ref_out.sum() + (ref_lse * torch.linspace(-1, 1, 19)).sum()).backward()
+    for got, t in zip(ours, (q, k, v)):
+        torch.testing.assert_close(got, t.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_flex_attention_gradients_match_the_same_closures_in_torch():
+    # torch's flex_attention refuses backward on the CPU ("FlexAttention
+    # does not support backward on CPU"), so the reference is the same
+    # score_mod and mask evaluated densely in torch ops, which autograd
+    # differentiates.
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h, (q_idx - kv_idx).abs().clamp(max=15)]
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    q, k, v = leaves((2, 2, 33, 16), (2, 2, 33, 16), (2, 2, 33, 16), seed=3)
+    (bias,) = leaves((2, 16), seed=4)
+    mask = attnc.create_block_mask(causal, None, None, 33, 33)
+    w = torch.randn(2, 2, 33, 16)
+    (attnc.flex_attention(q, k, v, score_mod=score_mod, block_mask=mask) * w).sum().backward()
+    ours = [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+
+    i, j = torch.arange(33)[:, None], torch.arange(33)[None, :]
+    s = q @ k.transpose(-1, -2) / 4 + bias[:, (i - j).abs().clamp(max=15)]
+    s = s.masked_fill(i < j, float("-inf"))
+    ((torch.softmax(s, -1) @ v) * w).sum().backward()
+    for name, got, t in zip("q k v bias".split(), ours, (q, k, v, bias)):
+        torch.testing.assert_close(got, t.grad, rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: name + ": " + m)
+
+
+class TwoLayers(torch.nn.Module):
+    """Two attention layers with projections; `attend(q, k, v)` is attnc's
+    kernel or a reference."""
+
+    def __init__(self, attend, dim=32, heads=2):
+        super().__init__()
+        self.attend, self.heads = attend, heads
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(dim, 3 * dim) for _ in range(2))
+        self.out = torch.nn.ModuleList(torch.nn.Linear(dim, dim) for _ in range(2))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        for qkv, out in zip(self.qkv, self.out):
+            q, k, v = qkv(x).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            y = self.attend(q, k, v)
+            x = x + out(y.transpose(1, 2).reshape(B, T, C))
+        return x
+
+
+def train(attend, steps=4):
+    torch.manual_seed(0)
+    model = TwoLayers(attend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x, target = torch.randn(3, 29, 32, generator=g), torch.randn(3, 29, 32, generator=g)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(x) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_training_loop_gives_sdpa_s_losses():
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"), variant="causal")
+    ours = train(lambda q, k, v: kernel(q, k, v))
+    ref = train(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True))
+    assert ours[-1] < ours[0]  # it trains
+    for a, b in zip(ours, ref):
+        assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_backward_under_torch_compile():
+    kernel = attnc.compile(os.path.join(EXAMPLES, "alibi.attn"), variant="alibi")
+    q, k, v = leaves((1, 2, 21, 8), (1, 2, 21, 8), (1, 2, 21, 8), seed=5)
+    (slope,) = leaves((2,), seed=6)
+
+    def f(q, k, v, slope):
+        return kernel(q, k, v, slope=slope).square().sum()
+
+    f(q, k, v, slope).backward()
+    eager = [t.grad.clone() for t in (q, k, v, slope)]
+    for t in (q, k, v, slope):
+        t.grad = None
+    torch.compile(f, fullgraph=True)(q, k, v, slope).backward()
+    for got, t in zip(eager, (q, k, v, slope)):
+        torch.testing.assert_close(t.grad, got, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_errors_name_what_is_wrong():
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"), variant="causal")
+    q, k, v = leaves((1, 2, 8, 8), (1, 2, 8, 8), (1, 2, 8, 8))
+    out = kernel(q, k, v)
+    with pytest.raises(Exception, match="dOut"):
+        kernel._backward(q.detach(), k.detach(), v.detach(), out.detach(),
+                         torch.zeros(1, 2, 8), torch.zeros(1, 2, 7, 8), None,
+                         scale=None, kv_lens=None, q_offsets=None, params={})
