@@ -422,24 +422,33 @@ namespace {
 /// `name` on seeded inputs at `shape`, and compares dQ, dK, dV and every
 /// float parameter's gradient with the fp64 backward: max |error| <= tol *
 /// (1 + max |reference|), per gradient.
+/// The forward and backward CPU kernels of one variant and spec.
+struct KernelPair {
+  std::unique_ptr<rt::CpuKernel> forward;
+  std::unique_ptr<rt::CpuBackwardKernel> backward;
+};
+
+KernelPair compilePair(const Session &session, const std::string &name,
+                       const rt::KernelSpec &spec) {
+  KernelPair k;
+  rt::Status st = session.compileCpu(name, spec, k.forward);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  st = session.compileCpuBackward(name, spec, k.backward);
+  INFO(st.toString());
+  REQUIRE(st.isOk());
+  return k;
+}
+
 void checkBackwardKernel(const Session &session, const std::string &name,
-                         Shape shape, double tol, rt::KernelSpec spec = {}) {
+                         const KernelPair &kernels, Shape shape, double tol) {
   rt::VariantInfo info;
   REQUIRE(session.info(name, info).isOk());
   Inputs in = inputsFor(info, shape);
   rt::AttentionArgs &a = in.args;
-  spec.dtype = shape.dtype;
-  spec.headDim = a.q.shape[3];
-  spec.vHeadDim = a.v.shape[3];
-  std::unique_ptr<rt::CpuKernel> fwd;
-  rt::Status st = session.compileCpu(name, spec, fwd);
-  INFO(st.toString());
-  REQUIRE(st.isOk());
-  REQUIRE(fwd->run(a).isOk());
-  std::unique_ptr<rt::CpuBackwardKernel> bwd;
-  st = session.compileCpuBackward(name, spec, bwd);
-  INFO(st.toString());
-  REQUIRE(st.isOk());
+  REQUIRE(kernels.forward->run(a).isOk());
+  const rt::CpuBackwardKernel *bwd = kernels.backward.get();
+  rt::Status st;
 
   std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
   rt::BackwardArgs b;
@@ -503,6 +512,10 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
     auto session = loadFile(file);
     for (const std::string &name : session->variants()) {
       INFO(file << " variant " << name);
+      rt::KernelSpec spec; // several tiles each way, with tails
+      spec.blockM = spec.blockN = spec.headDim = 16;
+      spec.vHeadDim = 24;
+      KernelPair kernels = compilePair(*session, name, spec);
       for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
         INFO(tools::modeName(mode));
         Shape s;
@@ -516,11 +529,8 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
         if (mode == Mode::Prefill)
           s.qOffsets = {0};
         s.headDim = 16;
-        s.vHeadDim = mode == Mode::Chunk ? 24 : 16;
-        rt::KernelSpec tiles; // several tiles each way, with tails
-        tiles.blockM = 16;
-        tiles.blockN = 16;
-        checkBackwardKernel(*session, name, s, 2e-5, tiles);
+        s.vHeadDim = 24;
+        checkBackwardKernel(*session, name, kernels, s, 2e-5);
       }
     }
   }
@@ -535,10 +545,14 @@ TEST_CASE("the CPU backward kernels in bf16, and with default tiles",
   s.kvHeads = 1;
   s.qLen = s.kvLen = 100;
   s.headDim = 32;
-  s.dtype = rt::DType::BF16;
-  checkBackwardKernel(*session, "synaptic", s, 1e-3);
-  s.dtype = rt::DType::F32;
-  checkBackwardKernel(*session, "synaptic", s, 2e-5);
+  for (rt::DType dt : {rt::DType::BF16, rt::DType::F32}) {
+    s.dtype = dt;
+    rt::KernelSpec spec; // the default tiles
+    spec.dtype = dt;
+    spec.headDim = spec.vHeadDim = 32;
+    checkBackwardKernel(*session, "synaptic", compilePair(*session, "synaptic", spec),
+                        s, dt == rt::DType::F32 ? 2e-5 : 1e-3);
+  }
 }
 
 TEST_CASE("the CPU backward kernels refuse bad calls by name",
