@@ -815,16 +815,24 @@ bool VariantInfo::hasScoreGrad() const {
   return program && !program->grad.empty();
 }
 
-double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
-                    double score, int32_t b, int32_t h, int32_t q, int32_t kv,
-                    GatherViolation *violation, bool exact) {
-  Val args[5];
-  // score_mod sees an f32
+namespace {
+/// score_mod's arguments (score_grad's first five): the score as the f32
+/// the kernels hand it over, unless `exact`.
+void scoreArgs(Val args[5], double score, int32_t b, int32_t h, int32_t q,
+               int32_t kv, bool exact) {
   args[0].f = exact ? score : static_cast<float>(score);
   args[1].i = b;
   args[2].i = h;
   args[3].i = q;
   args[4].i = kv;
+}
+} // namespace
+
+double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
+                    double score, int32_t b, int32_t h, int32_t q, int32_t kv,
+                    GatherViolation *violation, bool exact) {
+  Val args[5];
+  scoreArgs(args, score, b, h, q, kv, exact);
   return run(RunEnv{v, params, violation, exact}, v.program->score, args).f;
 }
 
@@ -832,11 +840,7 @@ double evalScoreGrad(const VariantInfo &v, const std::vector<BoundParam> &params
                      double score, int32_t b, int32_t h, int32_t q, int32_t kv,
                      double dy, ParamGradients *grads, bool exact) {
   Val args[5];
-  args[0].f = exact ? score : static_cast<float>(score);
-  args[1].i = b;
-  args[2].i = h;
-  args[3].i = q;
-  args[4].i = kv;
+  scoreArgs(args, score, b, h, q, kv, exact);
   RunEnv env{v, params, nullptr, exact, exact ? dy : static_cast<float>(dy),
              grads};
   return run(env, v.program->grad, args).f;

@@ -56,6 +56,20 @@ std::vector<std::string> exampleFiles() {
   return files;
 }
 
+/// Calls `fn(session, variant name, info)` for every variant of every
+/// example, with the file and variant in the failure messages.
+template <typename F> void forEachExampleVariant(F fn) {
+  for (const std::string &file : exampleFiles()) {
+    auto session = loadFile(file);
+    for (const std::string &name : session->variants()) {
+      rt::VariantInfo info;
+      REQUIRE(session->info(name, info).isOk());
+      INFO(file << " variant " << name);
+      fn(*session, name, info);
+    }
+  }
+}
+
 /// Seeded inputs for `info` at `shape` (captures filled as attnc check
 /// fills them), with every float capture perturbed per element so no two
 /// elements are alike.
@@ -173,15 +187,10 @@ void checkScoreGradByDifferences(const rt::VariantInfo &info) {
 TEST_CASE("score_grad of every example agrees with finite differences of "
           "score_mod",
           "[backward]") {
-  for (const std::string &file : exampleFiles()) {
-    auto session = loadFile(file);
-    for (const std::string &name : session->variants()) {
-      rt::VariantInfo info;
-      REQUIRE(session->info(name, info).isOk());
-      INFO(file << " variant " << name);
-      checkScoreGradByDifferences(info);
-    }
-  }
+  forEachExampleVariant([](const Session &, const std::string &,
+                           const rt::VariantInfo &info) {
+    checkScoreGradByDifferences(info);
+  });
 }
 
 TEST_CASE("score_grad of every differentiable builtin, a sum and the "
@@ -307,12 +316,8 @@ void checkBackwardByDifferences(const rt::VariantInfo &info, Shape shape,
 TEST_CASE("the fp64 backward agrees with finite differences of the fp64 "
           "forward, every example",
           "[backward]") {
-  for (const std::string &file : exampleFiles()) {
-    auto session = loadFile(file);
-    for (const std::string &name : session->variants()) {
-      rt::VariantInfo info;
-      REQUIRE(session->info(name, info).isOk());
-      INFO(file << " variant " << name);
+  forEachExampleVariant([](const Session &, const std::string &,
+                           const rt::VariantInfo &info) {
       for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
         Shape s;
         s.mode = mode;
@@ -329,8 +334,7 @@ TEST_CASE("the fp64 backward agrees with finite differences of the fp64 "
         INFO(tools::modeName(mode));
         checkBackwardByDifferences(info, s);
       }
-    }
-  }
+  });
 }
 
 TEST_CASE("the fp64 backward: rows with no key have zero gradients, never "
@@ -508,14 +512,12 @@ void checkBackwardKernel(const Session &session, const std::string &name,
 TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
           "example, prefill, decode and chunk",
           "[backward][kernel]") {
-  for (const std::string &file : exampleFiles()) {
-    auto session = loadFile(file);
-    for (const std::string &name : session->variants()) {
-      INFO(file << " variant " << name);
+  forEachExampleVariant([](const Session &session, const std::string &name,
+                           const rt::VariantInfo &) {
       rt::KernelSpec spec; // several tiles each way, with tails
       spec.blockM = spec.blockN = spec.headDim = 16;
       spec.vHeadDim = 24;
-      KernelPair kernels = compilePair(*session, name, spec);
+      KernelPair kernels = compilePair(session, name, spec);
       for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
         INFO(tools::modeName(mode));
         Shape s;
@@ -530,10 +532,9 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
           s.qOffsets = {0};
         s.headDim = 16;
         s.vHeadDim = 24;
-        checkBackwardKernel(*session, name, kernels, s, 2e-5);
+        checkBackwardKernel(session, name, kernels, s, 2e-5);
       }
-    }
-  }
+  });
 }
 
 TEST_CASE("the CPU backward kernels in bf16, and with default tiles",

@@ -174,13 +174,28 @@ rt::Status jitModule(ModuleOp module, std::shared_ptr<ExecutionEngine> &out) {
   return rt::Status::ok();
 }
 
-/// The packed entry `name` of a JIT-linked module.
-rt::Status lookupEntry(ExecutionEngine &engine, StringRef name,
-                       void (*&out)(void **)) {
-  auto fn = engine.lookupPacked(name);
-  if (!fn)
-    return rt::Status::internal("JIT: " + llvm::toString(fn.takeError()));
-  out = *fn;
+/// Lowers a built program to LLVM and JIT-links it; `what` names it in
+/// errors.
+rt::Status lowerAndJit(ModuleOp module, const std::string &what,
+                       std::shared_ptr<ExecutionEngine> &out) {
+  if (failed(lowerToLLVMDialect(module)))
+    return rt::Status::internal("lowering " + what + " to LLVM failed");
+  return jitModule(module, out);
+}
+
+/// The packed entries of a JIT-linked module, by name; the block-mask
+/// builder (`kernel_block_mask`) too for a data-dependent mask.
+using EntrySlot = std::pair<StringRef, void (**)(void **)>;
+rt::Status lookupEntries(ExecutionEngine &engine, SmallVector<EntrySlot> slots,
+                         const MaskAnalysis &mask, void (**maskBuilder)(void **)) {
+  if (mask.kind == rt::MaskKind::Data)
+    slots.push_back({"kernel_block_mask", maskBuilder});
+  for (auto [name, slot] : slots) {
+    auto fn = engine.lookupPacked(name);
+    if (!fn)
+      return rt::Status::internal("JIT: " + llvm::toString(fn.takeError()));
+    *slot = *fn;
+  }
   return rt::Status::ok();
 }
 
@@ -244,21 +259,15 @@ rt::Status compileForCpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   auto module = buildTiledModule(variant, config, error);
   if (!module)
     return rt::Status::internal(error);
-  if (failed(lowerToLLVMDialect(*module)))
-    return rt::Status::internal("lowering the tiled program to LLVM failed");
   std::shared_ptr<ExecutionEngine> owner;
-  if (rt::Status s = jitModule(*module, owner); !s)
+  if (rt::Status s = lowerAndJit(*module, "the tiled program", owner); !s)
     return s;
   rt::CpuEntryPoints entry;
-  if (rt::Status s = lookupEntry(*owner, "kernel", entry.kernel); !s)
+  if (rt::Status s = lookupEntries(
+          *owner, {{"kernel", &entry.kernel}, {"kernel_merge", &entry.merge}},
+          mask, &entry.maskBuilder);
+      !s)
     return s;
-  if (rt::Status s = lookupEntry(*owner, "kernel_merge", entry.merge); !s)
-    return s;
-  if (mask.kind == rt::MaskKind::Data)
-    if (rt::Status s =
-            lookupEntry(*owner, "kernel_block_mask", entry.maskBuilder);
-        !s)
-      return s;
   entry.owner = owner;
   out = std::make_unique<rt::CpuKernel>(std::move(info), spec, std::move(entry));
   return rt::Status::ok();
@@ -289,21 +298,16 @@ rt::Status compileBackwardForCpu(attn::VariantOp variant,
     return rt::Status::internal("the backward program of '" +
                                 variant.getSymName().str() +
                                 "' does not verify");
-  if (failed(lowerToLLVMDialect(*module)))
-    return rt::Status::internal("lowering the backward program to LLVM failed");
   std::shared_ptr<ExecutionEngine> owner;
-  if (rt::Status s = jitModule(*module, owner); !s)
+  if (rt::Status s = lowerAndJit(*module, "the backward program", owner); !s)
     return s;
   rt::CpuBackwardEntryPoints entry;
-  if (rt::Status s = lookupEntry(*owner, "kernel_bwd_kv", entry.keyValue); !s)
+  if (rt::Status s = lookupEntries(*owner,
+                                   {{"kernel_bwd_kv", &entry.keyValue},
+                                    {"kernel_bwd_q", &entry.query}},
+                                   mask, &entry.maskBuilder);
+      !s)
     return s;
-  if (rt::Status s = lookupEntry(*owner, "kernel_bwd_q", entry.query); !s)
-    return s;
-  if (mask.kind == rt::MaskKind::Data)
-    if (rt::Status s =
-            lookupEntry(*owner, "kernel_block_mask", entry.maskBuilder);
-        !s)
-      return s;
   entry.owner = owner;
   out = std::make_unique<rt::CpuBackwardKernel>(std::move(info), spec,
                                                 std::move(entry));

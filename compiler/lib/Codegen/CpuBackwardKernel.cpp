@@ -44,6 +44,16 @@ private:
   /// A func with the backward's operands; sets the entry values.
   func::FuncOp createEntry(StringRef name, Entry &e, Extra &x, Value &begin,
                            Value &end);
+  /// The stack tiles both kernels use: a Q tile's rows, dO rows, LSE and
+  /// delta; a KV tile's K^T and V^T; S = Q K^T and dP = dO V^T.
+  struct Tiles {
+    Value Qs, dOs, Lse, Delta, Kt, Vt, S, DP;
+  };
+  Tiles allocTiles() {
+    return {alloca(BM * D),  alloca(BM * DV), alloca(BM),
+            alloca(BM),      alloca(D * BN),  alloca(DV * BN),
+            alloca(BM * BN), alloca(BM * BN)};
+  }
   /// An item of the forward's shape for (b, h, qt): rows of one head.
   Item itemAt(const Entry &e, Value b, Value h, Value qt);
   /// Qs [BM][D] and dOs [BM][DV] (zero past the item's rows), and per row
@@ -318,10 +328,11 @@ LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
   createEntry(name, e, x, begin, end);
-  Value Qs = alloca(BM * D), dOs = alloca(BM * DV), Lse = alloca(BM),
-        Delta = alloca(BM), Kt = alloca(D * BN), Vt = alloca(DV * BN),
-        S = alloca(BM * BN), DP = alloca(BM * BN), Pt = alloca(BN * BM),
-        DXt = alloca(BN * BM), dK = alloca(BN * D), dV = alloca(BN * DV);
+  Tiles tiles = allocTiles();
+  Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
+        Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
+  Value Pt = alloca(BN * BM), DXt = alloca(BN * BM), dK = alloca(BN * D),
+        dV = alloca(BN * DV);
   Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
   loop0(begin, end, 1, [&](Value item) {
     Value kt = arith::RemUIOp::create(b_, item, nKT);
@@ -387,10 +398,11 @@ LogicalResult BackwardBuilder::buildQueryGrads(StringRef name) {
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
   createEntry(name, e, x, begin, end);
-  Value Qs = alloca(BM * D), dOs = alloca(BM * DV), Lse = alloca(BM),
-        Delta = alloca(BM), Kt = alloca(D * BN), Vt = alloca(DV * BN),
-        Ks = alloca(BN * D), S = alloca(BM * BN), DP = alloca(BM * BN),
-        P = alloca(BM * BN), DX = alloca(BM * BN), dQ = alloca(BM * D);
+  Tiles tiles = allocTiles();
+  Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
+        Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
+  Value Ks = alloca(BN * D), P = alloca(BM * BN), DX = alloca(BM * BN),
+        dQ = alloca(BM * D);
   loop0(begin, end, 1, [&](Value item) {
     // The forward's item order with one head per item and no split.
     Item it = decodeItem(e, item);
