@@ -357,17 +357,35 @@ variant holes(bias: f32[H, KV], t: f32) {
   checkBackwardByDifferences(info, s, /*expectSomeZeroRows=*/true);
 }
 
-TEST_CASE("the fp64 backward refuses what it cannot differentiate, by name",
-          "[backward]") {
-  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/alibi.attn");
+namespace {
+
+/// ALiBi's session, its program and seeded inputs of one sequence, 2 heads,
+/// `len` queries and keys, D = 8: the error tests' call.
+struct AlibiCall {
+  std::unique_ptr<Session> session;
   rt::VariantInfo info;
-  REQUIRE(session->info("alibi", info).isOk());
+  Inputs in;
+};
+AlibiCall alibiCall(int64_t len) {
+  AlibiCall c;
+  c.session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/alibi.attn");
+  REQUIRE(c.session->info("alibi", c.info).isOk());
   Shape shape;
   shape.batch = 1;
   shape.heads = 2;
-  shape.qLen = shape.kvLen = 4;
+  shape.qLen = shape.kvLen = len;
   shape.headDim = 8;
-  Inputs in = inputsFor(info, shape);
+  c.in = inputsFor(c.info, shape);
+  return c;
+}
+
+} // namespace
+
+TEST_CASE("the fp64 backward refuses what it cannot differentiate, by name",
+          "[backward]") {
+  AlibiCall call = alibiCall(4);
+  const rt::VariantInfo &info = call.info;
+  Inputs &in = call.in;
   std::vector<float> dOut(static_cast<size_t>(in.args.out.numel()), 1.0f);
   rt::AttentionGrads g;
 
@@ -558,19 +576,13 @@ TEST_CASE("the CPU backward kernels in bf16, and with default tiles",
 
 TEST_CASE("the CPU backward kernels refuse bad calls by name",
           "[backward][kernel]") {
-  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/alibi.attn");
-  rt::VariantInfo info;
-  REQUIRE(session->info("alibi", info).isOk());
-  Shape shape;
-  shape.batch = 1;
-  shape.heads = 2;
-  shape.qLen = shape.kvLen = 8;
-  shape.headDim = 8;
-  Inputs in = inputsFor(info, shape);
+  AlibiCall call = alibiCall(8);
+  Session &session = *call.session;
+  Inputs &in = call.in;
   rt::KernelSpec spec;
   spec.headDim = spec.vHeadDim = 8;
   std::unique_ptr<rt::CpuBackwardKernel> bwd;
-  REQUIRE(session->compileCpuBackward("alibi", spec, bwd).isOk());
+  REQUIRE(session.compileCpuBackward("alibi", spec, bwd).isOk());
   std::vector<float> g(static_cast<size_t>(in.args.q.numel()), 0.f),
       dk(g.size()), dv(g.size()), dq(g.size());
   rt::BackwardArgs b;

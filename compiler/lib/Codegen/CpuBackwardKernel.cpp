@@ -41,19 +41,15 @@ private:
   struct Extra {
     Value delta, dq, dk, dv, grads;
   };
-  /// A func with the backward's operands; sets the entry values.
-  func::FuncOp createEntry(StringRef name, Entry &e, Extra &x, Value &begin,
-                           Value &end);
   /// The stack tiles both kernels use: a Q tile's rows, dO rows, LSE and
   /// delta; a KV tile's K^T and V^T; S = Q K^T and dP = dO V^T.
   struct Tiles {
     Value Qs, dOs, Lse, Delta, Kt, Vt, S, DP;
   };
-  Tiles allocTiles() {
-    return {alloca(BM * D),  alloca(BM * DV), alloca(BM),
-            alloca(BM),      alloca(D * BN),  alloca(DV * BN),
-            alloca(BM * BN), alloca(BM * BN)};
-  }
+  /// A func with the backward's operands: sets the entry values and the
+  /// item range, and allocates the shared tiles.
+  Tiles createEntry(StringRef name, Entry &e, Extra &x, Value &begin,
+                    Value &end);
   /// An item of the forward's shape for (b, h, qt): rows of one head.
   Item itemAt(const Entry &e, Value b, Value h, Value qt);
   /// Qs [BM][D] and dOs [BM][DV] (zero past the item's rows), and per row
@@ -83,8 +79,9 @@ private:
   SmallVector<Value> gradBase_; // per parameter (null: no gradient)
 };
 
-func::FuncOp BackwardBuilder::createEntry(StringRef name, Entry &e, Extra &x,
-                                          Value &begin, Value &end) {
+BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
+                                                   Extra &x, Value &begin,
+                                                   Value &end) {
   SmallVector<Type> args = kernelArgs();
   args.pop_back(); // the forward's first item
   auto dyn = MemRefType::get({ShapedType::kDynamic}, f32_);
@@ -117,7 +114,9 @@ func::FuncOp BackwardBuilder::createEntry(StringRef name, Entry &e, Extra &x,
   }
   begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
   end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
-  return fn;
+  return {alloca(BM * D),  alloca(BM * DV), alloca(BM),
+          alloca(BM),      alloca(D * BN),  alloca(DV * BN),
+          alloca(BM * BN), alloca(BM * BN)};
 }
 
 ProgramBuilder::Item BackwardBuilder::itemAt(const Entry &e, Value b, Value h,
@@ -327,8 +326,7 @@ LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
   Extra x;
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
-  createEntry(name, e, x, begin, end);
-  Tiles tiles = allocTiles();
+  Tiles tiles = createEntry(name, e, x, begin, end);
   Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
         Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
   Value Pt = alloca(BN * BM), DXt = alloca(BN * BM), dK = alloca(BN * D),
@@ -397,8 +395,7 @@ LogicalResult BackwardBuilder::buildQueryGrads(StringRef name) {
   Extra x;
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
-  createEntry(name, e, x, begin, end);
-  Tiles tiles = allocTiles();
+  Tiles tiles = createEntry(name, e, x, begin, end);
   Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
         Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
   Value Ks = alloca(BN * D), P = alloca(BM * BN), DX = alloca(BM * BN),

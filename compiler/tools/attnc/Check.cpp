@@ -115,16 +115,10 @@ public:
               const std::string &output, bool checked) {
     std::string name = variant + " " + shape.describe();
     rt::VariantInfo info;
-    if (rt::Status s = session_.info(variant, info); !s)
-      return failedRow(name, shape.dtype, s.message());
     Inputs in;
-    if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
+    rt::KernelSpec spec;
+    if (rt::Status s = prepareCase(variant, shape, sets, npy, info, in, spec); !s)
       return failedRow(name, shape.dtype, s.message());
-    in.args.numThreads = threads_;
-    rt::KernelSpec spec = tiles_;
-    spec.dtype = shape.dtype;
-    spec.headDim = shape.headDim;
-    spec.vHeadDim = shape.vHeadDim;
     KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
     if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
         !s)
@@ -143,20 +137,14 @@ public:
                       const std::map<std::string, double> &sets,
                       const std::map<std::string, std::string> &npy) {
     std::string name = variant + " backward " + shape.describe();
-    rt::VariantInfo info;
-    if (rt::Status s = session_.info(variant, info); !s)
-      return failedRow(name, shape.dtype, s.message());
     if (shape.pageSize || shape.splits > 1)
       return failedRow(name, shape.dtype,
                        "the backward takes neither pages nor splits");
+    rt::VariantInfo info;
     Inputs in;
-    if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
+    rt::KernelSpec spec;
+    if (rt::Status s = prepareCase(variant, shape, sets, npy, info, in, spec); !s)
       return failedRow(name, shape.dtype, s.message());
-    in.args.numThreads = threads_;
-    rt::KernelSpec spec = tiles_;
-    spec.dtype = shape.dtype;
-    spec.headDim = shape.headDim;
-    spec.vHeadDim = shape.vHeadDim;
     KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
     if (rt::Status s = runCpu(key, spec, in); !s)
       return failedRow(name, shape.dtype, s.message());
@@ -231,6 +219,25 @@ public:
   }
 
 private:
+  /// A case's first steps: the variant's program, seeded inputs, the
+  /// kernel configuration.
+  rt::Status prepareCase(const std::string &variant, const Shape &shape,
+                         const std::map<std::string, double> &sets,
+                         const std::map<std::string, std::string> &npy,
+                         rt::VariantInfo &info, Inputs &in,
+                         rt::KernelSpec &spec) {
+    if (rt::Status s = session_.info(variant, info); !s)
+      return s;
+    if (rt::Status s = makeInputs(info, shape, sets, npy, in); !s)
+      return s;
+    in.args.numThreads = threads_;
+    spec = tiles_;
+    spec.dtype = shape.dtype;
+    spec.headDim = shape.headDim;
+    spec.vHeadDim = shape.vHeadDim;
+    return rt::Status::ok();
+  }
+
   rt::Status runCpu(const KernelKey &key, const rt::KernelSpec &spec,
                     Inputs &in) {
     auto it = cpu_.find(key);
