@@ -280,6 +280,19 @@ void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, V
                                 bool accumulate) {
   Block &score = v_.getScoreBlock(), &mask = v_.getMaskBlock();
   Block &grad = *v_.getGradBlock();
+  // Without accumulates the per-key work has no side effect: it is computed
+  // for every key and the masked ones selected away (a branch-free loop
+  // LLVM can vectorize); with them, it runs only for kept keys.
+  bool pure = !accumulate;
+  if (accumulate) {
+    pure = true;
+    grad.walk([&](attn::AccumulateOp) { pure = false; });
+  }
+  // mask_mod only where the tile is not full (or has a tail): two copies of
+  // the key loop, chosen once per tile.
+  Value needMask = arith::XOrIOp::create(
+      b_, t.skipMask, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
+  auto rows = [&](bool withMask) {
   loop0(cIdx(0), it.rows, 1, [&](Value r) {
     Value qpos = arith::IndexCastOp::create(b_, i32_,
                                             add(it.qpos0, add(it.r0, r)));
@@ -289,21 +302,18 @@ void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, V
         arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse, e.ninf);
     loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
       Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
-      Value inRange =
+      Value keep =
           arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
-      // mask_mod only where the tile is not full (or has a tail).
-      Value needMask = arith::XOrIOp::create(
-          b_, t.skipMask, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
-      Value keep = ifYield(needMask, ValueRange{inRange}, [&] {
-        Value m = emitModifier(mask, ValueRange{it.bI32, it.hI32, qpos, kv});
-        return SmallVector<Value>{arith::AndIOp::create(b_, inRange, m)};
-      })[0];
+      if (withMask)
+        keep = arith::AndIOp::create(
+            b_, keep,
+            emitModifier(mask, ValueRange{it.bI32, it.hI32, qpos, kv}));
       keep = arith::AndIOp::create(b_, keep, rowLive);
       Value at = add(mul(r, cIdx(BN)), c);
       Value xs = arith::MulFOp::create(b_, load(S, at), e.scale);
       Value dp = load(DP, at);
       Value zeroF = cF32(0.0);
-      auto pd = ifYield(keep, ValueRange{zeroF, zeroF}, [&] {
+      auto perKey = [&] {
         Value s = emitModifier(score, ValueRange{xs, it.bI32, it.hI32, qpos, kv});
         Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, s, lse));
         Value ds = arith::MulFOp::create(
@@ -313,12 +323,22 @@ void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, V
         map.map(grad.getArguments(), args);
         Value dx = emitGrad(grad, map, accumulate);
         return SmallVector<Value>{p, arith::MulFOp::create(b_, dx, e.scale)};
-      });
+      };
+      SmallVector<Value> pd;
+      if (pure) {
+        pd = perKey();
+        pd[0] = select(keep, pd[0], zeroF);
+        pd[1] = select(keep, pd[1], zeroF);
+      } else {
+        pd = ifYield(keep, ValueRange{zeroF, zeroF}, perKey);
+      }
       Value out = transposed ? add(mul(c, cIdx(BM)), r) : at;
       store(pd[0], P, out);
       store(pd[1], DX, out);
     });
   });
+  };
+  ifThenElse(needMask, [&] { rows(true); }, [&] { rows(false); });
 }
 
 LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
