@@ -172,3 +172,20 @@ def test_backward_errors_name_what_is_wrong():
         kernel._backward(q.detach(), k.detach(), v.detach(), out.detach(),
                          torch.zeros(1, 2, 8), torch.zeros(1, 2, 7, 8), None,
                          scale=None, kv_lens=None, q_offsets=None, params={})
+
+
+def test_a_rank0_capture_is_a_learnable_scalar():
+    # Python numbers get no gradient; a rank-0 tensor capture does.
+    kernel = attnc.compile("""
+variant t(temp: f32[]) {
+  score_mod(score, b, h, q, kv) = score * temp
+  mask_mod(b, h, q, kv) = q >= kv
+}""", variant="t")
+    q, k, v = leaves((1, 2, 9, 8), (1, 2, 9, 8), (1, 2, 9, 8), seed=7)
+    temp = torch.tensor(1.3, requires_grad=True)
+    kernel(q, k, v, temp=temp).square().sum().backward()
+    with torch.no_grad():
+        f = lambda t: kernel(q, k, v, temp=torch.tensor(t)).square().sum().item()
+        fd = (f(1.3 + 1e-3) - f(1.3 - 1e-3)) / 2e-3
+    assert temp.grad.shape == ()
+    assert temp.grad.item() == pytest.approx(fd, rel=1e-3)
