@@ -17,13 +17,9 @@ namespace attnc::rt {
 
 namespace {
 
-bool isFloat(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
 Status checkGradView(const TensorView &t, const char *name,
                      const std::vector<int64_t> &shape) {
-  if (!isFloat(t.dtype))
+  if (!isFloatDType(t.dtype))
     return Status::invalidArgument(fmt::format(
         "{}: expected dtype f32, f16 or bf16, got {}", name, dtypeName(t.dtype)));
   if (!t.data)
@@ -83,23 +79,23 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   if (a.dLse.data)
     if (Status s = checkTensor(a.dLse, "dLse", DType::F32, {p.B, p.Hq, p.Lq}); !s)
       return s;
-  // delta = rowsum(dO * O) - dLse, per row (b, h, i).
+  // delta = rowsum(dO * O) - dLse, per row (b, h, i), read in place.
   std::vector<float> delta(static_cast<size_t>(p.B * p.Hq * p.Lq));
   {
-    std::vector<double> dO = a.dOut.toDoubles(), o = f.out.toDoubles();
-    for (size_t r = 0; r < delta.size(); ++r) {
-      double s = 0;
-      for (int64_t d = 0; d < p.Dv; ++d)
-        s += dO[r * p.Dv + d] * o[r * p.Dv + d];
-      delta[r] = static_cast<float>(s);
-    }
-    if (a.dLse.data) {
-      size_t r = 0;
-      for (int64_t b = 0; b < p.B; ++b)
-        for (int64_t h = 0; h < p.Hq; ++h)
-          for (int64_t i = 0; i < p.Lq; ++i, ++r)
-            delta[r] -= static_cast<const float *>(a.dLse.data)[a.dLse.offsetOf({b, h, i})];
-    }
+    const TensorView &dO = a.dOut, &o = f.out;
+    size_t r = 0;
+    for (int64_t b = 0; b < p.B; ++b)
+      for (int64_t h = 0; h < p.Hq; ++h)
+        for (int64_t i = 0; i < p.Lq; ++i, ++r) {
+          int64_t dRow = dO.offsetOf({b, h, i, 0}), oRow = o.offsetOf({b, h, i, 0});
+          double s = 0;
+          for (int64_t d = 0; d < p.Dv; ++d)
+            s += loadAsDouble(dO.data, dO.dtype, dRow + d * dO.strides[3]) *
+                 loadAsDouble(o.data, o.dtype, oRow + d * o.strides[3]);
+          if (a.dLse.data)
+            s -= static_cast<const float *>(a.dLse.data)[a.dLse.offsetOf({b, h, i})];
+          delta[r] = static_cast<float>(s);
+        }
   }
   BlockMask bm;
   bool hasBlockMask = variant_.maskKind == MaskKind::Data;
@@ -114,19 +110,15 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   detail::Operands ops = detail::buildOperands(
       variant_, spec_, withDOut, p, hasBlockMask ? &bm : nullptr, 1);
 
+  // The threads' gradient buffers: the float parameters' gradients
+  // concatenated in declaration order, as zeroParamGradients sizes them and
+  // the kernel lays them out (KernelABI.h).
+  ParamGradients layout = zeroParamGradients(variant_, p.params);
+  std::vector<int64_t> gradBase;
   int64_t gradElems = 0;
-  // The threads' gradient buffers: each float parameter dense, in
-  // declaration order (a scalar: one element), as the kernel lays them out.
-  std::vector<int64_t> gradBase(variant_.params.size(), -1),
-      gradCount(variant_.params.size(), 0);
-  for (size_t i = 0; i < variant_.params.size(); ++i) {
-    if (!isFloat(variant_.params[i].dtype))
-      continue;
-    gradBase[i] = gradElems;
-    gradCount[i] = 1;
-    for (int64_t d : p.params[i].shape)
-      gradCount[i] *= d;
-    gradElems += gradCount[i];
+  for (const std::vector<double> &g : layout) {
+    gradBase.push_back(gradElems);
+    gradElems += static_cast<int64_t>(g.size());
   }
   std::vector<float> dq(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.f),
       dk(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dqk), 0.f),
@@ -167,17 +159,11 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   writeDense(dk, a.dk);
   writeDense(dv, a.dv);
   if (paramGrads) {
-    paramGrads->assign(variant_.params.size(), {});
-    for (size_t i = 0; i < variant_.params.size(); ++i) {
-      if (gradBase[i] < 0)
-        continue;
-      int64_t n = gradCount[i];
-      std::vector<double> &g = (*paramGrads)[i];
-      g.assign(static_cast<size_t>(n), 0.0);
+    for (size_t i = 0; i < layout.size(); ++i)
       for (const std::vector<float> &t : grads) // in thread order
-        for (int64_t k = 0; k < n; ++k)
-          g[static_cast<size_t>(k)] += t[static_cast<size_t>(gradBase[i] + k)];
-    }
+        for (size_t k = 0; k < layout[i].size(); ++k)
+          layout[i][k] += t[static_cast<size_t>(gradBase[i]) + k];
+    *paramGrads = std::move(layout);
   }
   return Status::ok();
 }

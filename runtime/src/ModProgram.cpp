@@ -210,11 +210,9 @@ Status typeCheckCode(std::vector<Instr> &code, std::vector<VType> &type,
         ok = arity(0) && section == Section::Grad; r = T::F32; break;
       case Op::Accumulate: {
         const ParamSpec &ps = v.params[in.imm];
-        bool isFloat = ps.dtype == DType::F32 || ps.dtype == DType::F16 ||
-                       ps.dtype == DType::BF16;
         if (section != Section::Grad)
           return fail("accumulate outside the grad section");
-        if (!isFloat)
+        if (!isFloatDType(ps.dtype))
           return fail("accumulate into '" + ps.name +
                       "', which is not a float parameter");
         ok = at.size() == ps.dims.size() + 1 && at.back() == T::F32 &&
@@ -752,8 +750,7 @@ Val runCode(const RunEnv &env, const std::vector<Instr> &code,
         violation->shape = bp.shape;
       }
       double x = loadAsDouble(bp.data, bp.dtype, off);
-      if (bp.dtype == DType::F32 || bp.dtype == DType::F16 ||
-          bp.dtype == DType::BF16)
+      if (isFloatDType(bp.dtype))
         r.f = x;
       else if (bp.dtype == DType::Bool)
         r.i = x != 0.0;
@@ -784,13 +781,8 @@ Val runCode(const RunEnv &env, const std::vector<Instr> &code,
       size_t n = in.args.size() - 1;
       int64_t dense = n ? elementAt(bp, vals, in.args, n).dense : 0;
       ParamGradients &g = *env.grads;
-      g.resize(v.params.size());
-      if (g[in.imm].empty()) {
-        int64_t numel = 1;
-        for (int64_t d : bp.shape)
-          numel *= d;
-        g[in.imm].assign(static_cast<size_t>(n ? numel : 1), 0.0);
-      }
+      if (g.size() != v.params.size())
+        g = zeroParamGradients(v, params);
       g[in.imm][static_cast<size_t>(dense)] += vals[in.args.back()].f;
       continue; // no result
     }
@@ -810,6 +802,20 @@ Val run(const RunEnv &env, const std::vector<Instr> &code, Val args[5]) {
 }
 
 } // namespace
+
+ParamGradients zeroParamGradients(const VariantInfo &v,
+                                  const std::vector<BoundParam> &params) {
+  ParamGradients g(v.params.size());
+  for (size_t i = 0; i < v.params.size(); ++i) {
+    if (!isFloatDType(v.params[i].dtype))
+      continue;
+    int64_t n = 1;
+    for (int64_t d : params[i].shape) // empty for a scalar: one element
+      n *= d;
+    g[i].assign(static_cast<size_t>(n), 0.0);
+  }
+  return g;
+}
 
 bool VariantInfo::hasScoreGrad() const {
   return program && !program->grad.empty();

@@ -34,8 +34,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
     return Status::invalidArgument(
         "backward: paged K/V (args.pages) is not supported; pass contiguous "
         "k and v");
-  if (dOut.dtype != DType::F32 && dOut.dtype != DType::F16 &&
-      dOut.dtype != DType::BF16)
+  if (!isFloatDType(dOut.dtype))
     return Status::invalidArgument(
         fmt::format("dOut: expected dtype f32, f16 or bf16, got {}",
                     dtypeName(dOut.dtype)));
@@ -53,16 +52,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
   g.dq.assign(static_cast<size_t>(p.B * p.Hq * p.Lq * Dqk), 0.0);
   g.dk.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dqk), 0.0);
   g.dv.assign(static_cast<size_t>(p.B * p.Hkv * Lkv * Dv), 0.0);
-  g.params.assign(v.params.size(), {});
-  for (size_t i = 0; i < v.params.size(); ++i) { // every float parameter
-    DType t = v.params[i].dtype;
-    if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-      continue;
-    int64_t n = 1;
-    for (int64_t d : p.params[i].shape)
-      n *= d;
-    g.params[i].assign(static_cast<size_t>(n), 0.0);
-  }
+  g.params = zeroParamGradients(v, p.params);
   const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<double> x(Lkv), s(Lkv), dP(Lkv);
   for (int64_t b = 0; b < p.B; ++b)

@@ -50,8 +50,6 @@ private:
   /// item range, and allocates the shared tiles.
   Tiles createEntry(StringRef name, Entry &e, Extra &x, Value &begin,
                     Value &end);
-  /// An item of the forward's shape for (b, h, qt): rows of one head.
-  Item itemAt(const Entry &e, Value b, Value h, Value qt);
   /// Qs [BM][D] and dOs [BM][DV] (zero past the item's rows), and per row
   /// its LSE and delta.
   void loadQueryTile(const Entry &e, const Extra &x, const Item &it, Value Qs,
@@ -97,14 +95,12 @@ BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
        fn.getArgument(first + 2), fn.getArgument(first + 3),
        fn.getArgument(first + 4)};
   grads_ = x.grads;
-  // Where each float parameter's gradient starts in the thread's buffer.
+  // Where each float parameter's gradient starts in the thread's buffer
+  // (as rt::zeroParamGradients sizes them, concatenated).
   Value next = cIdx(0);
   for (size_t i = 0; i < info_.params.size(); ++i) {
-    const rt::ParamSpec &p = info_.params[i];
-    bool isFloat = p.dtype == rt::DType::F32 || p.dtype == rt::DType::F16 ||
-                   p.dtype == rt::DType::BF16;
     gradBase_.push_back({});
-    if (!isFloat)
+    if (!rt::isFloatDType(info_.params[i].dtype))
       continue;
     gradBase_.back() = next;
     Value n = cIdx(1);
@@ -117,29 +113,6 @@ BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
   return {alloca(BM * D),  alloca(BM * DV), alloca(BM),
           alloca(BM),      alloca(D * BN),  alloca(DV * BN),
           alloca(BM * BN), alloca(BM * BN)};
-}
-
-ProgramBuilder::Item BackwardBuilder::itemAt(const Entry &e, Value b, Value h,
-                                             Value qt) {
-  Item it;
-  it.qt = qt;
-  it.h = h;
-  it.b = b;
-  it.kvh = arith::DivUIOp::create(b_, h, e.G);
-  it.kvLen = ipAt(add(cIdx(layout_.seqBase), b));
-  it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), b));
-  it.r0 = mul(qt, cIdx(BM));
-  it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
-  it.bI32 = arith::IndexCastOp::create(b_, i32_, b);
-  it.hI32 = arith::IndexCastOp::create(b_, i32_, h);
-  it.qlo = add(it.qpos0, it.r0);
-  it.qhi = add(it.qpos0, sub(add(it.r0, it.rows), cIdx(1)));
-  it.jlo = cIdx(0);
-  it.jhi = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
-  it.oB = b;
-  it.kBase = add(mul(b, e.ks[0]), mul(it.kvh, e.ks[1]));
-  it.vBase = add(mul(b, e.vs[0]), mul(it.kvh, e.vs[1]));
-  return it;
 }
 
 void BackwardBuilder::zero(Value tile, int64_t n) {
@@ -365,7 +338,12 @@ LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
            [&] {
       zero(dK, BN * D);
       zero(dV, BN * DV);
-      Item first = itemAt(e, b, mul(kvh, e.G), cIdx(0));
+      // The forward's item (b, h, qt), with one head per item and no split
+      // (the launcher's ip): (b * Hq + h) * nQT + qt.
+      auto itemAt = [&](Value h, Value qt) {
+        return decodeItem(e, add(mul(add(mul(b, e.Hq), h), e.nQT), qt));
+      };
+      Item first = itemAt(mul(kvh, e.G), cIdx(0));
       loadKeyTile(e, first, kv0, cols, Kt, Vt, nullptr);
       loop0(cIdx(0), e.G, 1, [&](Value g) {
         Value h = add(mul(kvh, e.G), g);
@@ -376,7 +354,7 @@ LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
                 arith::IndexCastOp::create(b_, i32_, h));
         materializeMaskInvariants(inv);
         loop0(cIdx(0), e.nQT, 1, [&](Value qt) {
-          Item it = itemAt(e, b, h, qt);
+          Item it = itemAt(h, qt);
           Tile tile = tileAt(it, kt, inv);
           ifThen(tile.visit, [&] {
             loadQueryTile(e, x, it, Qs, dOs, Lse, Delta);

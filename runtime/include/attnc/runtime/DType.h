@@ -14,6 +14,10 @@ enum class DType { F32, F16, BF16, I32, I64, Bool };
 std::string_view dtypeName(DType t);
 std::optional<DType> parseDType(std::string_view name);
 size_t dtypeSize(DType t);
+/// f32, f16 or bf16: the types that hold gradients.
+inline bool isFloatDType(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 
 /// IEEE binary16 and bfloat16 conversions, round-to-nearest-even, with
 /// NaN and infinities preserved. Plain bit manipulation: no hardware needed.

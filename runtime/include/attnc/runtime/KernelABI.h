@@ -28,6 +28,14 @@
 // (b * Hq + h) * Lq + i by their LSEs into O and LSE through kOutStride,
 // kOutLseStride and kOutHasLse. With S = 1 nothing is partial.
 //
+// The CPU backward entries (`<kernel>_bwd_kv`, `<kernel>_bwd_q`,
+// compiler/lib/Codegen/CpuBackwardKernel.cpp) take the forward's operands
+// with dO in o's place and the forward's LSE in lse's (ip built with one
+// head per item and no split), then f32 delta [B][Hq][Lq], dq, dk, dv
+// (contiguous [B][H][L][D]) and the thread's gradient buffer: every float
+// parameter's gradient, dense over its shape (a scalar: one element),
+// concatenated in declaration order (rt::zeroParamGradients' sizes).
+//
 // Integer parameter layout (ip):
 //
 //===----------------------------------------------------------------------===//

@@ -123,14 +123,21 @@ double evalScoreMod(const VariantInfo &v, const std::vector<BoundParam> &params,
 
 /// Gradients of a variant's parameters, indexed like VariantInfo::params:
 /// for a float parameter, dense row-major over its bound shape (a scalar
-/// has one element); empty for the others (evalScoreGrad sizes a float
-/// parameter's entry when it first adds to it).
+/// has one element); empty for the others.
 using ParamGradients = std::vector<std::vector<double>>;
+
+/// Zero gradients for every float parameter of `v` (sized by the bound
+/// shapes in `params`); the others empty. The CPU backward kernels lay
+/// their per-thread buffers out the same way, concatenated in parameter
+/// order (KernelABI.h).
+ParamGradients zeroParamGradients(const VariantInfo &v,
+                                  const std::vector<BoundParam> &params);
 
 /// Evaluates the `grad` section (v.hasScoreGrad() must hold): returns dy *
 /// d score_mod / d score at (score, b, h, q, kv) and, when `grads` is not
 /// null, adds dy * d score_mod / d p into the gradient of every float
-/// parameter p it read (at the clamped indices the forward read).
+/// parameter p it read (at the clamped indices the forward read); `grads`
+/// is empty (sized here) or as zeroParamGradients made it.
 double evalScoreGrad(const VariantInfo &v, const std::vector<BoundParam> &params,
                      double score, int32_t b, int32_t h, int32_t q, int32_t kv,
                      double dy, ParamGradients *grads, bool exact = false);
