@@ -125,6 +125,37 @@ struct BuildTiledPass : ConfiguredPass<BuildTiledPass> {
   }
 };
 
+struct BuildBackwardPass : ConfiguredPass<BuildBackwardPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildBackwardPass)
+  BuildBackwardPass() = default;
+  BuildBackwardPass(const BuildBackwardPass &other) : ConfiguredPass(other) {}
+  Pass::Option<int64_t> vectorWidth{*this, "vector-width",
+                                    llvm::cl::desc("f32 lanes (8 or 16)"),
+                                    llvm::cl::init(8)};
+  StringRef getArgument() const final { return "attn-build-backward"; }
+  StringRef getDescription() const final {
+    return "Build the CPU backward program (<variant>_bwd_kv, "
+           "<variant>_bwd_q) of every differentiated attn.variant";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
+             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
+  }
+  void runOnOperation() override {
+    FailureOr<rt::KernelSpec> s = spec();
+    if (failed(s))
+      return signalPassFailure();
+    FlashConfig config;
+    config.spec = *s;
+    config.vectorWidth = vectorWidth;
+    ModuleOp m = getOperation();
+    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+      if (failed(buildBackwardProgram(m, v, analyzeMask(v), config,
+                                      v.getSymName())))
+        return signalPassFailure();
+  }
+};
+
 struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
   BuildGpuPass() = default;
@@ -205,6 +236,7 @@ void registerAttncPasses() {
   PassRegistration<MaskAnalysisPass>();
   PassRegistration<DifferentiatePass>();
   PassRegistration<BuildTiledPass>();
+  PassRegistration<BuildBackwardPass>();
   PassRegistration<BuildGpuPass>();
   PassRegistration<LowerToLLVMPass>();
   PassRegistration<LowerToNVVMPass>();

@@ -10,6 +10,8 @@
 //                         score_mod's reverse-mode derivative
 //   -attn-build-tiled     the tiled flash program (CPU form) of every
 //                         variant, as func.func @<variant>_kernel
+//   -attn-build-backward  the CPU backward program of every differentiated
+//                         variant: func.func @<variant>_bwd_kv, _bwd_q
 //   -attn-build-gpu       the GPU program (tensor-core or SIMT form) of
 //                         every variant in gpu.module @attnc_kernels
 //   -attn-lower-to-llvm   the CPU program to the LLVM dialect
