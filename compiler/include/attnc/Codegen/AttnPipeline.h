@@ -3,7 +3,8 @@
 // MLIRGen's module becomes what every later stage (mask analysis, kernels,
 // the modifier program, packages) reads: canonicalized and CSE'd, then
 // each variant's score_grad region built (-attn-differentiate) and
-// simplified the same way. `attnc compile` and Session both run it, so
+// simplified the same way (left empty, so that only the backward is
+// refused, for a score_mod the pass cannot differentiate). `attnc compile` and Session both run it, so
 // what `--emit=attn` prints is what the kernels are built from.
 //
 //===----------------------------------------------------------------------===//
