@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Backward.h"
 #include "attnc/runtime/KernelABI.h"
+#include "BackwardCall.h"
 #include "CpuLaunch.h"
 
 #include <fmt/format.h>
@@ -16,16 +17,6 @@
 namespace attnc::rt {
 
 namespace {
-
-Status checkGradView(const TensorView &t, const char *name,
-                     const std::vector<int64_t> &shape) {
-  if (!isFloatDType(t.dtype))
-    return Status::invalidArgument(fmt::format(
-        "{}: expected dtype f32, f16 or bf16, got {}", name, dtypeName(t.dtype)));
-  if (!t.data)
-    return Status::invalidArgument(fmt::format("{}: is null", name));
-  return checkShape(t, name, shape);
-}
 
 /// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view.
 void writeDense(const std::vector<float> &src, const TensorView &dst) {
@@ -48,37 +39,8 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
     return Status::internal("the CPU backward kernel has no entry points");
   const AttentionArgs &f = a.forward;
   Problem p;
-  if (Status s = resolveProblem(variant_, &spec_, f, p); !s)
+  if (Status s = detail::checkBackwardCall(variant_, spec_, a, p); !s)
     return s;
-  if (!p.hasLse)
-    return Status::invalidArgument(
-        "lse: the backward needs the forward's LSE ([B, Hq, Lq] f32); pass "
-        "an lse view to the forward call and then here");
-  if (p.pages)
-    return Status::invalidArgument(
-        "backward: paged K/V (pages) is not supported; pass contiguous k "
-        "and v");
-  if (f.blockMask)
-    return Status::invalidArgument(
-        "backward: blockMask is not taken; the backward builds its own");
-  if (Status s = checkCaptureValues(variant_, p); !s)
-    return s;
-  if (Status s = checkTensor(a.dOut, "dOut", spec_.dtype,
-                             {p.B, p.Hq, p.Lq, p.Dv});
-      !s)
-    return s;
-  if (!a.dOut.data)
-    return Status::invalidArgument("dOut: is null");
-  if (Status s = checkGradView(a.dq, "dq", f.q.shape); !s)
-    return s;
-  if (Status s = checkGradView(a.dk, "dk", f.k.shape); !s)
-    return s;
-  if (Status s = checkGradView(a.dv, "dv", f.v.shape); !s)
-    return s;
-
-  if (a.dLse.data)
-    if (Status s = checkTensor(a.dLse, "dLse", DType::F32, {p.B, p.Hq, p.Lq}); !s)
-      return s;
   // delta = rowsum(dO * O) - dLse, per row (b, h, i), read in place.
   std::vector<float> delta(static_cast<size_t>(p.B * p.Hq * p.Lq));
   {
@@ -115,11 +77,7 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   // the kernel lays them out (KernelABI.h).
   ParamGradients layout = zeroParamGradients(variant_, p.params);
   std::vector<int64_t> gradBase;
-  int64_t gradElems = 0;
-  for (const std::vector<double> &g : layout) {
-    gradBase.push_back(gradElems);
-    gradElems += static_cast<int64_t>(g.size());
-  }
+  int64_t gradElems = detail::paramGradientLayout(layout, gradBase);
   std::vector<float> dq(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.f),
       dk(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dqk), 0.f),
       dv(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dv), 0.f);

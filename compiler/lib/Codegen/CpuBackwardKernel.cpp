@@ -21,7 +21,7 @@
 // Matrix products use the forward's register-blocked micro-kernel.
 //
 //===----------------------------------------------------------------------===//
-#include "ProgramBuilder.h"
+#include "BackwardBuilder.h"
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
@@ -29,9 +29,9 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 namespace {
 
-class BackwardBuilder : public ProgramBuilder {
+class CpuBackwardBuilder : public BackwardBuilder {
 public:
-  using ProgramBuilder::ProgramBuilder;
+  using BackwardBuilder::BackwardBuilder;
 
   LogicalResult buildKeyValueGrads(StringRef name);
   LogicalResult buildQueryGrads(StringRef name);
@@ -67,17 +67,10 @@ private:
   /// [BM][BN]); with `accumulate`, score_grad's parameter gradients too.
   void scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse, Value Delta,
                  Value P, Value DX, bool transposed, bool accumulate);
-  /// score_grad's ops in order: accumulates (when `accumulate`) into the
-  /// thread's buffer, the rest on demand; returns the yielded value.
-  Value emitGrad(Block &block, IRMapping &map, bool accumulate);
-  void emitAccumulate(attn::AccumulateOp a, IRMapping &map);
   void zero(Value tile, int64_t n);
-
-  Value grads_;
-  SmallVector<Value> gradBase_; // per parameter (null: no gradient)
 };
 
-BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
+CpuBackwardBuilder::Tiles CpuBackwardBuilder::createEntry(StringRef name, Entry &e,
                                                    Extra &x, Value &begin,
                                                    Value &end) {
   SmallVector<Type> args = kernelArgs();
@@ -94,20 +87,7 @@ BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
   x = {fn.getArgument(first), fn.getArgument(first + 1),
        fn.getArgument(first + 2), fn.getArgument(first + 3),
        fn.getArgument(first + 4)};
-  grads_ = x.grads;
-  // Where each float parameter's gradient starts in the thread's buffer
-  // (as rt::zeroParamGradients sizes them, concatenated).
-  Value next = cIdx(0);
-  for (size_t i = 0; i < info_.params.size(); ++i) {
-    gradBase_.push_back({});
-    if (!rt::isFloatDType(info_.params[i].dtype))
-      continue;
-    gradBase_.back() = next;
-    Value n = cIdx(1);
-    for (Value d : capDims_[i])
-      n = mul(n, d);
-    next = add(next, n);
-  }
+  bindGradients(x.grads, /*atomic=*/false);
   begin = toIdx(fn.getArgument(fn.getNumArguments() - 2));
   end = toIdx(fn.getArgument(fn.getNumArguments() - 1));
   return {alloca(BM * D),  alloca(BM * DV), alloca(BM),
@@ -115,12 +95,12 @@ BackwardBuilder::Tiles BackwardBuilder::createEntry(StringRef name, Entry &e,
           alloca(BM * BN), alloca(BM * BN)};
 }
 
-void BackwardBuilder::zero(Value tile, int64_t n) {
+void CpuBackwardBuilder::zero(Value tile, int64_t n) {
   Value z = cF32(0.0);
   loop0(cIdx(0), cIdx(n), 1, [&](Value i) { store(z, tile, i); });
 }
 
-void BackwardBuilder::loadQueryTile(const Entry &e, const Extra &x,
+void CpuBackwardBuilder::loadQueryTile(const Entry &e, const Extra &x,
                                     const Item &it, Value Qs, Value dOs,
                                     Value Lse, Value Delta) {
   zero(Qs, BM * D);
@@ -147,7 +127,7 @@ void BackwardBuilder::loadQueryTile(const Entry &e, const Extra &x,
   });
 }
 
-void BackwardBuilder::loadKeyTile(const Entry &e, const Item &it, Value kv0,
+void CpuBackwardBuilder::loadKeyTile(const Entry &e, const Item &it, Value kv0,
                                   Value cols, Value Kt, Value Vt, Value Ks) {
   loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
     Value inRange =
@@ -166,7 +146,7 @@ void BackwardBuilder::loadKeyTile(const Entry &e, const Item &it, Value kv0,
   });
 }
 
-void BackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
+void CpuBackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
                              int64_t cols, int64_t depth, bool accumulate) {
   int64_t W = VW == 16 && cols % 16 == 0 ? 16 : 8; // cols: multiples of 8
   int64_t cap = VW == 16 ? 4 : 2, cb = 1;
@@ -199,68 +179,14 @@ void BackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
   });
 }
 
-void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
-  size_t pi = 0;
-  while (info_.params[pi].name != a.getParam())
-    ++pi;
-  Value off = cIdx(0);
-  for (auto [d, idx] : llvm::enumerate(a.getIndices())) {
-    // Clamped as the gather that read the element.
-    Value i = toIdx(materialize(idx, map));
-    Value n = capDims_[pi][d];
-    i = minI(maxI(i, cIdx(0)), sub(n, cIdx(1)));
-    off = add(mul(off, n), i);
-  }
-  Value at = add(gradBase_[pi], off);
-  Value v = materialize(a.getValue(), map);
-  store(arith::AddFOp::create(b_, load(grads_, at), v), grads_, at);
-}
-
-Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
-                                bool accumulate) {
-  auto hasAccumulate = [](attn::SumOp s) {
-    bool any = false;
-    s.getBody().walk([&](attn::AccumulateOp) { any = true; });
-    return any;
-  };
-  for (Operation &op : block) {
-    if (auto y = dyn_cast<attn::YieldOp>(op))
-      return materialize(y.getValue(), map);
-    if (!accumulate)
-      continue; // pure ops are materialized where they are used
-    if (auto a = dyn_cast<attn::AccumulateOp>(op)) {
-      emitAccumulate(a, map);
-    } else if (auto s = dyn_cast<attn::SumOp>(op); s && hasAccumulate(s)) {
-      // The sum's terms, with their accumulates, in index order.
-      attn::forEachValueRead(s, [&](Value v) { materialize(v, map); });
-      Block &body = s.getBody().front();
-      Value ub = toIdx(maxI(map.lookup(s.getCount()), cI32(0)));
-      auto f = loop(cIdx(0), ub, 1, {cF32(0.0)}, [&](Value i, ValueRange acc) {
-        IRMapping inner = map;
-        inner.map(body.getArgument(0),
-                  arith::IndexCastOp::create(b_, i32_, i));
-        Value t = emitGrad(body, inner, /*accumulate=*/true);
-        return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], t)};
-      });
-      map.map(s.getResult(), f.getResult(0));
-    }
-  }
-  llvm_unreachable("score_grad ends with attn.yield");
-}
-
-void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse,
+void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse,
                                 Value Delta, Value P, Value DX, bool transposed,
                                 bool accumulate) {
-  Block &score = v_.getScoreBlock(), &mask = v_.getMaskBlock();
-  Block &grad = *v_.getGradBlock();
+  Block &mask = v_.getMaskBlock();
   // Without accumulates the per-key work has no side effect: it is computed
   // for every key and the masked ones selected away (a branch-free loop
   // LLVM can vectorize); with them, it runs only for kept keys.
-  bool pure = !accumulate;
-  if (accumulate) {
-    pure = true;
-    grad.walk([&](attn::AccumulateOp) { pure = false; });
-  }
+  bool pure = !accumulate || !accumulates();
   // mask_mod only where the tile is not full (or has a tail): two copies of
   // the key loop, chosen once per tile.
   Value needMask = arith::XOrIOp::create(
@@ -287,15 +213,9 @@ void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, V
       Value dp = load(DP, at);
       Value zeroF = cF32(0.0);
       auto perKey = [&] {
-        Value s = emitModifier(score, ValueRange{xs, it.bI32, it.hI32, qpos, kv});
-        Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, s, lse));
-        Value ds = arith::MulFOp::create(
-            b_, p, arith::SubFOp::create(b_, dp, delta));
-        IRMapping map;
-        SmallVector<Value> args = {xs, it.bI32, it.hI32, qpos, kv, ds};
-        map.map(grad.getArguments(), args);
-        Value dx = emitGrad(grad, map, accumulate);
-        return SmallVector<Value>{p, arith::MulFOp::create(b_, dx, e.scale)};
+        auto [p, dx] = keyGradient(e, xs, it.bI32, it.hI32, qpos, kv, dp,
+                                   lse, delta, accumulate);
+        return SmallVector<Value>{p, dx};
       };
       SmallVector<Value> pd;
       if (pure) {
@@ -314,7 +234,7 @@ void BackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, V
   ifThenElse(needMask, [&] { rows(true); }, [&] { rows(false); });
 }
 
-LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
+LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
   Entry e;
   Extra x;
   Value begin, end;
@@ -388,7 +308,7 @@ LogicalResult BackwardBuilder::buildKeyValueGrads(StringRef name) {
   return success();
 }
 
-LogicalResult BackwardBuilder::buildQueryGrads(StringRef name) {
+LogicalResult CpuBackwardBuilder::buildQueryGrads(StringRef name) {
   Entry e;
   Extra x;
   Value begin, end;
@@ -444,10 +364,10 @@ LogicalResult buildBackwardProgram(ModuleOp module, attn::VariantOp variant,
       ->loadDialect<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
                     vector::VectorDialect, arith::ArithDialect,
                     math::MathDialect>();
-  codegen::BackwardBuilder kv(module, variant, mask, config);
+  codegen::CpuBackwardBuilder kv(module, variant, mask, config);
   if (failed(kv.buildKeyValueGrads((name + "_bwd_kv").str())))
     return failure();
-  codegen::BackwardBuilder q(module, variant, mask, config);
+  codegen::CpuBackwardBuilder q(module, variant, mask, config);
   if (failed(q.buildQueryGrads((name + "_bwd_q").str())))
     return failure();
   if (mask.kind == rt::MaskKind::Data) {

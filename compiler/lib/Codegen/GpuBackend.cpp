@@ -50,10 +50,14 @@ using namespace mlir;
 
 namespace attnc {
 
-OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
-                                     const FlashConfig &config,
-                                     const std::string &target,
-                                     std::string &error) {
+namespace {
+/// A module holding a copy of the variant and `gpu.module @attnc_kernels`,
+/// filled by `build` (given the copy and its mask analysis), canonicalized.
+OwningOpRef<ModuleOp> buildGpuModuleWith(
+    attn::VariantOp variant, std::string &error,
+    function_ref<LogicalResult(gpu::GPUModuleOp, attn::VariantOp,
+                               const MaskAnalysis &)>
+        build) {
   MLIRContext *ctx = variant.getContext();
   ctx->loadDialect<gpu::GPUDialect, NVVM::NVVMDialect>();
   OpBuilder b(ctx);
@@ -65,11 +69,7 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   MaskAnalysis mask = analyzeMask(copy);
   auto gm = gpu::GPUModuleOp::create(b, variant.getLoc(), "attnc_kernels");
-  // The tiles the target's shared memory holds.
-  FlashConfig cfg = config;
-  cfg.spec = gpuSpec(config.spec, target);
-  if (failed(buildGpuFlashProgram(gm, copy, mask, cfg,
-                                  gpuKernelName(variant.getSymName(), cfg.spec)))) {
+  if (failed(build(gm, copy, mask))) {
     error = "cannot build the GPU program for variant '" +
             variant.getSymName().str() + "'";
     return nullptr;
@@ -82,6 +82,35 @@ OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
     return nullptr;
   }
   return m;
+}
+} // namespace
+
+OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
+                                     const FlashConfig &config,
+                                     const std::string &target,
+                                     std::string &error) {
+  // The tiles the target's shared memory holds.
+  FlashConfig cfg = config;
+  cfg.spec = gpuSpec(config.spec, target);
+  return buildGpuModuleWith(
+      variant, error,
+      [&](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask) {
+        return buildGpuFlashProgram(
+            gm, v, mask, cfg, gpuKernelName(variant.getSymName(), cfg.spec));
+      });
+}
+
+OwningOpRef<ModuleOp> buildGpuBackwardModule(attn::VariantOp variant,
+                                             const FlashConfig &config,
+                                             std::string &error) {
+  FlashConfig cfg = config;
+  cfg.spec = gpuBackwardSpec(config.spec);
+  return buildGpuModuleWith(
+      variant, error,
+      [&](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask) {
+        return buildGpuBackwardProgram(
+            gm, v, mask, cfg, gpuKernelName(variant.getSymName(), cfg.spec));
+      });
 }
 
 namespace {
@@ -282,6 +311,57 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
     if (rt::Status s = rt::ptxEntryParams(out.ptx, out.maskBuilder,
                                           out.maskBuilderParams);
         !s)
+      return rt::Status::internal(s.message());
+  }
+  return rt::Status::ok();
+}
+
+rt::Status compileBackwardForGpu(attn::VariantOp variant,
+                                 const rt::KernelSpec &spec,
+                                 const std::string &target,
+                                 rt::GpuBackwardImage &out) {
+  if (!isGpuTarget(target))
+    return rt::Status::invalidArgument("unknown GPU target '" + target +
+                                       "' (expected sm_80, sm_86, sm_89 or "
+                                       "sm_90)");
+  if (!variant.getGradBlock() || variant.getGradBlock()->empty())
+    return rt::Status::invalidArgument(
+        "variant '" + variant.getSymName().str() +
+        "' has no derivative of its score_mod: the backward cannot be built");
+  FlashConfig config;
+  config.spec = spec;
+  std::string error;
+  OwningOpRef<ModuleOp> m = buildGpuBackwardModule(variant, config, error);
+  if (!m)
+    return rt::Status::internal(error);
+  if (failed(lowerToNVVM(*m, target)))
+    return rt::Status::internal("lowering the backward of variant '" +
+                                variant.getSymName().str() +
+                                "' to NVVM failed");
+  out = rt::GpuBackwardImage();
+  out.ptx = emitPTX(*m, error);
+  if (out.ptx.empty())
+    return rt::Status::internal(error);
+  out.target = target;
+  out.spec = gpuBackwardSpec(spec);
+  std::string name = gpuKernelName(variant.getSymName(), out.spec);
+  out.query = name + "_bwd_q";
+  out.keyValue = name + "_bwd_kv";
+  out.queryThreads = out.spec.blockM;
+  out.keyValueThreads = out.spec.blockN;
+  int64_t row = (out.spec.headDim + out.spec.vHeadDim) * 4;
+  out.querySharedBytes = out.spec.blockN * row;
+  out.keyValueSharedBytes = out.spec.blockM * (row + 8);
+  auto params = [&](const std::string &entry, std::vector<int> &sizes) {
+    return rt::ptxEntryParams(out.ptx, entry, sizes);
+  };
+  if (rt::Status s = params(out.query, out.queryParams); !s)
+    return rt::Status::internal(s.message());
+  if (rt::Status s = params(out.keyValue, out.keyValueParams); !s)
+    return rt::Status::internal(s.message());
+  if (analyzeMask(variant).kind == rt::MaskKind::Data) {
+    out.maskBuilder = name + "_block_mask";
+    if (rt::Status s = params(out.maskBuilder, out.maskBuilderParams); !s)
       return rt::Status::internal(s.message());
   }
   return rt::Status::ok();

@@ -115,6 +115,16 @@ rt::Status Session::compileCpuBackward(const std::string &variant,
   return compileBackwardForCpu(v, spec, out);
 }
 
+rt::Status Session::compileGpuBackward(const std::string &variant,
+                                       const rt::KernelSpec &spec,
+                                       const std::string &target,
+                                       rt::GpuBackwardImage &out) const {
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  return compileBackwardForGpu(v, spec, target, out);
+}
+
 void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
   impl_->cache = std::move(cache);
   impl_->cacheChosen = true;

@@ -8,6 +8,7 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/Backward.h"
 #include "attnc/runtime/Npy.h"
+#include "attnc/runtime/cuda/GpuBackward.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
 
 #include <fmt/format.h>
@@ -70,14 +71,16 @@ Exit status 0 only if every case passes.
                           dims {64, 80, 128, 64:32} x {prefill, decode,
                           chunk} x {MHA, GQA, MQA}, with lengths, layouts
                           and ragged batches in rotation (docs/check.md)
-  --backward              check the backward pass instead (CPU): the forward
+  --backward              check the backward pass instead: the forward
                           kernel's O and LSE, then dQ, dK, dV and every float
                           parameter's gradient against the fp64 backward,
                           for a seeded dO; max_abs is the largest error,
                           tolerance the dtype's (f32 1e-4, f16 and bf16
                           1e-3) times 1 + the largest |gradient| of that
-                          kind (D = rowsum(dO O) from the kernel's O). --splits, --page-size, --checked and
-                          --output do not apply
+                          kind (D = rowsum(dO O) from the kernel's O); on
+                          cuda dq, dk, dv are in the kernel's dtype, and
+                          16-bit ones add half an ulp. --splits,
+                          --page-size, --checked and --output do not apply
 Tolerances (max_abs vs fp64): f32 1e-5, f16 2e-3, bf16 1.6e-2.
 )";
 
@@ -132,7 +135,8 @@ public:
     return row;
   }
 
-  /// The backward pass on the CPU against the fp64 backward.
+  /// The backward pass (CPU, or the GPU with its forward) against the fp64
+  /// backward.
   Row runBackwardCase(const std::string &variant, const Shape &shape,
                       const std::map<std::string, double> &sets,
                       const std::map<std::string, std::string> &npy) {
@@ -146,16 +150,11 @@ public:
     if (rt::Status s = prepareCase(variant, shape, sets, npy, info, in, spec); !s)
       return failedRow(name, shape.dtype, s.message());
     KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
-    if (rt::Status s = runCpu(key, spec, in); !s)
+    if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
+        !s)
       return failedRow(name, shape.dtype, s.message());
-    auto it = cpuBackward_.find(key);
-    if (it == cpuBackward_.end()) {
-      std::unique_ptr<rt::CpuBackwardKernel> k;
-      if (rt::Status s = session_.compileCpuBackward(variant, spec, k); !s)
-        return failedRow(name, shape.dtype, s.message());
-      it = cpuBackward_.emplace(key, std::move(k)).first;
-    }
-    // A seeded dO in the kernel's dtype; gradients into f32 buffers.
+    // A seeded dO in the kernel's dtype; gradients into f32 buffers on the
+    // CPU, the kernel's dtype on the GPU (which writes no other).
     std::mt19937_64 rng(shape.seed + 1);
     std::uniform_real_distribution<double> u(-1, 1);
     const rt::AttentionArgs &a = in.args;
@@ -163,17 +162,21 @@ public:
                                     rt::dtypeSize(shape.dtype));
     for (int64_t i = 0; i < a.out.numel(); ++i)
       rt::storeFromDouble(dOut.data(), shape.dtype, i, u(rng));
-    std::vector<float> dq(static_cast<size_t>(a.q.numel())),
-        dk(static_cast<size_t>(a.k.numel())),
-        dv(static_cast<size_t>(a.v.numel()));
+    rt::DType gt = gpu_ ? shape.dtype : rt::DType::F32;
+    auto buffer = [&](const rt::TensorView &t) {
+      return std::vector<unsigned char>(static_cast<size_t>(t.numel()) *
+                                        rt::dtypeSize(gt));
+    };
+    std::vector<unsigned char> dq = buffer(a.q), dk = buffer(a.k),
+                               dv = buffer(a.v);
     rt::BackwardArgs b;
     b.forward = a;
     b.dOut = rt::TensorView::contiguous(dOut.data(), shape.dtype, a.out.shape);
-    b.dq = rt::TensorView::contiguous(dq.data(), rt::DType::F32, a.q.shape);
-    b.dk = rt::TensorView::contiguous(dk.data(), rt::DType::F32, a.k.shape);
-    b.dv = rt::TensorView::contiguous(dv.data(), rt::DType::F32, a.v.shape);
+    b.dq = rt::TensorView::contiguous(dq.data(), gt, a.q.shape);
+    b.dk = rt::TensorView::contiguous(dk.data(), gt, a.k.shape);
+    b.dv = rt::TensorView::contiguous(dv.data(), gt, a.v.shape);
     rt::ParamGradients params;
-    if (rt::Status s = it->second->run(b, &params); !s)
+    if (rt::Status s = runBackward(key, info, spec, b, params); !s)
       return failedRow(name, shape.dtype, s.message());
     rt::AttentionGrads ref;
     // D = rowsum(dO * O) from the O the forward kernel wrote, as the
@@ -188,8 +191,12 @@ public:
     row.pass = true;
     double tol = backwardTolerance(shape.dtype), worst = -1, sum = 0;
     int64_t count = 0;
+    // 16-bit gradients are also off by their rounding (half an ulp).
+    double rounding = gt == rt::DType::BF16  ? std::ldexp(1.0, -8)
+                      : gt == rt::DType::F16 ? std::ldexp(1.0, -11)
+                                             : 0.0;
     auto compare = [&](const std::string &what, const std::vector<double> &want,
-                       auto got) {
+                       auto got, double tol) {
       double scale = 1, err = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         scale = std::max(scale, 1 + std::fabs(want[i]));
@@ -207,13 +214,18 @@ public:
       }
       row.pass &= err <= tol * scale;
     };
-    compare("dq", ref.dq, [&](size_t i) { return double(dq[i]); });
-    compare("dk", ref.dk, [&](size_t i) { return double(dk[i]); });
-    compare("dv", ref.dv, [&](size_t i) { return double(dv[i]); });
+    auto at = [&](const std::vector<unsigned char> &g) {
+      return [&g, gt](size_t i) {
+        return rt::loadAsDouble(g.data(), gt, static_cast<int64_t>(i));
+      };
+    };
+    compare("dq", ref.dq, at(dq), tol + rounding);
+    compare("dk", ref.dk, at(dk), tol + rounding);
+    compare("dv", ref.dv, at(dv), tol + rounding);
     for (size_t i = 0; i < info.params.size(); ++i)
       if (!ref.params[i].empty())
         compare("d" + info.params[i].name, ref.params[i],
-                [&](size_t k) { return params[i][k]; });
+                [&](size_t k) { return params[i][k]; }, tol);
     row.meanAbs = count ? sum / static_cast<double>(count) : 0;
     return row;
   }
@@ -265,6 +277,36 @@ private:
     }
     return rt::cuda::runFromHost(*gpu_, *it->second, in.args);
   }
+  rt::Status runBackward(const KernelKey &key, const rt::VariantInfo &info,
+                         const rt::KernelSpec &spec, const rt::BackwardArgs &b,
+                         rt::ParamGradients &params) {
+    if (!gpu_) {
+      auto it = cpuBackward_.find(key);
+      if (it == cpuBackward_.end()) {
+        std::unique_ptr<rt::CpuBackwardKernel> k;
+        if (rt::Status s = session_.compileCpuBackward(key.variant, spec, k); !s)
+          return s;
+        it = cpuBackward_.emplace(key, std::move(k)).first;
+      }
+      return it->second->run(b, &params);
+    }
+    auto it = gpuBackward_.find(key);
+    if (it == gpuBackward_.end()) {
+      rt::GpuBackwardImage image;
+      std::string target = gpuTargetFor(gpu_->device().computeCapability());
+      if (rt::Status s =
+              session_.compileGpuBackward(key.variant, spec, target, image);
+          !s)
+        return s;
+      std::unique_ptr<rt::cuda::GpuBackwardKernel> k;
+      if (rt::Status s = rt::cuda::GpuBackwardKernel::load(*gpu_, info, image, k);
+          !s)
+        return s;
+      it = gpuBackward_.emplace(key, std::move(k)).first;
+    }
+    return rt::cuda::runBackwardFromHost(*gpu_, *it->second, b, &params);
+  }
+
   const Session &session_;
   int threads_;
   const rt::cuda::Context *gpu_;
@@ -272,6 +314,7 @@ private:
   std::map<KernelKey, std::unique_ptr<rt::CpuKernel>> cpu_;
   std::map<KernelKey, std::unique_ptr<rt::cuda::GpuKernel>> gpuKernels_;
   std::map<KernelKey, std::unique_ptr<rt::CpuBackwardKernel>> cpuBackward_;
+  std::map<KernelKey, std::unique_ptr<rt::cuda::GpuBackwardKernel>> gpuBackward_;
 };
 
 } // namespace
@@ -287,10 +330,6 @@ int runCheck(const std::vector<std::string> &argv) {
   }
   if (o.positional.size() != 1)
     return usage("attnc check", "'check' needs exactly one input file");
-  if (o.backward && o.backend == "cuda")
-    return usage("attnc check",
-                 "--backward runs on the CPU only (the GPU backward kernel "
-                 "does not exist yet); drop --backend cuda");
   std::unique_ptr<rt::cuda::Context> gpu;
   if (o.backend == "cuda") {
     // Without a driver or a device, say so and use the CPU.

@@ -4,6 +4,7 @@
 #include "attnc/runtime/Parse.h"
 #include "../KernelOperands.h"
 #include "CallBuffer.h"
+#include "PtxModule.h"
 
 #include <fmt/format.h>
 
@@ -14,12 +15,7 @@
 namespace attnc::rt::cuda {
 
 namespace {
-// cuda.h's CUjit_option values.
-constexpr int kJitInfoLogBuffer = 3, kJitInfoLogSize = 4,
-              kJitErrorLogBuffer = 5, kJitErrorLogSize = 6;
 constexpr int64_t kMaxStaticShared = 48 * 1024;
-constexpr int64_t kMaskBuilderThreads = 64;
-constexpr int64_t kMaxGridX = 2147483647;
 constexpr int kMaxDynamicSharedAttr = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 int64_t bytesOf(const TensorView &t) {
@@ -158,18 +154,8 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   const Driver &drv = ctx.driver();
   if (Status s = ctx.makeCurrent(); !s)
     return s;
-  int64_t target = 0;
-  if (image.target.rfind("sm_", 0) != 0 ||
-      !parseInt(image.target.substr(3), 50, 999, target))
-    target = 0;
-  if (target <= 0)
-    return Status::invalidArgument("kernel '" + image.kernel +
-                                   "' has an unknown target '" +
-                                   image.target + "'");
-  if (target > ctx.device().computeCapability())
-    return Status::invalidArgument(fmt::format(
-        "kernel '{}' is compiled for {}, but {} is sm_{}", image.kernel,
-        image.target, ctx.device().name(), ctx.device().computeCapability()));
+  if (Status s = ptx::checkTarget(ctx, image.target, image.kernel); !s)
+    return s;
   if (image.sharedBytes > kMaxStaticShared || image.threads <= 0 ||
       image.threads > 1024)
     return Status::invalidArgument(fmt::format(
@@ -188,15 +174,9 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   size_t captures = 0;
   for (const ParamSpec &p : variant.params)
     captures += p.isTensor;
-  auto expect = [&](const std::vector<int> &sizes, size_t memrefs,
-                    const std::string &name) -> Status {
-    std::vector<int> want(5 * memrefs + 1, 8);
-    if (sizes != want)
-      return Status::invalidArgument(fmt::format(
-          "kernel '{}' has {} parameters, but this runtime passes {} (8 "
-          "bytes each): the package and the runtime disagree on the ABI",
-          name, sizes.size(), want.size()));
-    return Status::ok();
+  auto expect = [](const std::vector<int> &sizes, size_t memrefs,
+                   const std::string &name) {
+    return ptx::checkEntryParams(sizes, memrefs, name);
   };
   if (Status s = expect(image.kernelParams, 8 + captures, image.kernel); !s)
     return s;
@@ -216,30 +196,14 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   k->ctx_ = &ctx;
   k->variant_ = variant;
   k->image_ = image;
-  std::vector<char> errLog(16384, 0), infoLog(4096, 0);
-  int opts[] = {kJitErrorLogBuffer, kJitErrorLogSize, kJitInfoLogBuffer,
-                kJitInfoLogSize};
-  void *vals[] = {errLog.data(),
-                  reinterpret_cast<void *>(uintptr_t(errLog.size() - 1)),
-                  infoLog.data(),
-                  reinterpret_cast<void *>(uintptr_t(infoLog.size() - 1))};
-  CUresult r = drv.api().cuModuleLoadDataEx(&k->module_, image.ptx.c_str(), 4,
-                                            opts, vals);
-  if (Status s = drv.check(r, "cuModuleLoadDataEx"); !s) {
-    k->module_ = nullptr;
-    std::string log(errLog.data());
-    while (!log.empty() && (log.back() == '\n' || log.back() == '\0'))
-      log.pop_back();
-    return Status::unavailable(fmt::format(
-        "cannot load kernel '{}' ({}): {}{}", image.kernel, image.target,
-        s.message(), log.empty() ? "" : "\nJIT log:\n" + log));
-  }
-  if (Status s = drv.check(drv.api().cuModuleGetFunction(
-                               &k->kernel_, k->module_, image.kernel.c_str()),
-                           "cuModuleGetFunction");
+  if (Status s = ptx::loadPtx(ctx, image.ptx, image.kernel, image.target,
+                                k->module_);
       !s)
-    return Status::notFound("kernel '" + image.kernel +
-                            "' is not in its module: " + s.message());
+    return s;
+  if (Status s = ptx::getEntry(ctx, k->module_, image.kernel, "kernel",
+                                  k->kernel_);
+      !s)
+    return s;
   if (image.dynamicSharedBytes > 0)
     if (Status s = drv.check(
             drv.api().cuFuncSetAttribute(k->kernel_, kMaxDynamicSharedAttr,
@@ -249,20 +213,15 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
       return Status::unavailable("kernel '" + image.kernel +
                                  "' cannot have its shared memory: " +
                                  s.message());
-  if (Status s = drv.check(drv.api().cuModuleGetFunction(
-                               &k->merge_, k->module_, image.merge.c_str()),
-                           "cuModuleGetFunction");
+  if (Status s = ptx::getEntry(ctx, k->module_, image.merge, "merge entry",
+                                  k->merge_);
       !s)
-    return Status::notFound("merge entry '" + image.merge +
-                            "' is not in its module: " + s.message());
+    return s;
   if (!image.maskBuilder.empty())
-    if (Status s = drv.check(drv.api().cuModuleGetFunction(
-                                 &k->maskBuilder_, k->module_,
-                                 image.maskBuilder.c_str()),
-                             "cuModuleGetFunction");
+    if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
+                                    "block-mask builder", k->maskBuilder_);
         !s)
-      return Status::notFound("block-mask builder '" + image.maskBuilder +
-                              "' is not in its module: " + s.message());
+      return s;
   out = std::move(k);
   return Status::ok();
 }
@@ -277,26 +236,14 @@ struct GpuKernel::Operands {
 
 Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                          int64_t items, CUstream stream) const {
-  int64_t first = 0;
-  std::vector<void *> params = detail::memrefWords(descs);
-  params.push_back(&first);
   unsigned threads = static_cast<unsigned>(
       fn == kernel_  ? image_.threads
       : fn == merge_ ? abi::kMergeThreads
-                     : kMaskBuilderThreads);
+                     : ptx::kMaskBuilderThreads);
   unsigned shared =
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
-  const Driver &drv = ctx_->driver();
-  for (; first < items; first += kMaxGridX) {
-    unsigned grid = static_cast<unsigned>(std::min(items - first, kMaxGridX));
-    if (Status s = drv.check(drv.api().cuLaunchKernel(fn, grid, 1, 1, threads,
-                                                      1, 1, shared, stream,
-                                                      params.data(), nullptr),
-                             "cuLaunchKernel");
-        !s)
-      return s;
-  }
-  return Status::ok();
+  return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads,
+                             shared, stream);
 }
 
 Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,

@@ -83,6 +83,23 @@ mlir::LogicalResult buildGpuFlashProgram(mlir::gpu::GPUModuleOp module,
                                          const FlashConfig &config,
                                          llvm::StringRef name);
 
+/// The tiles of the GPU backward for a forward spec: blockM = blockN = 32
+/// where Q and dO rows (or K and V rows) of that many fit 48 KiB of f32
+/// shared memory, else 16.
+rt::KernelSpec gpuBackwardSpec(const rt::KernelSpec &spec);
+
+/// The SIMT GPU form of the backward pass (GpuBackwardKernel.cpp):
+/// `@<name>_bwd_q` (delta and dQ: one block per (b, head, Q tile), a thread
+/// per query row), `@<name>_bwd_kv` (dK, dV and, by atomic adds, the float
+/// parameters' gradients: one block per (b, KV head, KV tile), a thread per
+/// key) and, for data-dependent masks, `@<name>_block_mask`. `config.spec`
+/// is gpuBackwardSpec's. The variant needs its score_grad region.
+mlir::LogicalResult buildGpuBackwardProgram(mlir::gpu::GPUModuleOp module,
+                                            mlir::attn::VariantOp variant,
+                                            const MaskAnalysis &mask,
+                                            const FlashConfig &config,
+                                            llvm::StringRef name);
+
 } // namespace attnc
 
 #endif

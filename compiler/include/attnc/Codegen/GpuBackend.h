@@ -4,6 +4,7 @@
 
 #include "attnc/Codegen/FlashProgram.h"
 #include "attnc/Codegen/TileConfigTable.h"
+#include "attnc/runtime/Backward.h"
 #include "attnc/runtime/Package.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -31,6 +32,20 @@ std::string emitPTX(mlir::ModuleOp nvvmModule, std::string &error);
 rt::Status compileForGpu(mlir::attn::VariantOp variant,
                          const rt::KernelSpec &spec, const std::string &target,
                          rt::GpuKernelImage &out);
+
+/// The backward's module: `gpu.module @attnc_kernels` with the entries of
+/// buildGpuBackwardProgram for gpuBackwardSpec(config.spec)
+/// (`attnc compile --emit=gpu-backward`).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildGpuBackwardModule(mlir::attn::VariantOp variant, const FlashConfig &config,
+                       std::string &error);
+
+/// The backward pass of `variant` (which needs its score_grad region) for
+/// `target`, down to PTX, described for cuda::GpuBackwardKernel.
+rt::Status compileBackwardForGpu(mlir::attn::VariantOp variant,
+                                 const rt::KernelSpec &spec,
+                                 const std::string &target,
+                                 rt::GpuBackwardImage &out);
 
 } // namespace attnc
 

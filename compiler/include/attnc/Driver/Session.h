@@ -50,6 +50,12 @@ public:
   rt::Status compileCpuBackward(const std::string &variant,
                                 const rt::KernelSpec &spec,
                                 std::unique_ptr<rt::CpuBackwardKernel> &out) const;
+  /// Compiles the backward pass of `variant` to PTX for `target`
+  /// (rt::cuda::GpuBackwardKernel; not cached).
+  rt::Status compileGpuBackward(const std::string &variant,
+                                const rt::KernelSpec &spec,
+                                const std::string &target,
+                                rt::GpuBackwardImage &out) const;
   /// Compiles `variant` to PTX for `target` (sm_80, sm_86, sm_89, sm_90),
   /// ready for rt::cuda::GpuKernel::load or a Package. Results go through
   /// the kernel cache (see setKernelCache), keyed by the variant's

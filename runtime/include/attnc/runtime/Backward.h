@@ -93,6 +93,18 @@ private:
   CpuBackwardEntryPoints entry_;
 };
 
+/// The GPU backward of a variant for one target (PTX and launch facts):
+/// attnc::compileBackwardForGpu makes it, cuda::GpuBackwardKernel runs it.
+struct GpuBackwardImage {
+  std::string target;  // "sm_80" ... "sm_90"
+  KernelSpec spec;     // the backward's tiles (blockM = blockN)
+  std::string query, keyValue, maskBuilder; // entries; maskBuilder may be empty
+  int64_t queryThreads = 0, keyValueThreads = 0; // per block
+  int64_t querySharedBytes = 0, keyValueSharedBytes = 0; // static, per block
+  std::vector<int> queryParams, keyValueParams, maskBuilderParams; // bytes
+  std::string ptx;
+};
+
 } // namespace attnc::rt
 
 #endif

@@ -36,6 +36,15 @@
 // parameter's gradient, dense over its shape (a scalar: one element),
 // concatenated in declaration order (rt::zeroParamGradients' sizes).
 //
+// The GPU backward entries (GpuBackwardKernel.cpp; gpu.funcs, one block per
+// item, the forward's first-item operand last) take the forward's operands
+// (dO in o's place, LSE in lse's), then fwdO (the forward's O, kernel
+// dtype), dLse (f32, size 0 if none), delta (f32 [B][Hq][Lq], written by
+// `_bwd_q` and read by `_bwd_kv`, so launched in that order), dq, dk, dv
+// (kernel dtype, any strides) and the gradient buffer (f32, as above,
+// shared by every block: atomic adds). Their strides follow the forward's
+// ip at Layout::pageBase(B) (the backward takes no pages): BackwardSlot.
+//
 // Integer parameter layout (ip):
 //
 //===----------------------------------------------------------------------===//
@@ -74,6 +83,17 @@ enum : int64_t {
   kOutLseStride = kOutStride + 4, // 3
   kOutHasLse = kOutLseStride + 3,
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
+};
+
+/// The GPU backward's ip slots, from Layout::pageBase(B).
+enum BackwardSlot : int64_t {
+  kBwdOStride = 0,    // 4: the forward's O
+  kBwdDLseStride = 4, // 3
+  kBwdHasDLse = 7,
+  kBwdDqStride = 8,   // 4 each
+  kBwdDkStride = 12,
+  kBwdDvStride = 16,
+  kBwdSlots = 20,
 };
 
 /// Threads per block of the GPU merge entry (one block per row).

@@ -1,0 +1,434 @@
+//===- GpuBackwardKernel.cpp - The SIMT GPU form of the backward pass ------===//
+//
+// Two gpu.funcs, one block per work item, FlashAttention-2's backward split
+// as on the CPU (CpuBackwardKernel.cpp) so that dQ, dK and dV rows each have
+// one writer:
+//
+//   <name>_bwd_q   items (b, head, Q tile), one thread per query row: forms
+//                  its row's delta = rowsum(dO * O) - dLSE (and stores it
+//                  for _bwd_kv), then for each visited KV tile (K and V
+//                  staged in shared memory, f32) recomputes s and dP per key
+//                  and adds dX k into the row's dQ.
+//   <name>_bwd_kv  items (b, kv head, KV tile), one thread per key: for each
+//                  query head of the group and each Q tile that is not
+//                  empty (Q, dO, LSE and delta staged in shared memory),
+//                  adds P dO into the key's dV and dX q into its dK;
+//                  score_grad's accumulates are atomic adds into the shared
+//                  gradient buffer. Keys past a sequence's length (up
+//                  to the K/V capacity) get zero gradients.
+//
+// Empty tiles are skipped and full ones skip mask_mod, as in the forward.
+// Operands: KernelABI.h (the GPU backward entries); `_bwd_q` runs first.
+//
+//===----------------------------------------------------------------------===//
+#include "BackwardBuilder.h"
+
+using namespace mlir;
+namespace abi = attnc::rt::abi;
+
+namespace attnc::codegen {
+namespace {
+
+class GpuBackwardBuilder : public BackwardBuilder {
+public:
+  using BackwardBuilder::BackwardBuilder;
+
+  LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
+
+private:
+  /// The backward operands after the forward's, and the strides the
+  /// backward's ip slots hold.
+  struct Extra {
+    Value fwdO, dLse, delta, dq, dk, dv, grads, first;
+    SmallVector<Value> os, dls, dqs, dks, dvs;
+    Value hasDLse;
+  };
+  /// A gpu.func with the backward's operands and `shared` f32 workgroup
+  /// buffers of the given sizes; sets the entry values.
+  gpu::GPUFuncOp createEntry(gpu::GPUModuleOp module, StringRef name,
+                             ArrayRef<int64_t> shared, Entry &e, Extra &x);
+  /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
+  Value dot(Value a, int64_t n, function_ref<Value(Value)> b);
+  Value offset4(ArrayRef<Value> s, Value i0, Value i1, Value i2) {
+    return add(add(mul(i0, s[0]), mul(i1, s[1])), mul(i2, s[2]));
+  }
+};
+
+gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
+                                               StringRef name,
+                                               ArrayRef<int64_t> shared,
+                                               Entry &e, Extra &x) {
+  SmallVector<Type> args = kernelArgs();
+  args.pop_back(); // the forward's first item
+  unsigned first = args.size();
+  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
+  args.append({dyn(elem_), dyn(f32_), dyn(f32_), dyn(elem_), dyn(elem_),
+               dyn(elem_), dyn(f32_), i64_});
+  b_.setInsertionPointToEnd(module.getBody());
+  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
+  auto space = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  for (int64_t n : shared)
+    fn.addWorkgroupAttribution(
+        MemRefType::get({n}, f32_, MemRefLayoutAttrInterface(), space),
+        fn.getLoc());
+  b_.setInsertionPointToStart(&fn.getBody().front());
+  e = loadEntry(fn.getArguments());
+  auto arg = [&](unsigned i) { return fn.getArgument(first + i); };
+  x.fwdO = arg(0);
+  x.dLse = arg(1);
+  x.delta = arg(2);
+  x.dq = arg(3);
+  x.dk = arg(4);
+  x.dv = arg(5);
+  x.grads = arg(6);
+  x.first = toIdx(arg(7));
+  bindGradients(x.grads, /*atomic=*/true);
+  Value base = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
+  auto slot = [&](int64_t s) { return ipAt(add(base, cIdx(s))); };
+  for (int d = 0; d < 4; ++d) {
+    x.os.push_back(slot(abi::kBwdOStride + d));
+    x.dqs.push_back(slot(abi::kBwdDqStride + d));
+    x.dks.push_back(slot(abi::kBwdDkStride + d));
+    x.dvs.push_back(slot(abi::kBwdDvStride + d));
+  }
+  for (int d = 0; d < 3; ++d)
+    x.dls.push_back(slot(abi::kBwdDLseStride + d));
+  x.hasDLse = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
+                                    slot(abi::kBwdHasDLse), cIdx(0));
+  return fn;
+}
+
+Value GpuBackwardBuilder::dot(Value a, int64_t n,
+                              function_ref<Value(Value)> bAt) {
+  auto f = loop(cIdx(0), cIdx(n), 1, {cF32(0.0)}, [&](Value d, ValueRange acc) {
+    Value prod = arith::MulFOp::create(b_, load(a, d), bAt(d));
+    return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], prod)};
+  });
+  return f.getResult(0);
+}
+
+LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
+                                                  StringRef name) {
+  OpBuilder::InsertionGuard guard(b_);
+  Entry e;
+  Extra x;
+  gpu::GPUFuncOp fn = createEntry(module, name, {BN * D, BN * DV}, e, x);
+  Value Ks = fn.getWorkgroupAttributions()[0],
+        Vs = fn.getWorkgroupAttributions()[1];
+  Value c0 = cIdx(0), c1 = cIdx(1), zeroF = e.zeroF;
+  Value item = add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  Value Qp = alloca(D), dOp = alloca(DV), dQ = alloca(D);
+
+  Item it = decodeItem(e, item);
+  Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+  // Rows past the end read the last row (their results are not stored).
+  // (Values, not structured bindings: lambdas below capture them.)
+  std::pair<Value, Value> hi = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+  Value h = hi.first, i = hi.second;
+  Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
+  Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+  Value qRow = offset4(e.qs, it.b, h, i), oRow = offset4(e.os, it.b, h, i),
+        fRow = offset4(x.os, it.b, h, i);
+  loop0(c0, cIdx(D), 1, [&](Value d) {
+    store(toF32(load(e.q, add(qRow, mul(d, e.qs[3])))), Qp, d);
+    store(zeroF, dQ, d);
+  });
+  // delta = rowsum(dO * O) - dLSE, stored for _bwd_kv.
+  auto rowSum = loop(c0, cIdx(DV), 1, {zeroF}, [&](Value d, ValueRange acc) {
+    Value g = toF32(load(e.o, add(oRow, mul(d, e.os[3]))));
+    store(g, dOp, d);
+    Value o = toF32(load(x.fwdO, add(fRow, mul(d, x.os[3]))));
+    return SmallVector<Value>{
+        arith::AddFOp::create(b_, acc[0], arith::MulFOp::create(b_, g, o))};
+  });
+  Value delta = rowSum.getResult(0);
+  auto withDLse = ifYield(x.hasDLse, ValueRange{delta}, [&] {
+    Value g = load(x.dLse, offset4(x.dls, it.b, h, i));
+    return SmallVector<Value>{arith::SubFOp::create(b_, delta, g)};
+  });
+  delta = withDLse[0];
+  Value lse = load(e.lse, offset4(e.ls, it.b, h, i));
+  Value rowLive =
+      arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse, e.ninf);
+  ifThen(live, [&] {
+    store(delta, x.delta, add(mul(add(mul(it.b, e.Hq), h), e.Lq), i));
+  });
+
+  // The class is the same for every thread of the block, so the barriers
+  // inside are reached by all or none.
+  forEachVisitedTile(it, [&](const Tile &t) {
+    // K and V rows (f32) in shared memory, zero past the tile's keys.
+    loop0(r, cIdx(BN * D), BM, [&](Value idx) {
+      Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
+      Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
+      Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
+      Value row = minI(add(t.kv0, c), t.khi);
+      Value k = toF32(load(e.k, add(add(it.kBase, mul(row, e.ks[2])),
+                                    mul(d, e.ks[3]))));
+      store(select(in, k, zeroF), Ks, idx);
+    });
+    loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
+      Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
+      Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
+      Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
+      Value row = minI(add(t.kv0, c), t.khi);
+      Value v = toF32(load(e.v, add(add(it.vBase, mul(row, e.vs[2])),
+                                    mul(d, e.vs[3]))));
+      store(select(in, v, zeroF), Vs, idx);
+    });
+    gpu::BarrierOp::create(b_);
+    ifThen(live, [&] {
+      loop0(c0, t.cols, 1, [&](Value c) {
+        Value kBase = mul(c, cIdx(D)), vBase = mul(c, cIdx(DV));
+        Value s = dot(Qp, D, [&](Value d) { return load(Ks, add(kBase, d)); });
+        Value dp = dot(dOp, DV, [&](Value d) { return load(Vs, add(vBase, d)); });
+        Value xs = arith::MulFOp::create(b_, s, e.scale);
+        Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
+        auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, t.skipMask,
+                                      /*withElse=*/true);
+        {
+          OpBuilder::InsertionGuard g(b_);
+          b_.setInsertionPointToStart(keep.thenBlock());
+          scf::YieldOp::create(b_, rowLive);
+          b_.setInsertionPointToStart(keep.elseBlock());
+          Value m = emitModifier(v_.getMaskBlock(), {it.bI32, hI32, qpos, kv});
+          scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, rowLive, m)));
+        }
+        ifThen(keep.getResult(0), [&] {
+          Value dx = keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse,
+                                 delta, /*accumulate=*/false)
+                         .second;
+          loop0(c0, cIdx(D), 1, [&](Value d) {
+            Value k = load(Ks, add(kBase, d));
+            store(arith::AddFOp::create(b_, load(dQ, d),
+                                        arith::MulFOp::create(b_, dx, k)),
+                  dQ, d);
+          });
+        });
+      });
+    });
+    // Everyone is done with this tile before it is overwritten.
+    gpu::BarrierOp::create(b_);
+  });
+  ifThen(live, [&] {
+    Value at = offset4(x.dqs, it.b, h, i);
+    loop0(c0, cIdx(D), 1, [&](Value d) {
+      store(fromF32(load(dQ, d)), x.dq, add(at, mul(d, x.dqs[3])));
+    });
+  });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
+                                                     StringRef name) {
+  OpBuilder::InsertionGuard guard(b_);
+  Entry e;
+  Extra x;
+  gpu::GPUFuncOp fn =
+      createEntry(module, name, {BM * D, BM * DV, BM, BM}, e, x);
+  ArrayRef<BlockArgument> sh = fn.getWorkgroupAttributions();
+  Value Qs = sh[0], dOs = sh[1], Ls = sh[2], Ds = sh[3];
+  Value c0 = cIdx(0), c1 = cIdx(1), zeroF = e.zeroF;
+  Value item = add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value c = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  Value Kp = alloca(D), Vp = alloca(DV), dK = alloca(D), dV = alloca(DV);
+
+  Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
+  Value kt = arith::RemUIOp::create(b_, item, nKT);
+  Value rest = arith::DivUIOp::create(b_, item, nKT);
+  Value kvh = arith::RemUIOp::create(b_, rest, Hkv);
+  Value b = arith::DivUIOp::create(b_, rest, Hkv);
+  Value kvLen = ipAt(add(cIdx(layout_.seqBase), b));
+  Value kv0 = mul(kt, cIdx(BN));
+  Value cols = minI(cIdx(BN), sub(kvLen, kv0));
+  // A KV tile past this sequence's keys has nothing to do (the whole block).
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, cols, c0), [&] {
+    Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
+    Value key = add(kv0, minI(c, sub(cols, c1)));
+    Value kv = arith::IndexCastOp::create(b_, i32_, key);
+    // The forward's item (b, h, qt), with one head per item and no split
+    // (the launcher's ip): (b * Hq + h) * nQT + qt.
+    auto itemAt = [&](Value h, Value qt) {
+      return decodeItem(e, add(mul(add(mul(b, e.Hq), h), e.nQT), qt));
+    };
+    Item first = itemAt(mul(kvh, e.G), c0);
+    loop0(c0, cIdx(D), 1, [&](Value d) {
+      store(toF32(load(e.k, add(add(first.kBase, mul(key, e.ks[2])),
+                                mul(d, e.ks[3])))),
+            Kp, d);
+      store(zeroF, dK, d);
+    });
+    loop0(c0, cIdx(DV), 1, [&](Value d) {
+      store(toF32(load(e.v, add(add(first.vBase, mul(key, e.vs[2])),
+                                mul(d, e.vs[3])))),
+            Vp, d);
+      store(zeroF, dV, d);
+    });
+    loop0(c0, e.G, 1, [&](Value g) {
+      Value h = add(mul(kvh, e.G), g);
+      Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      IRMapping inv;
+      inv.map(v_.getMaskBlock().getArgument(0),
+              arith::IndexCastOp::create(b_, i32_, b));
+      inv.map(v_.getMaskBlock().getArgument(1), hI32);
+      materializeMaskInvariants(inv);
+      loop0(c0, e.nQT, 1, [&](Value qt) {
+        Item it = itemAt(h, qt);
+        Tile t = tileAt(it, kt, inv);
+        // The class is the block's: the barriers are reached by all or none.
+        ifThen(t.visit, [&] {
+          // The tile's Q and dO rows (f32), LSE and delta in shared memory;
+          // rows past the end are zero with LSE -inf.
+          loop0(c, cIdx(BM * D), BN, [&](Value idx) {
+            Value r = arith::DivUIOp::create(b_, idx, cIdx(D));
+            Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+            Value row = add(it.r0, minI(r, sub(it.rows, c1)));
+            Value q = toF32(load(e.q, add(offset4(e.qs, b, h, row),
+                                          mul(d, e.qs[3]))));
+            store(select(in, q, zeroF), Qs, idx);
+          });
+          loop0(c, cIdx(BM * DV), BN, [&](Value idx) {
+            Value r = arith::DivUIOp::create(b_, idx, cIdx(DV));
+            Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+            Value row = add(it.r0, minI(r, sub(it.rows, c1)));
+            Value g = toF32(load(e.o, add(offset4(e.os, b, h, row),
+                                          mul(d, e.os[3]))));
+            store(select(in, g, zeroF), dOs, idx);
+          });
+          loop0(c, cIdx(BM), BN, [&](Value r) {
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+            Value row = add(it.r0, minI(r, sub(it.rows, c1)));
+            Value lse = load(e.lse, offset4(e.ls, b, h, row));
+            store(select(in, lse, e.ninf), Ls, r);
+            Value delta = load(x.delta, add(mul(add(mul(b, e.Hq), h), e.Lq), row));
+            store(select(in, delta, zeroF), Ds, r);
+          });
+          gpu::BarrierOp::create(b_);
+          ifThen(live, [&] {
+            loop0(c0, it.rows, 1, [&](Value r) {
+              Value qBase = mul(r, cIdx(D)), gBase = mul(r, cIdx(DV));
+              Value s = dot(Kp, D, [&](Value d) { return load(Qs, add(qBase, d)); });
+              Value dp = dot(Vp, DV, [&](Value d) { return load(dOs, add(gBase, d)); });
+              Value xs = arith::MulFOp::create(b_, s, e.scale);
+              Value lse = load(Ls, r), delta = load(Ds, r);
+              Value qpos = arith::IndexCastOp::create(
+                  b_, i32_, add(it.qpos0, add(it.r0, r)));
+              // A row with no key (LSE -inf) has P = 0 everywhere.
+              Value rowLive = arith::CmpFOp::create(
+                  b_, arith::CmpFPredicate::ONE, lse, e.ninf);
+              auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()},
+                                            t.skipMask, /*withElse=*/true);
+              {
+                OpBuilder::InsertionGuard ig(b_);
+                b_.setInsertionPointToStart(keep.thenBlock());
+                scf::YieldOp::create(b_, rowLive);
+                b_.setInsertionPointToStart(keep.elseBlock());
+                Value m = emitModifier(v_.getMaskBlock(),
+                                       {it.bI32, hI32, qpos, kv});
+                scf::YieldOp::create(
+                    b_, Value(arith::AndIOp::create(b_, rowLive, m)));
+              }
+              ifThen(keep.getResult(0), [&] {
+                std::pair<Value, Value> pdx =
+                    keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse, delta,
+                                /*accumulate=*/true);
+                Value p = pdx.first, dx = pdx.second;
+                loop0(c0, cIdx(DV), 1, [&](Value d) {
+                  Value g = load(dOs, add(gBase, d));
+                  store(arith::AddFOp::create(b_, load(dV, d),
+                                              arith::MulFOp::create(b_, p, g)),
+                        dV, d);
+                });
+                loop0(c0, cIdx(D), 1, [&](Value d) {
+                  Value q = load(Qs, add(qBase, d));
+                  store(arith::AddFOp::create(b_, load(dK, d),
+                                              arith::MulFOp::create(b_, dx, q)),
+                        dK, d);
+                });
+              });
+            });
+          });
+          gpu::BarrierOp::create(b_);
+        });
+      });
+    });
+    ifThen(live, [&] {
+      Value kAt = offset4(x.dks, b, kvh, key), vAt = offset4(x.dvs, b, kvh, key);
+      loop0(c0, cIdx(D), 1, [&](Value d) {
+        store(fromF32(load(dK, d)), x.dk, add(kAt, mul(d, x.dks[3])));
+      });
+      loop0(c0, cIdx(DV), 1, [&](Value d) {
+        store(fromF32(load(dV, d)), x.dv, add(vAt, mul(d, x.dvs[3])));
+      });
+    });
+  });
+  // Keys past this sequence's length (up to the K/V capacity) get 0.
+  Value key = add(kv0, c);
+  Value past = arith::AndIOp::create(
+      b_, arith::CmpIOp::create(b_, arith::CmpIPredicate::sge, c, cols),
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, key,
+                            ipAt(abi::kLkv)));
+  ifThen(past, [&] {
+    Value zero = fromF32(zeroF);
+    Value kAt = offset4(x.dks, b, kvh, key), vAt = offset4(x.dvs, b, kvh, key);
+    loop0(c0, cIdx(D), 1, [&](Value d) {
+      store(zero, x.dk, add(kAt, mul(d, x.dks[3])));
+    });
+    loop0(c0, cIdx(DV), 1, [&](Value d) {
+      store(zero, x.dv, add(vAt, mul(d, x.dvs[3])));
+    });
+  });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace
+} // namespace attnc::codegen
+
+namespace attnc {
+
+rt::KernelSpec gpuBackwardSpec(const rt::KernelSpec &spec) {
+  rt::KernelSpec s = spec;
+  // One f32 tile of Q and dO rows (or K and V rows) in static shared memory
+  // (48 KiB): 32 rows when they fit, else 16.
+  int64_t rowBytes = (s.headDim + s.vHeadDim) * 4 + 8;
+  s.blockM = s.blockN = rowBytes * 32 <= 48 * 1024 ? 32 : 16;
+  return s;
+}
+
+LogicalResult buildGpuBackwardProgram(gpu::GPUModuleOp module,
+                                      attn::VariantOp variant,
+                                      const MaskAnalysis &mask,
+                                      const FlashConfig &config,
+                                      StringRef name) {
+  if (!variant.getGradBlock())
+    return variant.emitError("the variant has no score_grad region; run "
+                             "-attn-differentiate first");
+  module->getContext()
+      ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                    arith::ArithDialect, math::MathDialect,
+                    vector::VectorDialect>();
+  codegen::GpuBackwardBuilder q(module->getParentOfType<ModuleOp>(), variant,
+                                mask, config);
+  if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+    return failure();
+  codegen::GpuBackwardBuilder kv(module->getParentOfType<ModuleOp>(), variant,
+                                 mask, config);
+  if (failed(kv.buildKeyValueGrads(module, (name + "_bwd_kv").str())))
+    return failure();
+  if (mask.kind == rt::MaskKind::Data) {
+    codegen::ProgramBuilder builder(module->getParentOfType<ModuleOp>(),
+                                    variant, mask, config);
+    if (failed(builder.buildMaskBuilder((name + "_block_mask").str(), module)))
+      return failure();
+  }
+  return success();
+}
+
+} // namespace attnc

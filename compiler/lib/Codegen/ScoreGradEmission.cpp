@@ -1,0 +1,106 @@
+//===- ScoreGradEmission.cpp - One (query, key) pair of the backward ------===//
+//
+// score_grad emitted for one pair of a tile (BackwardBuilder.h), and its
+// accumulates into the parameter-gradient buffer: read-add-write on the
+// CPU, where each thread has its own buffer; atomic adds on the GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "BackwardBuilder.h"
+
+using namespace mlir;
+
+namespace attnc::codegen {
+
+void BackwardBuilder::bindGradients(Value grads, bool atomic) {
+  grads_ = grads;
+  atomicGrads_ = atomic;
+  gradBase_.clear();
+  Value next = cIdx(0);
+  for (size_t i = 0; i < info_.params.size(); ++i) {
+    gradBase_.push_back({});
+    if (!rt::isFloatDType(info_.params[i].dtype))
+      continue;
+    gradBase_.back() = next;
+    Value n = cIdx(1);
+    for (Value d : capDims_[i])
+      n = mul(n, d);
+    next = add(next, n);
+  }
+}
+
+bool BackwardBuilder::accumulates() {
+  bool any = false;
+  v_.getGradBlock()->walk([&](attn::AccumulateOp) { any = true; });
+  return any;
+}
+
+void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
+  size_t pi = 0;
+  while (info_.params[pi].name != a.getParam())
+    ++pi;
+  Value off = cIdx(0);
+  for (auto [d, idx] : llvm::enumerate(a.getIndices())) {
+    // Clamped as the gather that read the element.
+    Value i = toIdx(materialize(idx, map));
+    Value n = capDims_[pi][d];
+    i = minI(maxI(i, cIdx(0)), sub(n, cIdx(1)));
+    off = add(mul(off, n), i);
+  }
+  Value at = add(gradBase_[pi], off);
+  Value v = materialize(a.getValue(), map);
+  if (atomicGrads_)
+    memref::AtomicRMWOp::create(b_, arith::AtomicRMWKind::addf, v, grads_,
+                                ValueRange{at});
+  else
+    store(arith::AddFOp::create(b_, load(grads_, at), v), grads_, at);
+}
+
+Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
+                                bool accumulate) {
+  auto hasAccumulate = [](attn::SumOp s) {
+    bool any = false;
+    s.getBody().walk([&](attn::AccumulateOp) { any = true; });
+    return any;
+  };
+  for (Operation &op : block) {
+    if (auto y = dyn_cast<attn::YieldOp>(op))
+      return materialize(y.getValue(), map);
+    if (!accumulate)
+      continue; // pure ops are materialized where they are used
+    if (auto a = dyn_cast<attn::AccumulateOp>(op)) {
+      emitAccumulate(a, map);
+    } else if (auto s = dyn_cast<attn::SumOp>(op); s && hasAccumulate(s)) {
+      // The sum's terms, with their accumulates, in index order.
+      attn::forEachValueRead(s, [&](Value v) { materialize(v, map); });
+      Block &body = s.getBody().front();
+      Value ub = toIdx(maxI(map.lookup(s.getCount()), cI32(0)));
+      auto f = loop(cIdx(0), ub, 1, {cF32(0.0)}, [&](Value i, ValueRange acc) {
+        IRMapping inner = map;
+        inner.map(body.getArgument(0),
+                  arith::IndexCastOp::create(b_, i32_, i));
+        Value t = emitGrad(body, inner, /*accumulate=*/true);
+        return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], t)};
+      });
+      map.map(s.getResult(), f.getResult(0));
+    }
+  }
+  llvm_unreachable("score_grad ends with attn.yield");
+}
+
+std::pair<Value, Value>
+BackwardBuilder::keyGradient(const Entry &e, Value xs, Value b, Value h,
+                             Value qpos, Value kv, Value dp, Value lse,
+                             Value delta, bool accumulate) {
+  Value s = emitModifier(v_.getScoreBlock(), ValueRange{xs, b, h, qpos, kv});
+  Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, s, lse));
+  Value ds =
+      arith::MulFOp::create(b_, p, arith::SubFOp::create(b_, dp, delta));
+  Block &grad = *v_.getGradBlock();
+  IRMapping map;
+  SmallVector<Value> args = {xs, b, h, qpos, kv, ds};
+  map.map(grad.getArguments(), args);
+  Value dx = emitGrad(grad, map, accumulate);
+  return {p, arith::MulFOp::create(b_, dx, e.scale)};
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,259 @@
+//===- GpuBackward.cpp - Launching the GPU backward kernels ---------------===//
+//
+// One call: validate (BackwardCall.h), lay out ip (the forward's, then the
+// backward's stride slots), fp, the block mask, delta and the parameters'
+// gradient buffer in one device buffer, then launch the block-mask builder
+// (data-dependent masks), `_bwd_q` and `_bwd_kv` in that order and wait.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/runtime/cuda/GpuBackward.h"
+#include "attnc/runtime/KernelABI.h"
+#include "../BackwardCall.h"
+#include "CallBuffer.h"
+#include "PtxModule.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace attnc::rt::cuda {
+
+namespace {
+constexpr int64_t kMaxStaticShared = 48 * 1024;
+
+int64_t bytesOf(const TensorView &t) {
+  return rt::detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
+}
+} // namespace
+
+GpuBackwardKernel::~GpuBackwardKernel() {
+  if (ctx_ && module_)
+    ctx_->driver().api().cuModuleUnload(module_);
+}
+
+Status GpuBackwardKernel::load(const Context &ctx, const VariantInfo &variant,
+                               const GpuBackwardImage &image,
+                               std::unique_ptr<GpuBackwardKernel> &out) {
+  if (Status s = ctx.makeCurrent(); !s)
+    return s;
+  if (Status s = ptx::checkTarget(ctx, image.target, image.query); !s)
+    return s;
+  for (auto [threads, shared] :
+       {std::pair{image.queryThreads, image.querySharedBytes},
+        std::pair{image.keyValueThreads, image.keyValueSharedBytes}})
+    if (threads <= 0 || threads > 1024 || shared > kMaxStaticShared)
+      return Status::invalidArgument(fmt::format(
+          "backward kernel '{}' asks for {} threads and {} bytes of static "
+          "shared memory (at most 1024 and {})",
+          image.query, threads, shared, kMaxStaticShared));
+  if (image.spec.blockM != image.queryThreads ||
+      image.spec.blockN != image.keyValueThreads)
+    return Status::invalidArgument(
+        "backward kernel '" + image.query +
+        "': its threads per block are not its tile's rows and keys");
+  size_t captures = 0;
+  for (const ParamSpec &p : variant.params)
+    captures += p.isTensor;
+  // The forward's 8 + captures operands, then fwdO, dLse, delta, dq, dk,
+  // dv and the gradient buffer (KernelABI.h).
+  if (Status s = ptx::checkEntryParams(image.queryParams, 15 + captures,
+                                       image.query);
+      !s)
+    return s;
+  if (Status s = ptx::checkEntryParams(image.keyValueParams, 15 + captures,
+                                       image.keyValue);
+      !s)
+    return s;
+  if ((variant.maskKind == MaskKind::Data) == image.maskBuilder.empty())
+    return Status::invalidArgument(
+        "backward kernel '" + image.query + "' and variant '" + variant.name +
+        "' disagree on whether the mask needs a block-mask builder");
+  if (!image.maskBuilder.empty())
+    if (Status s = ptx::checkEntryParams(image.maskBuilderParams, 3 + captures,
+                                         image.maskBuilder);
+        !s)
+      return s;
+  auto k = std::unique_ptr<GpuBackwardKernel>(new GpuBackwardKernel());
+  k->ctx_ = &ctx;
+  k->variant_ = variant;
+  k->image_ = image;
+  if (Status s = ptx::loadPtx(ctx, image.ptx, image.query, image.target,
+                              k->module_);
+      !s)
+    return s;
+  if (Status s = ptx::getEntry(ctx, k->module_, image.query, "kernel", k->query_);
+      !s)
+    return s;
+  if (Status s = ptx::getEntry(ctx, k->module_, image.keyValue, "kernel",
+                               k->keyValue_);
+      !s)
+    return s;
+  if (!image.maskBuilder.empty())
+    if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
+                                 "block-mask builder", k->maskBuilder_);
+        !s)
+      return s;
+  out = std::move(k);
+  return Status::ok();
+}
+
+Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
+                              CUstream stream) const {
+  const KernelSpec &spec = image_.spec;
+  Problem p;
+  DType gradType = spec.dtype;
+  if (Status s = rt::detail::checkBackwardCall(variant_, spec, a, p, &gradType);
+      !s)
+    return s;
+  if (Status s = ctx_->makeCurrent(); !s)
+    return s;
+  const AttentionArgs &f = a.forward;
+  BlockMask bm;
+  bool dataMask = variant_.maskKind == MaskKind::Data;
+  if (dataMask)
+    rt::detail::initBlockMask(variant_, spec, p, bm);
+  // dO in O's place: the kernels read it through kOStride.
+  AttentionArgs withDOut = f;
+  withDOut.out = a.dOut;
+  rt::detail::Operands ops = rt::detail::buildOperands(
+      variant_, spec, withDOut, p, dataMask ? &bm : nullptr, 1);
+  abi::Layout layout = abi::computeLayout(variant_);
+  if (static_cast<int64_t>(ops.ip.size()) != layout.pageBase(p.B))
+    return Status::internal("backward: unexpected ip layout");
+  std::vector<int64_t> slots(abi::kBwdSlots, 0);
+  for (int d = 0; d < 4; ++d) {
+    slots[abi::kBwdOStride + d] = f.out.strides[d];
+    slots[abi::kBwdDqStride + d] = a.dq.strides[d];
+    slots[abi::kBwdDkStride + d] = a.dk.strides[d];
+    slots[abi::kBwdDvStride + d] = a.dv.strides[d];
+  }
+  if (a.dLse.data) {
+    for (int d = 0; d < 3; ++d)
+      slots[abi::kBwdDLseStride + d] = a.dLse.strides[d];
+    slots[abi::kBwdHasDLse] = 1;
+  }
+  ops.ip.insert(ops.ip.end(), slots.begin(), slots.end());
+
+  ParamGradients layoutGrads = zeroParamGradients(variant_, p.params);
+  std::vector<int64_t> gradBase;
+  int64_t gradElems = rt::detail::paramGradientLayout(layoutGrads, gradBase);
+  int64_t rows = p.B * p.Hq * p.Lq;
+  // One buffer: ip, fp, the block mask, delta, the gradients.
+  size_t fpAt = ops.ip.size() * 8;
+  size_t bmAt = fpAt + align8(ops.fp.size() * 4);
+  size_t deltaAt = align16(bmAt + bm.classes.size());
+  size_t gradAt = align16(deltaAt + static_cast<size_t>(rows) * 4);
+  size_t total = gradAt + static_cast<size_t>(gradElems) * 4;
+  std::vector<unsigned char> host(total, 0);
+  std::memcpy(host.data(), ops.ip.data(), fpAt);
+  std::memcpy(host.data() + fpAt, ops.fp.data(), ops.fp.size() * 4);
+  DeviceBuffer buf;
+  if (Status s = DeviceBuffer::allocate(*ctx_, total, buf); !s)
+    return s;
+  if (Status s = buf.upload(host.data(), total); !s)
+    return s;
+  auto base = static_cast<unsigned char *>(buf.data());
+  using rt::detail::memrefOf;
+  using rt::detail::extent;
+  std::vector<rt::detail::MemrefDesc> common = {
+      memrefOf(base, static_cast<int64_t>(ops.ip.size())),
+      memrefOf(base + fpAt, static_cast<int64_t>(ops.fp.size())),
+      memrefOf(base + bmAt, static_cast<int64_t>(bm.classes.size()))};
+  rt::detail::appendCaptures(variant_, p, common);
+  if (dataMask) {
+    int64_t items = bm.batch * bm.heads * bm.numQTiles;
+    if (Status s = ptx::launchItems(*ctx_, maskBuilder_, common, items,
+                                    ptx::kMaskBuilderThreads, 0, stream);
+        !s)
+      return s;
+  }
+  std::vector<rt::detail::MemrefDesc> d = {
+      memrefOf(f.q.data, extent(f.q)), memrefOf(f.k.data, extent(f.k)),
+      memrefOf(f.v.data, extent(f.v)), memrefOf(a.dOut.data, extent(a.dOut)),
+      memrefOf(f.lse.data, extent(f.lse))};
+  d.insert(d.end(), common.begin(), common.end());
+  d.push_back(memrefOf(f.out.data, extent(f.out)));
+  d.push_back(a.dLse.data ? memrefOf(a.dLse.data, extent(a.dLse))
+                          : memrefOf(base, 0));
+  d.push_back(memrefOf(base + deltaAt, rows));
+  d.push_back(memrefOf(a.dq.data, extent(a.dq)));
+  d.push_back(memrefOf(a.dk.data, extent(a.dk)));
+  d.push_back(memrefOf(a.dv.data, extent(a.dv)));
+  d.push_back(memrefOf(base + gradAt, gradElems));
+  // _bwd_q writes delta, which _bwd_kv reads: same stream, in order.
+  if (Status s = ptx::launchItems(
+          *ctx_, query_, d, p.B * p.Hq * ops.ip[abi::kNumQTiles],
+          static_cast<unsigned>(image_.queryThreads), 0, stream);
+      !s)
+    return s;
+  if (Status s = ptx::launchItems(
+          *ctx_, keyValue_, d, p.B * p.Hkv * ops.ip[abi::kNumKTiles],
+          static_cast<unsigned>(image_.keyValueThreads), 0, stream);
+      !s)
+    return s;
+  const Driver &drv = ctx_->driver();
+  if (Status s = drv.check(drv.api().cuStreamSynchronize(stream),
+                           "cuStreamSynchronize");
+      !s)
+    return s;
+  if (paramGrads) {
+    std::vector<float> g(static_cast<size_t>(gradElems));
+    if (Status s = buf.download(g.data(), g.size() * 4, gradAt); !s)
+      return s;
+    for (size_t i = 0; i < layoutGrads.size(); ++i)
+      for (size_t k = 0; k < layoutGrads[i].size(); ++k)
+        layoutGrads[i][k] = g[static_cast<size_t>(gradBase[i]) + k];
+    *paramGrads = std::move(layoutGrads);
+  }
+  return Status::ok();
+}
+
+Status runBackwardFromHost(const Context &ctx, const GpuBackwardKernel &kernel,
+                           const BackwardArgs &host, ParamGradients *paramGrads) {
+  // Validate on the host views first: nothing is allocated for bad input.
+  Problem p;
+  DType gradType = kernel.image().spec.dtype;
+  if (Status s = rt::detail::checkBackwardCall(
+          kernel.variant(), kernel.image().spec, host, p, &gradType);
+      !s)
+    return s;
+  DeviceMirror fwd;
+  if (Status s = DeviceMirror::create(ctx, host.forward, fwd); !s)
+    return s;
+  BackwardArgs dev = host;
+  dev.forward = fwd.args();
+  std::vector<DeviceBuffer> bufs;
+  auto mirror = [&](const TensorView &h, TensorView &dv, bool upload) -> Status {
+    if (!h.data)
+      return Status::ok();
+    DeviceBuffer b;
+    size_t bytes = static_cast<size_t>(bytesOf(h));
+    if (Status s = DeviceBuffer::allocate(ctx, bytes, b); !s)
+      return s;
+    if (Status s = upload ? b.upload(h.data, bytes) : b.fill(0); !s)
+      return s;
+    dv.data = b.data();
+    bufs.push_back(std::move(b));
+    return Status::ok();
+  };
+  if (Status s = mirror(host.dOut, dev.dOut, true); !s)
+    return s;
+  if (Status s = mirror(host.dLse, dev.dLse, true); !s)
+    return s;
+  size_t first = bufs.size();
+  for (auto [h, dv] : {std::pair{&host.dq, &dev.dq}, std::pair{&host.dk, &dev.dk},
+                       std::pair{&host.dv, &dev.dv}})
+    if (Status s = mirror(*h, *dv, false); !s)
+      return s;
+  if (Status s = kernel.run(dev, paramGrads); !s)
+    return s;
+  const TensorView *outs[] = {&host.dq, &host.dk, &host.dv};
+  for (size_t i = 0; i < 3; ++i)
+    if (Status s = bufs[first + i].download(outs[i]->data,
+                                            static_cast<size_t>(bytesOf(*outs[i])));
+        !s)
+      return s;
+  return Status::ok();
+}
+
+} // namespace attnc::rt::cuda

@@ -1,0 +1,50 @@
+//===- PtxModule.h - Loading PTX and launching its entries ------*- C++ -*-===//
+//
+// Internal to the CUDA launchers (GpuKernel, GpuBackwardKernel): the target
+// check, the driver's JIT with its error log, entries by name, and a launch
+// of one block per work item over grids of at most 2^31 - 1 blocks.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_SRC_CUDA_PTXMODULE_H
+#define ATTNC_RUNTIME_SRC_CUDA_PTXMODULE_H
+
+#include "../KernelOperands.h"
+#include "attnc/runtime/cuda/CudaDriver.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::rt::cuda::ptx {
+
+/// Threads per block of the block-mask builders.
+inline constexpr int64_t kMaskBuilderThreads = 64;
+
+/// Refuses a target (sm_XX) the context's device cannot run; `what` names
+/// the kernel in messages.
+Status checkTarget(const Context &ctx, const std::string &target,
+                   const std::string &what);
+
+/// JIT-compiles `ptx` into `out`; a failure carries the driver's log.
+Status loadPtx(const Context &ctx, const std::string &ptx,
+               const std::string &what, const std::string &target,
+               CUmodule &out);
+
+/// The entry `name` of `module`; `role` names it in messages ("kernel",
+/// "merge entry", ...).
+Status getEntry(const Context &ctx, CUmodule module, const std::string &name,
+                const char *role, CUfunction &out);
+
+/// Checks that an entry takes `memrefs` memref operands (5 eight-byte words
+/// each) and one i64, as this runtime passes them.
+Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
+                        const std::string &name);
+
+/// Launches `fn` with one block of `threads` per work item in [0, items)
+/// (the trailing i64 operand is the grid's first item).
+Status launchItems(const Context &ctx, CUfunction fn,
+                   std::vector<rt::detail::MemrefDesc> descs, int64_t items,
+                   unsigned threads, unsigned dynamicShared, CUstream stream);
+
+} // namespace attnc::rt::cuda::ptx
+
+#endif
