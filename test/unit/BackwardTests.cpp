@@ -3,18 +3,21 @@
 // interpreter) against score_mod itself, for every example; and the fp64
 // backward (Backward.h) against the fp64 forward, for dQ, dK, dV and every
 // float capture and scalar, on prefill, decode and chunk shapes with GQA,
-// ragged lengths and rows with no key. Then the CPU backward kernels
-// against the fp64 backward, for every example, in f32 and bf16.
+// ragged lengths and rows with no key. Then the CPU backward kernels and
+// the GPU backward kernels (on the emulator: memcheck and racecheck on
+// every launch) against the fp64 backward, for every example.
 #include "Problem.h"
 
 #include "ReferenceCheck.h"
 
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/Backward.h"
+#include "attnc/runtime/cuda/GpuBackward.h"
 
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -440,10 +443,6 @@ TEST_CASE("grad sections are checked when parsed", "[backward]") {
 
 namespace {
 
-/// Runs the forward kernel (for O and LSE) and the backward kernel of
-/// `name` on seeded inputs at `shape`, and compares dQ, dK, dV and every
-/// float parameter's gradient with the fp64 backward: max |error| <= tol *
-/// (1 + max |reference|), per gradient.
 /// The forward and backward CPU kernels of one variant and spec.
 struct KernelPair {
   std::unique_ptr<rt::CpuKernel> forward;
@@ -462,31 +461,45 @@ KernelPair compilePair(const Session &session, const std::string &name,
   return k;
 }
 
+/// A backward kernel under test: runs a call whose views are on the host.
+using BackwardRun =
+    std::function<rt::Status(const rt::BackwardArgs &, rt::ParamGradients &)>;
+
+/// Runs `forward` (for O and LSE) and then `backward` on seeded inputs at
+/// `shape`, and compares dQ, dK, dV and every float parameter's gradient
+/// with the fp64 backward: max |error| <= tol * (1 + max |reference|), per
+/// gradient. dq is written token-major (BSHD strides) in `dqType`, dk and
+/// dv contiguous in `dkvType`, all three starting as NaN (keys past a
+/// sequence's length must be written 0).
 void checkBackwardKernel(const Session &session, const std::string &name,
-                         const KernelPair &kernels, Shape shape, double tol) {
+                         const rt::CpuKernel &forward,
+                         const BackwardRun &backward, Shape shape, double tol,
+                         rt::DType dqType, rt::DType dkvType) {
   rt::VariantInfo info;
   REQUIRE(session.info(name, info).isOk());
   Inputs in = inputsFor(info, shape);
   rt::AttentionArgs &a = in.args;
-  REQUIRE(kernels.forward->run(a).isOk());
-  const rt::CpuBackwardKernel *bwd = kernels.backward.get();
-  rt::Status st;
+  REQUIRE(forward.run(a).isOk());
 
   std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
   rt::BackwardArgs b;
   b.forward = a;
   b.dOut = rt::TensorView::contiguous(dOut.data(), shape.dtype, a.out.shape);
-  // dq in bf16 and token-major (BSHD) strides, dk and dv in f32.
-  std::vector<uint8_t> dq(static_cast<size_t>(a.q.numel()) * 2);
-  std::vector<float> dk(static_cast<size_t>(a.k.numel()), NAN),
-      dv(static_cast<size_t>(a.v.numel()), NAN);
+  auto nans = [](rt::DType t, int64_t n) {
+    std::vector<uint8_t> v(static_cast<size_t>(n) * rt::dtypeSize(t));
+    for (int64_t i = 0; i < n; ++i)
+      rt::storeFromDouble(v.data(), t, i, NAN);
+    return v;
+  };
+  std::vector<uint8_t> dq = nans(dqType, a.q.numel()),
+                       dk = nans(dkvType, a.k.numel()),
+                       dv = nans(dkvType, a.v.numel());
   const auto &qs = a.q.shape;
-  b.dq = {dq.data(), rt::DType::BF16, qs,
-          {qs[1] * qs[2] * qs[3], qs[3], qs[1] * qs[3], 1}};
-  b.dk = rt::TensorView::contiguous(dk.data(), rt::DType::F32, a.k.shape);
-  b.dv = rt::TensorView::contiguous(dv.data(), rt::DType::F32, a.v.shape);
+  b.dq = {dq.data(), dqType, qs, {qs[1] * qs[2] * qs[3], qs[3], qs[1] * qs[3], 1}};
+  b.dk = rt::TensorView::contiguous(dk.data(), dkvType, a.k.shape);
+  b.dv = rt::TensorView::contiguous(dv.data(), dkvType, a.v.shape);
   rt::ParamGradients grads;
-  st = bwd->run(b, &grads);
+  rt::Status st = backward(b, grads);
   INFO(st.toString());
   REQUIRE(st.isOk());
 
@@ -501,21 +514,30 @@ void checkBackwardKernel(const Session &session, const std::string &name,
       scale = std::max(scale, 1 + std::fabs(x));
     for (size_t i = 0; i < want.size(); ++i) {
       double g = got(i);
+      INFO(what << "[" << i << "]");
       REQUIRE_FALSE(std::isnan(g));
       err = std::max(err, std::fabs(g - want[i]));
     }
     INFO(what << ": max |error| " << err << " against a scale of " << scale);
     CHECK(err <= (tol + extra) * scale);
   };
+  // A 16-bit gradient also carries its rounding (half an ulp).
+  auto rounding = [](rt::DType t) {
+    return t == rt::DType::BF16 ? 4e-3 : t == rt::DType::F16 ? 5e-4 : 0.0;
+  };
   compare("dq", ref.dq, [&](size_t i) {
     int64_t r = static_cast<int64_t>(i);
     int64_t d = r % qs[3], t = r / qs[3], l = t % qs[2], bh = t / qs[2];
     int64_t h = bh % qs[1], bb = bh / qs[1];
-    return rt::loadAsDouble(dq.data(), rt::DType::BF16,
-                            b.dq.offsetOf({bb, h, l, d}));
-  }, 8e-3); // dq is stored in bf16
-  compare("dk", ref.dk, [&](size_t i) { return double(dk[i]); }, 0);
-  compare("dv", ref.dv, [&](size_t i) { return double(dv[i]); }, 0);
+    return rt::loadAsDouble(dq.data(), dqType, b.dq.offsetOf({bb, h, l, d}));
+  }, rounding(dqType));
+  auto dense = [](const std::vector<uint8_t> &g, rt::DType t) {
+    return [&g, t](size_t i) {
+      return rt::loadAsDouble(g.data(), t, static_cast<int64_t>(i));
+    };
+  };
+  compare("dk", ref.dk, dense(dk, dkvType), rounding(dkvType));
+  compare("dv", ref.dv, dense(dv, dkvType), rounding(dkvType));
   REQUIRE(grads.size() == info.params.size());
   for (size_t i = 0; i < info.params.size(); ++i) {
     INFO("parameter " << info.params[i].name);
@@ -523,6 +545,60 @@ void checkBackwardKernel(const Session &session, const std::string &name,
     compare("parameter", ref.params[i], [&](size_t k) { return grads[i][k]; },
             0);
   }
+}
+
+/// The CPU backward kernel of a pair as a BackwardRun.
+BackwardRun onCpu(const KernelPair &k) {
+  const rt::CpuBackwardKernel *bwd = k.backward.get();
+  return [bwd](const rt::BackwardArgs &b, rt::ParamGradients &g) {
+    return bwd->run(b, &g);
+  };
+}
+
+/// The emulated GPU and a variant's GPU backward kernel as a BackwardRun.
+struct GpuBackward {
+  std::unique_ptr<rt::cuda::Context> ctx;
+  std::unique_ptr<rt::cuda::GpuBackwardKernel> kernel;
+  GpuBackward(const Session &session, const std::string &name,
+              const rt::KernelSpec &spec) {
+    REQUIRE(rt::cuda::Context::open(ctx, 0, ATTNC_EMUCUDA_PATH).isOk());
+    rt::GpuBackwardImage image;
+    rt::Status st = session.compileGpuBackward(name, spec, "sm_90", image);
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+    rt::VariantInfo info;
+    REQUIRE(session.info(name, info).isOk());
+    st = rt::cuda::GpuBackwardKernel::load(*ctx, info, image, kernel);
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+  }
+  BackwardRun run() const {
+    return [this](const rt::BackwardArgs &b, rt::ParamGradients &g) {
+      return rt::cuda::runBackwardFromHost(*ctx, *kernel, b, &g);
+    };
+  }
+};
+
+/// Prefill, decode and chunk shapes with GQA 2:1, a ragged batch and
+/// Dv != Dqk: several 16 x 16 tiles each way, with tails.
+std::vector<Shape> kernelShapes() {
+  std::vector<Shape> shapes;
+  for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
+    Shape s;
+    s.mode = mode;
+    s.batch = 2;
+    s.heads = 4;
+    s.kvHeads = 2;
+    s.kvLen = 41;
+    s.qLen = mode == Mode::Prefill ? 41 : mode == Mode::Chunk ? 9 : -1;
+    s.kvLens = {41, 29};
+    if (mode == Mode::Prefill)
+      s.qOffsets = {0};
+    s.headDim = 16;
+    s.vHeadDim = 24;
+    shapes.push_back(s);
+  }
+  return shapes;
 }
 
 } // namespace
@@ -536,21 +612,10 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
       spec.blockM = spec.blockN = spec.headDim = 16;
       spec.vHeadDim = 24;
       KernelPair kernels = compilePair(session, name, spec);
-      for (Mode mode : {Mode::Prefill, Mode::Decode, Mode::Chunk}) {
-        INFO(tools::modeName(mode));
-        Shape s;
-        s.mode = mode;
-        s.batch = 2;
-        s.heads = 4;
-        s.kvHeads = 2;
-        s.kvLen = 41;
-        s.qLen = mode == Mode::Prefill ? 41 : mode == Mode::Chunk ? 9 : -1;
-        s.kvLens = {41, 29};
-        if (mode == Mode::Prefill)
-          s.qOffsets = {0};
-        s.headDim = 16;
-        s.vHeadDim = 24;
-        checkBackwardKernel(session, name, kernels, s, 2e-5);
+      for (const Shape &s : kernelShapes()) {
+        INFO(tools::modeName(s.mode));
+        checkBackwardKernel(session, name, *kernels.forward, onCpu(kernels), s,
+                            2e-5, rt::DType::BF16, rt::DType::F32);
       }
   });
 }
@@ -569,8 +634,49 @@ TEST_CASE("the CPU backward kernels in bf16, and with default tiles",
     rt::KernelSpec spec; // the default tiles
     spec.dtype = dt;
     spec.headDim = spec.vHeadDim = 32;
-    checkBackwardKernel(*session, "synaptic", compilePair(*session, "synaptic", spec),
-                        s, dt == rt::DType::F32 ? 2e-5 : 1e-3);
+    KernelPair kernels = compilePair(*session, "synaptic", spec);
+    checkBackwardKernel(*session, "synaptic", *kernels.forward, onCpu(kernels),
+                        s, dt == rt::DType::F32 ? 2e-5 : 1e-3, rt::DType::BF16,
+                        rt::DType::F32);
+  }
+}
+
+TEST_CASE("the GPU backward kernels agree with the fp64 backward on the "
+          "emulator, every example, prefill, decode and chunk",
+          "[backward][kernel][gpu-emulated]") {
+  forEachExampleVariant([](const Session &session, const std::string &name,
+                           const rt::VariantInfo &) {
+      rt::KernelSpec spec;
+      spec.blockM = spec.blockN = spec.headDim = 16;
+      spec.vHeadDim = 24;
+      KernelPair kernels = compilePair(session, name, spec);
+      GpuBackward gpu(session, name, spec);
+      for (const Shape &s : kernelShapes()) {
+        INFO(tools::modeName(s.mode));
+        checkBackwardKernel(session, name, *kernels.forward, gpu.run(), s,
+                            2e-5, rt::DType::F32, rt::DType::F32);
+      }
+  });
+}
+
+TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator",
+          "[backward][kernel][gpu-emulated]") {
+  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/synaptic.attn");
+  Shape s;
+  s.batch = 1;
+  s.heads = 2;
+  s.kvHeads = 1;
+  s.qLen = s.kvLen = 70;
+  s.headDim = 32;
+  for (rt::DType dt : {rt::DType::BF16, rt::DType::F16}) {
+    s.dtype = dt;
+    rt::KernelSpec spec;
+    spec.dtype = dt;
+    spec.headDim = spec.vHeadDim = 32;
+    KernelPair kernels = compilePair(*session, "synaptic", spec);
+    GpuBackward gpu(*session, "synaptic", spec);
+    checkBackwardKernel(*session, "synaptic", *kernels.forward, gpu.run(), s,
+                        1e-3, dt, dt);
   }
 }
 
@@ -602,4 +708,16 @@ TEST_CASE("the CPU backward kernels refuse bad calls by name",
   badDOut.dOut.dtype = rt::DType::BF16;
   CHECK_THAT(bwd->run(badDOut).message(), Catch::Contains("dOut"));
   CHECK(bwd->run(b).isOk());
+
+  // The GPU backward writes dq, dk and dv in the kernel's dtype only.
+  GpuBackward gpu(session, "alibi", spec);
+  rt::ParamGradients grads;
+  std::vector<uint16_t> half(g.size());
+  rt::BackwardArgs bf16Dq = b;
+  bf16Dq.dq = rt::TensorView::contiguous(half.data(), rt::DType::BF16,
+                                         in.args.q.shape);
+  CHECK_THAT(gpu.run()(bf16Dq, grads).message(),
+             Catch::Contains("dq") && Catch::Contains("expected dtype f32"));
+  CHECK_THAT(gpu.run()(noLse, grads).message(), Catch::Contains("lse"));
+  CHECK(gpu.run()(b, grads).isOk());
 }

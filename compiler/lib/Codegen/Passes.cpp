@@ -189,6 +189,39 @@ struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
   }
 };
 
+struct BuildGpuBackwardPass : ConfiguredPass<BuildGpuBackwardPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuBackwardPass)
+  BuildGpuBackwardPass() = default;
+  BuildGpuBackwardPass(const BuildGpuBackwardPass &other)
+      : ConfiguredPass(other) {}
+  StringRef getArgument() const final { return "attn-build-gpu-backward"; }
+  StringRef getDescription() const final {
+    return "Build the GPU backward program (<name>_bwd_q, <name>_bwd_kv) of "
+           "every differentiated attn.variant in gpu.module @attnc_kernels";
+  }
+  void getDependentDialects(DialectRegistry &r) const override {
+    r.insert<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
+  }
+  void runOnOperation() override {
+    FailureOr<rt::KernelSpec> s = spec();
+    if (failed(s))
+      return signalPassFailure();
+    ModuleOp m = getOperation();
+    OpBuilder b(&getContext());
+    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+    b.setInsertionPointToEnd(m.getBody());
+    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+    FlashConfig config;
+    config.spec = gpuBackwardSpec(*s);
+    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+      if (failed(buildGpuBackwardProgram(
+              gm, v, analyzeMask(v), config,
+              gpuKernelName(v.getSymName(), config.spec))))
+        return signalPassFailure();
+  }
+};
+
 struct LowerToLLVMPass
     : PassWrapper<LowerToLLVMPass, OperationPass<ModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerToLLVMPass)
@@ -238,6 +271,7 @@ void registerAttncPasses() {
   PassRegistration<BuildTiledPass>();
   PassRegistration<BuildBackwardPass>();
   PassRegistration<BuildGpuPass>();
+  PassRegistration<BuildGpuBackwardPass>();
   PassRegistration<LowerToLLVMPass>();
   PassRegistration<LowerToNVVMPass>();
 }

@@ -223,27 +223,28 @@ Status runBackwardFromHost(const Context &ctx, const GpuBackwardKernel &kernel,
   BackwardArgs dev = host;
   dev.forward = fwd.args();
   std::vector<DeviceBuffer> bufs;
-  auto mirror = [&](const TensorView &h, TensorView &dv, bool upload) -> Status {
+  // dq, dk and dv too: the kernels must write every element of theirs.
+  auto mirror = [&](const TensorView &h, TensorView &dv) -> Status {
     if (!h.data)
       return Status::ok();
     DeviceBuffer b;
     size_t bytes = static_cast<size_t>(bytesOf(h));
     if (Status s = DeviceBuffer::allocate(ctx, bytes, b); !s)
       return s;
-    if (Status s = upload ? b.upload(h.data, bytes) : b.fill(0); !s)
+    if (Status s = b.upload(h.data, bytes); !s)
       return s;
     dv.data = b.data();
     bufs.push_back(std::move(b));
     return Status::ok();
   };
-  if (Status s = mirror(host.dOut, dev.dOut, true); !s)
+  if (Status s = mirror(host.dOut, dev.dOut); !s)
     return s;
-  if (Status s = mirror(host.dLse, dev.dLse, true); !s)
+  if (Status s = mirror(host.dLse, dev.dLse); !s)
     return s;
   size_t first = bufs.size();
   for (auto [h, dv] : {std::pair{&host.dq, &dev.dq}, std::pair{&host.dk, &dev.dk},
                        std::pair{&host.dv, &dev.dv}})
-    if (Status s = mirror(*h, *dv, false); !s)
+    if (Status s = mirror(*h, *dv); !s)
       return s;
   if (Status s = kernel.run(dev, paramGrads); !s)
     return s;

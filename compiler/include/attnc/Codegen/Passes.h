@@ -14,6 +14,10 @@
 //                         variant: func.func @<variant>_bwd_kv, _bwd_q
 //   -attn-build-gpu       the GPU program (tensor-core or SIMT form) of
 //                         every variant in gpu.module @attnc_kernels
+//   -attn-build-gpu-backward
+//                         the GPU backward program (SIMT) of every
+//                         differentiated variant: gpu.func <name>_bwd_q,
+//                         <name>_bwd_kv
 //   -attn-lower-to-llvm   the CPU program to the LLVM dialect
 //   -attn-lower-to-nvvm   the GPU program to the NVVM dialect (chip=sm_XX)
 //
