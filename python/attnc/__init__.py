@@ -274,37 +274,47 @@ class Kernel:
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
                   kv_lens, q_offsets, params):
-        """The backward pass on torch CPU tensors (attnc::attention_backward):
-        (dq, dk, dv, [the gradient of each captured tensor, in params'
-        order])."""
+        """The backward pass on torch tensors, CPU or CUDA
+        (attnc::attention_backward): (dq, dk, dv, [the gradient of each
+        captured tensor, in params' order])."""
         import torch
         where = _device_of(q)
-        if where[0] != _CPU:
-            raise Error("the backward pass runs on the CPU; the GPU backward "
-                        "kernel does not exist yet")
+        if where[0] not in (_CPU, _CUDA):
+            raise Error("'q' is on DLPack device type %d; attnc runs CPU and "
+                        "CUDA arrays" % where[0])
         if not hasattr(self.program, "cpu_backward_kernel"):
-            raise Error("a kernel package holds GPU forward kernels only: the "
-                        "backward needs attnc.compile (the compiler's host JIT)")
+            raise Error("a kernel package holds forward kernels only: the "
+                        "backward needs attnc.compile (the compiler)")
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        key = ("backward", dtype, d, dv)
+        key = ("backward", where, dtype, d, dv)
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
+            if where[0] == _CUDA:
+                kernel = self.program.gpu_backward_kernel(self.variant, dtype, d,
+                                                          dv, where[1])
+            else:
+                kernel = self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
             self._kernels[key] = kernel
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()
-        grads = kernel.run(q, k, v, out, lse, grad_out.to(q.dtype), grad_lse,
-                           dq, dk, dvv, self._args(scale, kv_lens, q_offsets,
-                                                   params), 0)
+        args = self._args(scale, kv_lens, q_offsets, params)
+        grad_out = grad_out.to(q.dtype)
+        if where[0] == _CUDA:
+            grads = kernel.run(q, k, v, out, lse, grad_out, grad_lse, dq, dk, dvv,
+                               args, _stream_of(q, where, None))
+        else:
+            grads = kernel.run(q, k, v, out, lse, grad_out, grad_lse, dq, dk, dvv,
+                               args, 0)
         tensor_grads = []
         for name, value in params.items():
             if _is_scalar(value):
                 continue
             g = grads.get(name)
-            tensor_grads.append(torch.zeros_like(value) if g is None else
-                                torch.from_numpy(g).to(value.dtype).reshape(value.shape))
+            tensor_grads.append(
+                torch.zeros_like(value) if g is None else
+                torch.from_numpy(g).reshape(value.shape).to(value.device, value.dtype))
         return dq, dk, dvv, tensor_grads
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,

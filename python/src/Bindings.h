@@ -10,6 +10,7 @@
 #define ATTNC_PYTHON_BINDINGS_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/cuda/GpuBackward.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
 
 #include <nanobind/nanobind.h>
@@ -111,6 +112,12 @@ referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
 /// A GPU kernel loaded on one device (the context it was loaded into).
 struct DeviceKernel {
   std::unique_ptr<rt::cuda::GpuKernel> kernel;
+  int device = 0;
+};
+
+/// The GPU backward of a variant on CUDA device `device` (compiler builds).
+struct DeviceBackwardKernel {
+  std::unique_ptr<rt::cuda::GpuBackwardKernel> kernel;
   int device = 0;
 };
 

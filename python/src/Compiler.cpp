@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Bindings.h"
 #include "attnc/Driver/Session.h"
+#include "attnc/runtime/cuda/GpuBackward.h"
 
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
@@ -102,6 +103,26 @@ public:
     return k;
   }
 
+  /// The backward pass for the device's newest target, loaded on it.
+  std::unique_ptr<DeviceBackwardKernel>
+  compileGpuBackward(const std::string &variant, const std::string &dtype,
+                     int64_t headDim, int64_t vHeadDim, int device) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+    const rt::cuda::Context &ctx = contextFor(device);
+    int cc = ctx.device().computeCapability();
+    if (cc < 80)
+      throw Error("attnc's GPU kernels need sm_80 or newer; " +
+                  ctx.device().name() + " is sm_" + std::to_string(cc));
+    rt::VariantInfo vi = info(variant);
+    auto k = std::make_unique<DeviceBackwardKernel>();
+    k->device = device;
+    nb::gil_scoped_release release;
+    rt::GpuBackwardImage image;
+    check(session_->compileGpuBackward(variant, spec, gpuTargetFor(cc), image));
+    check(rt::cuda::GpuBackwardKernel::load(ctx, vi, image, k->kernel));
+    return k;
+  }
+
   /// Every variant for every target, dtype and (D, Dv), with the
   /// configuration table's tiles (as `attnc compile --emit=package`), in
   /// one package file.
@@ -140,38 +161,31 @@ private:
   std::string name_;
 };
 
-/// The backward pass on host arrays: writes dq, dk, dv and returns each
-/// float parameter's gradient by name (float64: an array of the capture's
-/// shape, or a float for a scalar).
-nb::dict runCpuBackward(const rt::CpuBackwardKernel &kernel, const Array &q,
-                        const Array &k, const Array &v, const Array &out,
-                        const Array &lse, const Array &dOut,
-                        std::optional<Array> dLse, const OutArray &dq,
-                        const OutArray &dk, const OutArray &dv,
-                        const CallArgs &c, int numThreads) {
+/// A backward call's views (on the device of `q`).
+rt::BackwardArgs backwardArgs(const Array &q, const Array &k, const Array &v,
+                              const Array &out, const Array &lse,
+                              const Array &dOut, const std::optional<Array> &dLse,
+                              const OutArray &dq, const OutArray &dk,
+                              const OutArray &dv, const CallArgs &c) {
   Where at = whereOf(q);
-  if (at.isCuda())
-    throw Error("the backward runs on the CPU; 'q' is on " + at.str());
   rt::BackwardArgs b;
   b.forward = makeArgs(q, k, v, c);
   b.forward.out = viewOf(out, "out", at);
   b.forward.lse = viewOf(lse, "lse", at);
-  b.forward.numThreads = numThreads;
   b.dOut = viewOf(dOut, "dOut", at);
   if (dLse)
     b.dLse = viewOf(*dLse, "dLse", at);
   b.dq = viewOf(dq, "dq", at);
   b.dk = viewOf(dk, "dk", at);
   b.dv = viewOf(dv, "dv", at);
-  rt::ParamGradients grads;
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.run(b, &grads);
-  }
-  check(st);
+  return b;
+}
+
+/// Each float parameter's gradient by name (float64 host arrays: an array
+/// of the capture's shape, or a float for a scalar).
+nb::dict gradientsByName(const rt::VariantInfo &info, rt::ParamGradients &grads,
+                         const CallArgs &c) {
   nb::dict result;
-  const rt::VariantInfo &info = kernel.variant();
   for (size_t i = 0; i < info.params.size(); ++i) {
     if (grads[i].empty())
       continue;
@@ -194,6 +208,53 @@ nb::dict runCpuBackward(const rt::CpuBackwardKernel &kernel, const Array &q,
   return result;
 }
 
+/// The backward pass on host arrays: writes dq, dk, dv and returns each
+/// float parameter's gradient by name.
+nb::dict runCpuBackward(const rt::CpuBackwardKernel &kernel, const Array &q,
+                        const Array &k, const Array &v, const Array &out,
+                        const Array &lse, const Array &dOut,
+                        std::optional<Array> dLse, const OutArray &dq,
+                        const OutArray &dk, const OutArray &dv,
+                        const CallArgs &c, int numThreads) {
+  Where at = whereOf(q);
+  if (at.isCuda())
+    throw Error("this is the CPU backward; 'q' is on " + at.str());
+  rt::BackwardArgs b = backwardArgs(q, k, v, out, lse, dOut, dLse, dq, dk, dv, c);
+  b.forward.numThreads = numThreads;
+  rt::ParamGradients grads;
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.run(b, &grads);
+  }
+  check(st);
+  return gradientsByName(kernel.variant(), grads, c);
+}
+
+/// The backward pass on CUDA arrays, on `stream` (it waits for its work):
+/// writes dq, dk, dv and returns the float parameters' gradients (host).
+nb::dict runGpuBackward(const DeviceBackwardKernel &kernel, const Array &q,
+                        const Array &k, const Array &v, const Array &out,
+                        const Array &lse, const Array &dOut,
+                        std::optional<Array> dLse, const OutArray &dq,
+                        const OutArray &dk, const OutArray &dv,
+                        const CallArgs &c, uintptr_t stream) {
+  Where at = whereOf(q);
+  if (!at.isCuda() || at.id != kernel.device)
+    throw Error("this backward runs on cuda:" + std::to_string(kernel.device) +
+                "; 'q' is on " + at.str());
+  rt::BackwardArgs b = backwardArgs(q, k, v, out, lse, dOut, dLse, dq, dk, dv, c);
+  rt::ParamGradients grads;
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.kernel->run(b, &grads,
+                            reinterpret_cast<rt::cuda::CUstream>(stream));
+  }
+  check(st);
+  return gradientsByName(kernel.kernel->variant(), grads, c);
+}
+
 } // namespace
 
 void bindCompiler(nb::module_ &m) {
@@ -202,6 +263,13 @@ void bindCompiler(nb::module_ &m) {
            "d_out"_a, "d_lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "args"_a,
            "num_threads"_a = 0,
            "The backward pass: writes dq, dk, dv; returns the float "
+           "parameters' gradients by name.");
+  nb::class_<DeviceBackwardKernel>(m, "GpuBackwardKernel")
+      .def("run", &runGpuBackward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
+           "d_out"_a, "d_lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "args"_a,
+           "stream"_a = 0,
+           "The backward pass on CUDA arrays, on `stream` (waits for it): "
+           "writes dq, dk, dv (the kernel's dtype); returns the float "
            "parameters' gradients by name.");
   nb::class_<Program>(m, "Program")
       .def_static("load", &Program::load, "name"_a, "source"_a.none() = nb::none(),
@@ -217,6 +285,8 @@ void bindCompiler(nb::module_ &m) {
            "dtype"_a, "head_dim"_a, "v_head_dim"_a)
       .def("gpu_kernel", &Program::compileGpu, "variant"_a, "dtype"_a,
            "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+      .def("gpu_backward_kernel", &Program::compileGpuBackward, "variant"_a,
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
            "dtypes"_a, "head_dims"_a)
       .def("reference", [](const Program &p, const std::string &variant,

@@ -189,3 +189,43 @@ variant t(temp: f32[]) {
         fd = (f(1.3 + 1e-3) - f(1.3 - 1e-3)) / 2e-3
     assert temp.grad.shape == ()
     assert temp.grad.item() == pytest.approx(fd, rel=1e-3)
+
+
+def test_gpu_backward_on_device_arrays_matches_torch_autograd(cuda_device):
+    """The GPU backward kernels (under ctest, on the emulated driver with
+    memcheck) through the extension's binding, on attnc.cuda arrays: dq, dk,
+    dv and the captures' gradients equal torch autograd's of the same
+    computation in torch ops. (torch CUDA tensors take this path in
+    attnc::attention_backward; torch cannot load the stand-in driver.)"""
+    np = pytest.importorskip("numpy")
+    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"), variant="synaptic")
+    q, k, v = leaves((1, 4, 37, 32), (1, 2, 37, 32), (1, 2, 37, 32), seed=4)
+    qamp, kf = leaves((1, 4, 37), (1, 4, 37), positive=True, seed=5)
+    dout = torch.randn(1, 4, 37, 32, generator=torch.Generator().manual_seed(6))
+    ref = synaptic_reference(q, k, v, qamp, kf, 0.05)
+    ref.backward(dout)
+
+    host = dict(q=q, k=k, v=v, qamp=qamp, key_factor=kf)
+    host = {n: x.detach().numpy() for n, x in host.items()}
+    out, lse = kernel(host["q"], host["k"], host["v"], qamp=host["qamp"],
+                      key_factor=host["key_factor"], barrier=0.05, return_lse=True)
+    dev = {n: attnc.cuda.to_device(x) for n, x in
+           dict(host, out=out, lse=lse, dout=dout.numpy()).items()}
+    grads = {n: attnc.cuda.empty(host[n].shape, "f32", 0) for n in ("q", "k", "v")}
+    gpu = kernel.program.gpu_backward_kernel("synaptic", "f32", 32, 32, 0)
+    args = kernel._args(None, None, None, dict(qamp=dev["qamp"],
+                                               key_factor=dev["key_factor"],
+                                               barrier=0.05))
+    params = gpu.run(dev["q"], dev["k"], dev["v"], dev["out"], dev["lse"],
+                     dev["dout"], None, grads["q"], grads["k"], grads["v"], args)
+    for name, leaf in (("q", q), ("k", k), ("v", v)):
+        got = attnc.cuda.to_host(grads[name])
+        assert np.abs(got - leaf.grad.numpy()).max() < 1e-4, name
+    for name, leaf in (("qamp", qamp), ("key_factor", kf)):
+        assert params[name].shape == leaf.shape
+        assert np.abs(params[name] - leaf.grad.double().numpy()).max() < 1e-4, name
+    # dq in another dtype than the kernel's is refused by name.
+    bad = attnc.cuda.empty(host["q"].shape, "bf16", 0)
+    with pytest.raises(attnc.Error, match="dq"):
+        gpu.run(dev["q"], dev["k"], dev["v"], dev["out"], dev["lse"], dev["dout"],
+                None, bad, grads["k"], grads["v"], args)
