@@ -1,10 +1,11 @@
 //===- CpuBackwardLaunch.cpp - Running the CPU backward kernels -----------===//
 //
 // Validates a backward call, computes delta = rowsum(dO * O), launches the
-// dK/dV kernel (items per KV tile, a gradient buffer per thread) and the dQ
-// kernel (items per Q tile) over f32 buffers of their own, then writes the
-// caller's dq, dk, dv in their dtypes and strides and sums the threads'
-// parameter gradients.
+// dK/dV kernel (a gradient buffer per thread; items per (b, kv head) with
+// dQ formed there too when there are enough of them for the threads, else
+// per KV tile and then the dQ kernel, items per Q tile) over f32 buffers
+// of their own, then writes the caller's dq, dk, dv in their dtypes and
+// strides and sums the threads' parameter gradients.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Backward.h"
@@ -81,7 +82,18 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   std::vector<float> dq(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.f),
       dk(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dqk), 0.f),
       dv(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dv), 0.f);
-  int64_t kvItems = p.B * p.Hkv * ops.ip[abi::kNumKTiles];
+  // With at least as many (b, kv head) pairs as threads, each _bwd_kv item
+  // takes every KV tile of one pair and forms dQ too (its group's rows are
+  // its own): S and dP are computed once instead of twice. Else one KV tile
+  // per item, and _bwd_q forms dQ.
+  int64_t nKT = ops.ip[abi::kNumKTiles];
+  bool fuse = p.B * p.Hkv >= detail::launchWorkers(p.B * p.Hkv * nKT,
+                                                   f.numThreads);
+  std::vector<int64_t> slots(abi::kBwdSlots, 0);
+  slots[abi::kBwdTilesPerItem] = fuse ? std::max<int64_t>(nKT, 1) : 1;
+  slots[abi::kBwdFuseQuery] = fuse;
+  ops.ip.insert(ops.ip.end(), slots.begin(), slots.end());
+  int64_t kvItems = fuse ? p.B * p.Hkv : p.B * p.Hkv * nKT;
   int workers = detail::launchWorkers(kvItems, f.numThreads);
   std::vector<std::vector<float>> grads(
       static_cast<size_t>(workers),
@@ -109,8 +121,9 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
       [&](int t, std::vector<detail::MemrefDesc> &d) {
         d.back() = descOf(grads[static_cast<size_t>(t)].data(), gradElems);
       });
-  detail::launchItems(entry_.query, operands,
-                      p.B * p.Hq * ops.ip[abi::kNumQTiles], f.numThreads);
+  if (!fuse)
+    detail::launchItems(entry_.query, operands,
+                        p.B * p.Hq * ops.ip[abi::kNumQTiles], f.numThreads);
 
   writeDense(dq, a.dq);
   // dk and dv are [B, Hkv, Lkv, D] here as in the caller's views.

@@ -470,15 +470,17 @@ using BackwardRun =
 /// with the fp64 backward: max |error| <= tol * (1 + max |reference|), per
 /// gradient. dq is written token-major (BSHD strides) in `dqType`, dk and
 /// dv contiguous in `dkvType`, all three starting as NaN (keys past a
-/// sequence's length must be written 0).
+/// sequence's length must be written 0). `threads`: the CPU threads (0:
+/// every core).
 void checkBackwardKernel(const Session &session, const std::string &name,
                          const rt::CpuKernel &forward,
                          const BackwardRun &backward, Shape shape, double tol,
-                         rt::DType dqType, rt::DType dkvType) {
+                         rt::DType dqType, rt::DType dkvType, int threads = 0) {
   rt::VariantInfo info;
   REQUIRE(session.info(name, info).isOk());
   Inputs in = inputsFor(info, shape);
   rt::AttentionArgs &a = in.args;
+  a.numThreads = threads;
   REQUIRE(forward.run(a).isOk());
 
   std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
@@ -612,11 +614,15 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
       spec.blockM = spec.blockN = spec.headDim = 16;
       spec.vHeadDim = 24;
       KernelPair kernels = compilePair(session, name, spec);
-      for (const Shape &s : kernelShapes()) {
-        INFO(tools::modeName(s.mode));
-        checkBackwardKernel(session, name, *kernels.forward, onCpu(kernels), s,
-                            2e-5, rt::DType::BF16, rt::DType::F32);
-      }
+      // 1 thread: dQ formed in _bwd_kv (a (b, kv head) pair per item); 64
+      // threads: more threads than pairs, one KV tile per item and _bwd_q.
+      for (int threads : {1, 64})
+        for (const Shape &s : kernelShapes()) {
+          INFO(tools::modeName(s.mode) << ", " << threads << " threads");
+          checkBackwardKernel(session, name, *kernels.forward, onCpu(kernels),
+                              s, 2e-5, rt::DType::BF16, rt::DType::F32,
+                              threads);
+        }
   });
 }
 

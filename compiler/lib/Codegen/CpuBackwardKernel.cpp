@@ -3,13 +3,17 @@
 // Two funcs over work items, FlashAttention-2's backward split so that no
 // two threads write the same row of dQ, dK or dV:
 //
-//   <name>_bwd_kv  items (b, kv head, KV tile): for each query head of the
-//                  group and each Q tile that is not empty, recompute
-//                  S = Q K^T, P = exp(score_mod(scale S) - LSE), dP = dO V^T,
-//                  dS = P (dP - delta) and dX = scale score_grad(dS), and
-//                  add P^T dO into dV and dX^T Q into dK (stack tiles,
-//                  written once); score_grad's accumulates go to the
-//                  thread's own parameter-gradient buffer.
+//   <name>_bwd_kv  items (b, kv head, T KV tiles): for each tile, each
+//                  query head of the group and each Q tile that is not
+//                  empty, recompute S = Q K^T, P = exp(score_mod(scale S)
+//                  - LSE), dP = dO V^T, dS = P (dP - delta) and dX = scale
+//                  score_grad(dS), and add P^T dO into dV and dX^T Q into
+//                  dK (stack tiles, written once); score_grad's accumulates
+//                  go to the thread's own parameter-gradient buffer. When
+//                  T covers every KV tile (the launcher's choice when there
+//                  are at least as many (b, kv head) pairs as threads), the
+//                  item owns the dQ rows of its group's heads and adds
+//                  dX K into them too, and _bwd_q is not launched.
 //   <name>_bwd_q   items (b, head, Q tile), as the forward's: the same
 //                  recomputation over the visited KV tiles, dQ += dX K.
 //
@@ -65,8 +69,10 @@ private:
   /// (dS through score_mod, times scale) per element, 0 where masked or
   /// out of range, into P and DX ([BN][BM] when `transposed`, else
   /// [BM][BN]); with `accumulate`, score_grad's parameter gradients too.
+  /// With `dxRows` (a [BM][BN] tile), dX is also stored there row-major.
   void scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse, Value Delta,
-                 Value P, Value DX, bool transposed, bool accumulate);
+                 Value P, Value DX, bool transposed, bool accumulate,
+                 Value dxRows = nullptr);
   void zero(Value tile, int64_t n);
 };
 
@@ -181,7 +187,7 @@ void CpuBackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
 
 void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse,
                                 Value Delta, Value P, Value DX, bool transposed,
-                                bool accumulate) {
+                                bool accumulate, Value dxRows) {
   Block &mask = v_.getMaskBlock();
   // Without accumulates the per-key work has no side effect: it is computed
   // for every key and the masked ones selected away (a branch-free loop
@@ -228,6 +234,8 @@ void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t
       Value out = transposed ? add(mul(c, cIdx(BM)), r) : at;
       store(pd[0], P, out);
       store(pd[1], DX, out);
+      if (dxRows)
+        store(pd[1], dxRows, at);
     });
   });
   };
@@ -245,12 +253,24 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
   Value Pt = alloca(BN * BM), DXt = alloca(BN * BM), dK = alloca(BN * D),
         dV = alloca(BN * DV);
   Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
+  // The backward's slots (KernelABI.h): KV tiles per item and whether dQ
+  // is formed here too (each item then holds every KV tile of its (b, kv
+  // head), so the dQ rows of the group's heads are its own).
+  Value slots = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
+  Value per = ipAt(add(slots, cIdx(abi::kBwdTilesPerItem)));
+  Value fuse = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::ne,
+      ipAt(add(slots, cIdx(abi::kBwdFuseQuery))), cIdx(0));
+  Value chunks = arith::CeilDivUIOp::create(b_, nKT, per);
+  Value Ks = alloca(BN * D), DX = alloca(BM * BN), dQt = alloca(BM * D);
   loop0(begin, end, 1, [&](Value item) {
-    Value kt = arith::RemUIOp::create(b_, item, nKT);
-    Value t = arith::DivUIOp::create(b_, item, nKT);
+    Value chunk = arith::RemUIOp::create(b_, item, chunks);
+    Value t = arith::DivUIOp::create(b_, item, chunks);
     Value kvh = arith::RemUIOp::create(b_, t, Hkv);
     Value b = arith::DivUIOp::create(b_, t, Hkv);
     Value kvLen = ipAt(add(cIdx(layout_.seqBase), b));
+    Value ktLo = mul(chunk, per);
+    loop0(ktLo, minI(add(ktLo, per), nKT), 1, [&](Value kt) {
     Value kv0 = mul(kt, cIdx(BN));
     Value cols = minI(cIdx(BN), sub(kvLen, kv0));
     ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, cols,
@@ -264,7 +284,7 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
         return decodeItem(e, add(mul(add(mul(b, e.Hq), h), e.nQT), qt));
       };
       Item first = itemAt(mul(kvh, e.G), cIdx(0));
-      loadKeyTile(e, first, kv0, cols, Kt, Vt, nullptr);
+      loadKeyTile(e, first, kv0, cols, Kt, Vt, Ks);
       loop0(cIdx(0), e.G, 1, [&](Value g) {
         Value h = add(mul(kvh, e.G), g);
         IRMapping inv;
@@ -282,10 +302,30 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
             matmul(DP, dOs, Vt, BM, BN, DV, false);
             zero(Pt, BN * BM);
             zero(DXt, BN * BM);
+            zero(DX, BM * BN);
             scoreTile(e, it, tile, S, DP, Lse, Delta, Pt, DXt,
-                      /*transposed=*/true, /*accumulate=*/true);
+                      /*transposed=*/true, /*accumulate=*/true, DX);
             matmul(dV, Pt, dOs, BN, DV, BM, true);
             matmul(dK, DXt, Qs, BN, D, BM, true);
+            // dQ += dX K for the tile's rows, in the item's own dQ rows
+            // (f32, dense [B][Hq][Lq][Dqk]).
+            ifThen(fuse, [&] {
+              Value rowBase = add(mul(add(mul(b, e.Hq), h), e.Lq), it.r0);
+              zero(dQt, BM * D);
+              loop0(cIdx(0), it.rows, 1, [&](Value r) {
+                Value src = mul(add(rowBase, r), cIdx(D));
+                loop0(cIdx(0), cIdx(D), 1, [&](Value d) {
+                  store(load(x.dq, add(src, d)), dQt, add(mul(r, cIdx(D)), d));
+                });
+              });
+              matmul(dQt, DX, Ks, BM, D, BN, true);
+              loop0(cIdx(0), it.rows, 1, [&](Value r) {
+                Value dst = mul(add(rowBase, r), cIdx(D));
+                loop0(cIdx(0), cIdx(D), 1, [&](Value d) {
+                  store(load(dQt, add(mul(r, cIdx(D)), d)), x.dq, add(dst, d));
+                });
+              });
+            });
           });
         });
       });
@@ -302,6 +342,7 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
                 add(mul(row, cIdx(DV)), d));
         });
       });
+    });
     });
   });
   func::ReturnOp::create(b_);

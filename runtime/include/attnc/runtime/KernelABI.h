@@ -34,7 +34,9 @@
 // head per item and no split), then f32 delta [B][Hq][Lq], dq, dk, dv
 // (contiguous [B][H][L][D]) and the thread's gradient buffer: every float
 // parameter's gradient, dense over its shape (a scalar: one element),
-// concatenated in declaration order (rt::zeroParamGradients' sizes).
+// concatenated in declaration order (rt::zeroParamGradients' sizes); ip
+// has the BackwardSlot slots below, of which the CPU reads
+// kBwdTilesPerItem and kBwdFuseQuery.
 //
 // The GPU backward entries (GpuBackwardKernel.cpp; gpu.funcs, one block per
 // item, the forward's first-item operand last) take the forward's operands
@@ -93,7 +95,9 @@ enum BackwardSlot : int64_t {
   kBwdDqStride = 8,   // 4 each
   kBwdDkStride = 12,
   kBwdDvStride = 16,
-  kBwdSlots = 20,
+  kBwdTilesPerItem = 20, // the CPU _bwd_kv: KV tiles per work item
+  kBwdFuseQuery = 21,    // the CPU _bwd_kv: 1 if it also forms dQ
+  kBwdSlots = 22,
 };
 
 /// Threads per block of the GPU merge entry (one block per row).
