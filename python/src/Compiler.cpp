@@ -37,6 +37,16 @@ rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
   return spec;
 }
 
+/// The device's compute capability (90 for sm_90); refuses one older than
+/// sm_80.
+int computeCapabilityOf(const rt::cuda::Context &ctx) {
+  int cc = ctx.device().computeCapability();
+  if (cc < 80)
+    throw Error("attnc's GPU kernels need sm_80 or newer; " +
+                ctx.device().name() + " is sm_" + std::to_string(cc));
+  return cc;
+}
+
 class Program {
 public:
   Program(std::unique_ptr<Session> s, std::string name)
@@ -89,10 +99,7 @@ public:
                                            int device) const {
     rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
     const rt::cuda::Context &ctx = contextFor(device);
-    int cc = ctx.device().computeCapability();
-    if (cc < 80)
-      throw Error("attnc's GPU kernels need sm_80 or newer; " +
-                  ctx.device().name() + " is sm_" + std::to_string(cc));
+    int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
     auto k = std::make_unique<DeviceKernel>();
     k->device = device;
@@ -109,10 +116,7 @@ public:
                      int64_t headDim, int64_t vHeadDim, int device) const {
     rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
     const rt::cuda::Context &ctx = contextFor(device);
-    int cc = ctx.device().computeCapability();
-    if (cc < 80)
-      throw Error("attnc's GPU kernels need sm_80 or newer; " +
-                  ctx.device().name() + " is sm_" + std::to_string(cc));
+    int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
     auto k = std::make_unique<DeviceBackwardKernel>();
     k->device = device;

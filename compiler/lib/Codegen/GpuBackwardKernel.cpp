@@ -50,6 +50,12 @@ private:
                              ArrayRef<int64_t> shared, Entry &e, Extra &x);
   /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
   Value dot(Value a, int64_t n, function_ref<Value(Value)> b);
+  /// row[d] += a * x(d) for d < n (row: a thread's f32 row).
+  void axpy(Value row, int64_t n, Value a, function_ref<Value(Value)> x);
+  /// Whether a key of tile `t` is kept: the row has keys (`rowLive`) and
+  /// the tile skips the mask or mask_mod(b, h, qpos, kv) holds.
+  Value keepKey(const Tile &t, Value rowLive, Value b, Value h, Value qpos,
+                Value kv);
   Value offset4(ArrayRef<Value> s, Value i0, Value i1, Value i2) {
     return add(add(mul(i0, s[0]), mul(i1, s[1])), mul(i2, s[2]));
   }
@@ -107,6 +113,28 @@ Value GpuBackwardBuilder::dot(Value a, int64_t n,
     return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], prod)};
   });
   return f.getResult(0);
+}
+
+void GpuBackwardBuilder::axpy(Value row, int64_t n, Value a,
+                              function_ref<Value(Value)> x) {
+  loop0(cIdx(0), cIdx(n), 1, [&](Value d) {
+    store(arith::AddFOp::create(b_, load(row, d),
+                                arith::MulFOp::create(b_, a, x(d))),
+          row, d);
+  });
+}
+
+Value GpuBackwardBuilder::keepKey(const Tile &t, Value rowLive, Value b,
+                                  Value h, Value qpos, Value kv) {
+  auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, t.skipMask,
+                                /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b_);
+  b_.setInsertionPointToStart(keep.thenBlock());
+  scf::YieldOp::create(b_, rowLive);
+  b_.setInsertionPointToStart(keep.elseBlock());
+  Value m = emitModifier(v_.getMaskBlock(), {b, h, qpos, kv});
+  scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, rowLive, m)));
+  return keep.getResult(0);
 }
 
 LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
@@ -187,26 +215,11 @@ LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
         Value dp = dot(dOp, DV, [&](Value d) { return load(Vs, add(vBase, d)); });
         Value xs = arith::MulFOp::create(b_, s, e.scale);
         Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
-        auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, t.skipMask,
-                                      /*withElse=*/true);
-        {
-          OpBuilder::InsertionGuard g(b_);
-          b_.setInsertionPointToStart(keep.thenBlock());
-          scf::YieldOp::create(b_, rowLive);
-          b_.setInsertionPointToStart(keep.elseBlock());
-          Value m = emitModifier(v_.getMaskBlock(), {it.bI32, hI32, qpos, kv});
-          scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, rowLive, m)));
-        }
-        ifThen(keep.getResult(0), [&] {
+        ifThen(keepKey(t, rowLive, it.bI32, hI32, qpos, kv), [&] {
           Value dx = keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse,
                                  delta, /*accumulate=*/false)
                          .second;
-          loop0(c0, cIdx(D), 1, [&](Value d) {
-            Value k = load(Ks, add(kBase, d));
-            store(arith::AddFOp::create(b_, load(dQ, d),
-                                        arith::MulFOp::create(b_, dx, k)),
-                  dQ, d);
-          });
+          axpy(dQ, D, dx, [&](Value d) { return load(Ks, add(kBase, d)); });
         });
       });
     });
@@ -322,35 +335,14 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
               // A row with no key (LSE -inf) has P = 0 everywhere.
               Value rowLive = arith::CmpFOp::create(
                   b_, arith::CmpFPredicate::ONE, lse, e.ninf);
-              auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()},
-                                            t.skipMask, /*withElse=*/true);
-              {
-                OpBuilder::InsertionGuard ig(b_);
-                b_.setInsertionPointToStart(keep.thenBlock());
-                scf::YieldOp::create(b_, rowLive);
-                b_.setInsertionPointToStart(keep.elseBlock());
-                Value m = emitModifier(v_.getMaskBlock(),
-                                       {it.bI32, hI32, qpos, kv});
-                scf::YieldOp::create(
-                    b_, Value(arith::AndIOp::create(b_, rowLive, m)));
-              }
-              ifThen(keep.getResult(0), [&] {
+              ifThen(keepKey(t, rowLive, it.bI32, hI32, qpos, kv), [&] {
                 std::pair<Value, Value> pdx =
                     keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse, delta,
                                 /*accumulate=*/true);
-                Value p = pdx.first, dx = pdx.second;
-                loop0(c0, cIdx(DV), 1, [&](Value d) {
-                  Value g = load(dOs, add(gBase, d));
-                  store(arith::AddFOp::create(b_, load(dV, d),
-                                              arith::MulFOp::create(b_, p, g)),
-                        dV, d);
-                });
-                loop0(c0, cIdx(D), 1, [&](Value d) {
-                  Value q = load(Qs, add(qBase, d));
-                  store(arith::AddFOp::create(b_, load(dK, d),
-                                              arith::MulFOp::create(b_, dx, q)),
-                        dK, d);
-                });
+                axpy(dV, DV, pdx.first,
+                     [&](Value d) { return load(dOs, add(gBase, d)); });
+                axpy(dK, D, pdx.second,
+                     [&](Value d) { return load(Qs, add(qBase, d)); });
               });
             });
           });

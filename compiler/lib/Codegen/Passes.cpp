@@ -156,6 +156,14 @@ struct BuildBackwardPass : ConfiguredPass<BuildBackwardPass> {
   }
 };
 
+/// Makes `m` a GPU container and adds `gpu.module @attnc_kernels` to it.
+gpu::GPUModuleOp addKernelsModule(ModuleOp m) {
+  OpBuilder b(m.getContext());
+  m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+  b.setInsertionPointToEnd(m.getBody());
+  return gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+}
+
 struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
   BuildGpuPass() = default;
@@ -175,10 +183,7 @@ struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
     if (failed(s))
       return signalPassFailure();
     ModuleOp m = getOperation();
-    OpBuilder b(&getContext());
-    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-    b.setInsertionPointToEnd(m.getBody());
-    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+    gpu::GPUModuleOp gm = addKernelsModule(m);
     FlashConfig config;
     config.spec = gpuSpec(*s, "sm_80");
     for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
@@ -208,10 +213,7 @@ struct BuildGpuBackwardPass : ConfiguredPass<BuildGpuBackwardPass> {
     if (failed(s))
       return signalPassFailure();
     ModuleOp m = getOperation();
-    OpBuilder b(&getContext());
-    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-    b.setInsertionPointToEnd(m.getBody());
-    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+    gpu::GPUModuleOp gm = addKernelsModule(m);
     FlashConfig config;
     config.spec = gpuBackwardSpec(*s);
     for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
