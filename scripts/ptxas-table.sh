@@ -2,7 +2,9 @@
 # Compiles every example x {f16, bf16} x Dqk:Dv in {64, 128, 192:128, 256}
 # x {sm_80, sm_90} to a package (the configuration table's tiles) and its
 # PTX and assembles it with ptxas: fails on any ptxas error or spill, and
-# prints the Markdown table of docs/kernels.md. Exits 77 (a ctest skip, with
+# prints the Markdown table of docs/kernels.md. Then every example's GPU
+# backward (SIMT, f32, D=64, sm_90; docs/backward.md) assembles too (fails
+# on any ptxas error; spills reported). Exits 77 (a ctest skip, with
 # the reason) when ptxas is not installed.
 #   usage: scripts/ptxas-table.sh BUILD_DIR
 set -euo pipefail
@@ -57,4 +59,21 @@ PY
     fi
   done < "$tmp/list"
 done
+echo
+n_bwd=0
+for f in "$src"/examples/*.attn; do
+  n="$(basename "$f" .attn)"
+  [[ "$n" == tour ]] && continue
+  out=""
+  if ! "$build/bin/attnc" compile "$f" --emit=ptx --backward --target=sm_90 \
+      -o "$tmp/bwd.ptx" || ! out="$("$ptxas" -arch=sm_90 -v "$tmp/bwd.ptx" -o "$tmp/k.cubin" 2>&1)"; then
+    echo "FAIL: $n backward: ${out:-cannot compile}" >&2
+    bad=1
+    continue
+  fi
+  ss="$(echo "$out" | grep -oE '[0-9]+ bytes spill stores' | grep -oE '^[0-9]+' | awk '{ s += $1 } END { print s + 0 }')"
+  ((ss == 0)) || echo "note: $n backward spills ($ss bytes of stores)"
+  n_bwd=$((n_bwd + 1))
+done
+echo "backward: $n_bwd examples' GPU backward PTX (f32, D=64, sm_90) assembles"
 exit $bad

@@ -71,6 +71,8 @@ compile options:
                       package a kernel package for the runtime (JSON: the
                               variants' programs and PTX per target, dtype
                               and head dims; docs/runtime.md)
+  --backward        with --emit=gpu|nvvm|ptx: the GPU backward program
+                    (<kernel>_bwd_q, <kernel>_bwd_kv; docs/backward.md)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
                     GPU stages (tensor-core form for f16/bf16, SIMT for
                     f32; emulated in CI, validated on an H100); a comma
@@ -139,6 +141,7 @@ struct CompileOptions {
   std::string dtypes = "f32,f16,bf16", headDims = "64,128";
   std::string tuning;          // --tuning FILE (attnc tune's output)
   bool tileCandidates = false; // --tile-candidates
+  bool backward = false;       // --backward: the GPU stages' backward program
 };
 
 std::vector<std::string> splitList(const std::string &s) {
@@ -287,7 +290,9 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     config.spec = o.spec;
     if (o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx") {
       std::string error;
-      auto m = attnc::buildGpuModule(v, config, o.target, error);
+      auto m = o.backward
+                   ? attnc::buildGpuBackwardModule(v, config, error)
+                   : attnc::buildGpuModule(v, config, o.target, error);
       if (!m) {
         std::cerr << "attnc: error: " << error << "\n";
         return 1;
@@ -371,6 +376,10 @@ int runCompile(const std::vector<std::string> &args) {
       o.tileCandidates = true;
       continue;
     }
+    if (a == "--backward") {
+      o.backward = true;
+      continue;
+    }
     std::string num;
     auto intValue = [&](const std::string &flag, int64_t &dst, int64_t lo,
                         int64_t hi) -> int {
@@ -452,6 +461,8 @@ int runCompile(const std::vector<std::string> &args) {
                       "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
                       "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
+  if (o.backward && !gpuStage)
+    return usageError("--backward is for --emit=gpu, nvvm or ptx");
   if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
     return usageError("--tuning and --tile-candidates are for --emit=package");
   if (!o.tuning.empty() && o.tileCandidates)
