@@ -50,6 +50,13 @@ private:
                              ArrayRef<int64_t> shared, Entry &e, Extra &x);
   /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
   Value dot(Value a, int64_t n, function_ref<Value(Value)> b);
+  /// The block's threads (thread `tid` of `threads`) copy `rows` rows of
+  /// `width` elements into the f32 shared tile `dst` ([rows][width]): row r
+  /// is `at(r', d)` (an element of a global tensor) with r' = min(r,
+  /// count - 1), and 0 for r >= count.
+  void stageRows(Value dst, int64_t rows, int64_t width, Value tid,
+                 int64_t threads, Value count,
+                 function_ref<Value(Value, Value)> at);
   /// row[d] += a * x(d) for d < n (row: a thread's f32 row).
   void axpy(Value row, int64_t n, Value a, function_ref<Value(Value)> x);
   /// Whether a key of tile `t` is kept: the row has keys (`rowLive`) and
@@ -113,6 +120,18 @@ Value GpuBackwardBuilder::dot(Value a, int64_t n,
     return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], prod)};
   });
   return f.getResult(0);
+}
+
+void GpuBackwardBuilder::stageRows(Value dst, int64_t rows, int64_t width,
+                                   Value tid, int64_t threads, Value count,
+                                   function_ref<Value(Value, Value)> at) {
+  loop0(tid, cIdx(rows * width), threads, [&](Value idx) {
+    Value r = arith::DivUIOp::create(b_, idx, cIdx(width));
+    Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
+    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, count);
+    Value x = toF32(at(minI(r, sub(count, cIdx(1))), d));
+    store(select(in, x, cF32(0.0)), dst, idx);
+  });
 }
 
 void GpuBackwardBuilder::axpy(Value row, int64_t n, Value a,
@@ -189,23 +208,13 @@ LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
   // inside are reached by all or none.
   forEachVisitedTile(it, [&](const Tile &t) {
     // K and V rows (f32) in shared memory, zero past the tile's keys.
-    loop0(r, cIdx(BN * D), BM, [&](Value idx) {
-      Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
-      Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
-      Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
-      Value row = minI(add(t.kv0, c), t.khi);
-      Value k = toF32(load(e.k, add(add(it.kBase, mul(row, e.ks[2])),
-                                    mul(d, e.ks[3]))));
-      store(select(in, k, zeroF), Ks, idx);
+    stageRows(Ks, BN, D, r, BM, t.cols, [&](Value c, Value d) {
+      Value row = add(t.kv0, c);
+      return load(e.k, add(add(it.kBase, mul(row, e.ks[2])), mul(d, e.ks[3])));
     });
-    loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
-      Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
-      Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
-      Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
-      Value row = minI(add(t.kv0, c), t.khi);
-      Value v = toF32(load(e.v, add(add(it.vBase, mul(row, e.vs[2])),
-                                    mul(d, e.vs[3]))));
-      store(select(in, v, zeroF), Vs, idx);
+    stageRows(Vs, BN, DV, r, BM, t.cols, [&](Value c, Value d) {
+      Value row = add(t.kv0, c);
+      return load(e.v, add(add(it.vBase, mul(row, e.vs[2])), mul(d, e.vs[3])));
     });
     gpu::BarrierOp::create(b_);
     ifThen(live, [&] {
@@ -296,23 +305,13 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
         ifThen(t.visit, [&] {
           // The tile's Q and dO rows (f32), LSE and delta in shared memory;
           // rows past the end are zero with LSE -inf.
-          loop0(c, cIdx(BM * D), BN, [&](Value idx) {
-            Value r = arith::DivUIOp::create(b_, idx, cIdx(D));
-            Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
-            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
-            Value row = add(it.r0, minI(r, sub(it.rows, c1)));
-            Value q = toF32(load(e.q, add(offset4(e.qs, b, h, row),
-                                          mul(d, e.qs[3]))));
-            store(select(in, q, zeroF), Qs, idx);
+          stageRows(Qs, BM, D, c, BN, it.rows, [&](Value r, Value d) {
+            Value row = add(it.r0, r);
+            return load(e.q, add(offset4(e.qs, b, h, row), mul(d, e.qs[3])));
           });
-          loop0(c, cIdx(BM * DV), BN, [&](Value idx) {
-            Value r = arith::DivUIOp::create(b_, idx, cIdx(DV));
-            Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
-            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
-            Value row = add(it.r0, minI(r, sub(it.rows, c1)));
-            Value g = toF32(load(e.o, add(offset4(e.os, b, h, row),
-                                          mul(d, e.os[3]))));
-            store(select(in, g, zeroF), dOs, idx);
+          stageRows(dOs, BM, DV, c, BN, it.rows, [&](Value r, Value d) {
+            Value row = add(it.r0, r);
+            return load(e.o, add(offset4(e.os, b, h, row), mul(d, e.os[3])));
           });
           loop0(c, cIdx(BM), BN, [&](Value r) {
             Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
