@@ -302,7 +302,7 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
             matmul(DP, dOs, Vt, BM, BN, DV, false);
             zero(Pt, BN * BM);
             zero(DXt, BN * BM);
-            zero(DX, BM * BN);
+            ifThen(fuse, [&] { zero(DX, BM * BN); });
             scoreTile(e, it, tile, S, DP, Lse, Delta, Pt, DXt,
                       /*transposed=*/true, /*accumulate=*/true, DX);
             matmul(dV, Pt, dOs, BN, DV, BM, true);

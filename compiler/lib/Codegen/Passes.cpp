@@ -95,132 +95,132 @@ struct DifferentiatePass
   }
 };
 
-struct BuildTiledPass : ConfiguredPass<BuildTiledPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildTiledPass)
-  BuildTiledPass() = default;
-  BuildTiledPass(const BuildTiledPass &other) : ConfiguredPass(other) {}
+/// A pass building a CPU program of every variant into the module:
+/// `Derived::build(module, variant, mask, config)`.
+template <typename Derived>
+struct CpuBuildPass : ConfiguredPass<Derived> {
+  CpuBuildPass() = default;
+  CpuBuildPass(const CpuBuildPass &other) : ConfiguredPass<Derived>(other) {}
   Pass::Option<int64_t> vectorWidth{*this, "vector-width",
                                     llvm::cl::desc("f32 lanes (8 or 16)"),
                                     llvm::cl::init(8)};
-  StringRef getArgument() const final { return "attn-build-tiled"; }
-  StringRef getDescription() const final {
-    return "Build the tiled flash program (CPU form) of every attn.variant";
-  }
   void getDependentDialects(DialectRegistry &r) const override {
     r.insert<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
              vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
   }
   void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = spec();
+    FailureOr<rt::KernelSpec> s = this->spec();
     if (failed(s))
-      return signalPassFailure();
+      return this->signalPassFailure();
     FlashConfig config;
     config.spec = *s;
     config.vectorWidth = vectorWidth;
-    ModuleOp m = getOperation();
+    ModuleOp m = this->getOperation();
     for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(buildFlashProgram(m, v, analyzeMask(v), config,
-                                   (v.getSymName() + "_kernel").str())))
-        return signalPassFailure();
+      if (failed(Derived::build(m, v, analyzeMask(v), config)))
+        return this->signalPassFailure();
   }
 };
 
-struct BuildBackwardPass : ConfiguredPass<BuildBackwardPass> {
+struct BuildTiledPass : CpuBuildPass<BuildTiledPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildTiledPass)
+  BuildTiledPass() = default;
+  BuildTiledPass(const BuildTiledPass &other) : CpuBuildPass(other) {}
+  StringRef getArgument() const final { return "attn-build-tiled"; }
+  StringRef getDescription() const final {
+    return "Build the tiled flash program (CPU form) of every attn.variant";
+  }
+  static LogicalResult build(ModuleOp m, attn::VariantOp v,
+                             const MaskAnalysis &mask,
+                             const FlashConfig &config) {
+    return buildFlashProgram(m, v, mask, config,
+                             (v.getSymName() + "_kernel").str());
+  }
+};
+
+struct BuildBackwardPass : CpuBuildPass<BuildBackwardPass> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildBackwardPass)
   BuildBackwardPass() = default;
-  BuildBackwardPass(const BuildBackwardPass &other) : ConfiguredPass(other) {}
-  Pass::Option<int64_t> vectorWidth{*this, "vector-width",
-                                    llvm::cl::desc("f32 lanes (8 or 16)"),
-                                    llvm::cl::init(8)};
+  BuildBackwardPass(const BuildBackwardPass &other) : CpuBuildPass(other) {}
   StringRef getArgument() const final { return "attn-build-backward"; }
   StringRef getDescription() const final {
     return "Build the CPU backward program (<variant>_bwd_kv, "
            "<variant>_bwd_q) of every differentiated attn.variant";
   }
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
-             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
-  }
-  void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = spec();
-    if (failed(s))
-      return signalPassFailure();
-    FlashConfig config;
-    config.spec = *s;
-    config.vectorWidth = vectorWidth;
-    ModuleOp m = getOperation();
-    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(buildBackwardProgram(m, v, analyzeMask(v), config,
-                                      v.getSymName())))
-        return signalPassFailure();
+  static LogicalResult build(ModuleOp m, attn::VariantOp v,
+                             const MaskAnalysis &mask,
+                             const FlashConfig &config) {
+    return buildBackwardProgram(m, v, mask, config, v.getSymName());
   }
 };
 
-/// Makes `m` a GPU container and adds `gpu.module @attnc_kernels` to it.
-gpu::GPUModuleOp addKernelsModule(ModuleOp m) {
-  OpBuilder b(m.getContext());
-  m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-  b.setInsertionPointToEnd(m.getBody());
-  return gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
-}
-
-struct BuildGpuPass : ConfiguredPass<BuildGpuPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
-  BuildGpuPass() = default;
-  BuildGpuPass(const BuildGpuPass &other) : ConfiguredPass(other) {}
-  StringRef getArgument() const final { return "attn-build-gpu"; }
-  StringRef getDescription() const final {
-    return "Build the GPU program (tensor-core or SIMT form) of every "
-           "attn.variant in gpu.module @attnc_kernels";
-  }
+/// A pass building a GPU program of every variant into a new
+/// `gpu.module @attnc_kernels` (the module becomes a GPU container):
+/// `Derived::build(gpuModule, variant, mask, config, kernelName)` with the
+/// tiles of `Derived::tiles(spec)`.
+template <typename Derived>
+struct GpuBuildPass : ConfiguredPass<Derived> {
+  GpuBuildPass() = default;
+  GpuBuildPass(const GpuBuildPass &other) : ConfiguredPass<Derived>(other) {}
   void getDependentDialects(DialectRegistry &r) const override {
     r.insert<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
              vector::VectorDialect, arith::ArithDialect, math::MathDialect,
              NVVM::NVVMDialect, nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
   }
   void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = spec();
+    FailureOr<rt::KernelSpec> s = this->spec();
     if (failed(s))
-      return signalPassFailure();
-    ModuleOp m = getOperation();
-    gpu::GPUModuleOp gm = addKernelsModule(m);
+      return this->signalPassFailure();
+    ModuleOp m = this->getOperation();
+    OpBuilder b(m.getContext());
+    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+    b.setInsertionPointToEnd(m.getBody());
+    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
     FlashConfig config;
-    config.spec = gpuSpec(*s, "sm_80");
+    config.spec = Derived::tiles(*s);
     for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(buildGpuFlashProgram(gm, v, analyzeMask(v), config,
-                                      gpuKernelName(v.getSymName(),
-                                                    config.spec))))
-        return signalPassFailure();
+      if (failed(Derived::build(gm, v, analyzeMask(v), config,
+                                gpuKernelName(v.getSymName(), config.spec))))
+        return this->signalPassFailure();
   }
 };
 
-struct BuildGpuBackwardPass : ConfiguredPass<BuildGpuBackwardPass> {
+struct BuildGpuPass : GpuBuildPass<BuildGpuPass> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
+  BuildGpuPass() = default;
+  BuildGpuPass(const BuildGpuPass &other) : GpuBuildPass(other) {}
+  StringRef getArgument() const final { return "attn-build-gpu"; }
+  StringRef getDescription() const final {
+    return "Build the GPU program (tensor-core or SIMT form) of every "
+           "attn.variant in gpu.module @attnc_kernels";
+  }
+  static rt::KernelSpec tiles(const rt::KernelSpec &s) {
+    return gpuSpec(s, "sm_80");
+  }
+  static LogicalResult build(gpu::GPUModuleOp gm, attn::VariantOp v,
+                             const MaskAnalysis &mask,
+                             const FlashConfig &config, StringRef name) {
+    return buildGpuFlashProgram(gm, v, mask, config, name);
+  }
+};
+
+struct BuildGpuBackwardPass : GpuBuildPass<BuildGpuBackwardPass> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuBackwardPass)
   BuildGpuBackwardPass() = default;
   BuildGpuBackwardPass(const BuildGpuBackwardPass &other)
-      : ConfiguredPass(other) {}
+      : GpuBuildPass(other) {}
   StringRef getArgument() const final { return "attn-build-gpu-backward"; }
   StringRef getDescription() const final {
     return "Build the GPU backward program (<name>_bwd_q, <name>_bwd_kv) of "
            "every differentiated attn.variant in gpu.module @attnc_kernels";
   }
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
-             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
+  static rt::KernelSpec tiles(const rt::KernelSpec &s) {
+    return gpuBackwardSpec(s);
   }
-  void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = spec();
-    if (failed(s))
-      return signalPassFailure();
-    ModuleOp m = getOperation();
-    gpu::GPUModuleOp gm = addKernelsModule(m);
-    FlashConfig config;
-    config.spec = gpuBackwardSpec(*s);
-    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(buildGpuBackwardProgram(
-              gm, v, analyzeMask(v), config,
-              gpuKernelName(v.getSymName(), config.spec))))
-        return signalPassFailure();
+  static LogicalResult build(gpu::GPUModuleOp gm, attn::VariantOp v,
+                             const MaskAnalysis &mask,
+                             const FlashConfig &config, StringRef name) {
+    return buildGpuBackwardProgram(gm, v, mask, config, name);
   }
 };
 

@@ -1,8 +1,8 @@
 //===- GpuBackward.cpp - Launching the GPU backward kernels ---------------===//
 //
 // One call: validate (BackwardCall.h), lay out ip (the forward's, then the
-// backward's stride slots), fp, the block mask, delta and the parameters'
-// gradient buffer in one device buffer, then launch the block-mask builder
+// backward's stride slots), fp, the block mask, the parameters' gradient
+// buffer and delta in one device buffer, then launch the block-mask builder
 // (data-dependent masks), `_bwd_q` and `_bwd_kv` in that order and wait.
 //
 //===----------------------------------------------------------------------===//
@@ -139,18 +139,20 @@ Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
   int64_t gradElems = rt::detail::paramGradientLayout(layoutGrads, gradBase);
   int64_t rows = p.B * p.Hq * p.Lq;
   // One buffer: ip, fp, the block mask, delta, the gradients.
+  // One buffer: ip, fp, the block mask (built on the device), the
+  // gradients (zeroed by the upload) and delta (written by _bwd_q, not
+  // uploaded). The upload is on the launches' stream, so it is ordered
+  // before them whatever the stream; `host` lives until the wait below.
   size_t fpAt = ops.ip.size() * 8;
   size_t bmAt = fpAt + align8(ops.fp.size() * 4);
-  size_t deltaAt = align16(bmAt + bm.classes.size());
-  size_t gradAt = align16(deltaAt + static_cast<size_t>(rows) * 4);
-  size_t total = gradAt + static_cast<size_t>(gradElems) * 4;
-  std::vector<unsigned char> host(total, 0);
+  size_t gradAt = align16(bmAt + bm.classes.size());
+  size_t deltaAt = align16(gradAt + static_cast<size_t>(gradElems) * 4);
+  size_t total = deltaAt + static_cast<size_t>(rows) * 4;
+  std::vector<unsigned char> host(deltaAt, 0);
   std::memcpy(host.data(), ops.ip.data(), fpAt);
   std::memcpy(host.data() + fpAt, ops.fp.data(), ops.fp.size() * 4);
   DeviceBuffer buf;
   if (Status s = DeviceBuffer::allocate(*ctx_, total, buf); !s)
-    return s;
-  if (Status s = buf.upload(host.data(), total); !s)
     return s;
   auto base = static_cast<unsigned char *>(buf.data());
   using rt::detail::memrefOf;
@@ -160,13 +162,6 @@ Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
       memrefOf(base + fpAt, static_cast<int64_t>(ops.fp.size())),
       memrefOf(base + bmAt, static_cast<int64_t>(bm.classes.size()))};
   rt::detail::appendCaptures(variant_, p, common);
-  if (dataMask) {
-    int64_t items = bm.batch * bm.heads * bm.numQTiles;
-    if (Status s = ptx::launchItems(*ctx_, maskBuilder_, common, items,
-                                    ptx::kMaskBuilderThreads, 0, stream);
-        !s)
-      return s;
-  }
   std::vector<rt::detail::MemrefDesc> d = {
       memrefOf(f.q.data, extent(f.q)), memrefOf(f.k.data, extent(f.k)),
       memrefOf(f.v.data, extent(f.v)), memrefOf(a.dOut.data, extent(a.dOut)),
@@ -180,22 +175,39 @@ Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
   d.push_back(memrefOf(a.dk.data, extent(a.dk)));
   d.push_back(memrefOf(a.dv.data, extent(a.dv)));
   d.push_back(memrefOf(base + gradAt, gradElems));
-  // _bwd_q writes delta, which _bwd_kv reads: same stream, in order.
-  if (Status s = ptx::launchItems(
-          *ctx_, query_, d, p.B * p.Hq * ops.ip[abi::kNumQTiles],
-          static_cast<unsigned>(image_.queryThreads), 0, stream);
-      !s)
-    return s;
-  if (Status s = ptx::launchItems(
-          *ctx_, keyValue_, d, p.B * p.Hkv * ops.ip[abi::kNumKTiles],
-          static_cast<unsigned>(image_.keyValueThreads), 0, stream);
-      !s)
-    return s;
   const Driver &drv = ctx_->driver();
-  if (Status s = drv.check(drv.api().cuStreamSynchronize(stream),
-                           "cuStreamSynchronize");
-      !s)
-    return s;
+  auto enqueue = [&]() -> Status {
+    if (Status s = drv.check(drv.api().cuMemcpyHtoDAsync(
+                                 reinterpret_cast<CUdeviceptr>(base),
+                                 host.data(), host.size(), stream),
+                             "cuMemcpyHtoDAsync");
+        !s)
+      return s;
+    if (dataMask)
+      if (Status s = ptx::launchItems(*ctx_, maskBuilder_, common,
+                                      bm.batch * bm.heads * bm.numQTiles,
+                                      ptx::kMaskBuilderThreads, 0, stream);
+          !s)
+        return s;
+    // _bwd_q writes delta, which _bwd_kv reads: same stream, in order.
+    if (Status s = ptx::launchItems(
+            *ctx_, query_, d, p.B * p.Hq * ops.ip[abi::kNumQTiles],
+            static_cast<unsigned>(image_.queryThreads), 0, stream);
+        !s)
+      return s;
+    return ptx::launchItems(*ctx_, keyValue_, d,
+                            p.B * p.Hkv * ops.ip[abi::kNumKTiles],
+                            static_cast<unsigned>(image_.keyValueThreads), 0,
+                            stream);
+  };
+  // Whatever was enqueued finishes before `host` and `buf` go away.
+  Status queued = enqueue();
+  Status done = drv.check(drv.api().cuStreamSynchronize(stream),
+                          "cuStreamSynchronize");
+  if (!queued)
+    return queued;
+  if (!done)
+    return done;
   if (paramGrads) {
     std::vector<float> g(static_cast<size_t>(gradElems));
     if (Status s = buf.download(g.data(), g.size() * 4, gradAt); !s)
