@@ -347,11 +347,11 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
   std::string name = gpuKernelName(variant.getSymName(), out.spec);
   out.query = name + "_bwd_q";
   out.keyValue = name + "_bwd_kv";
-  out.queryThreads = out.spec.blockM;
-  out.keyValueThreads = out.spec.blockN;
-  int64_t row = (out.spec.headDim + out.spec.vHeadDim) * 4;
-  out.querySharedBytes = out.spec.blockN * row;
-  out.keyValueSharedBytes = out.spec.blockM * (row + 8);
+  GpuBackwardLaunch launch = gpuBackwardLaunch(out.spec);
+  out.queryThreads = launch.queryThreads;
+  out.keyValueThreads = launch.keyValueThreads;
+  out.querySharedBytes = launch.querySharedBytes;
+  out.keyValueSharedBytes = launch.keyValueSharedBytes;
   auto params = [&](const std::string &entry, std::vector<int> &sizes) {
     return rt::ptxEntryParams(out.ptx, entry, sizes);
   };

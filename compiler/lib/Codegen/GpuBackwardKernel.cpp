@@ -21,7 +21,7 @@
 // Operands: KernelABI.h (the GPU backward entries); `_bwd_q` runs first.
 //
 //===----------------------------------------------------------------------===//
-#include "BackwardBuilder.h"
+#include "GpuBackwardBuilder.h"
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
@@ -29,25 +29,14 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 namespace {
 
-class GpuBackwardBuilder : public BackwardBuilder {
+class SimtBackward : public GpuBackwardBuilder {
 public:
-  using BackwardBuilder::BackwardBuilder;
+  using GpuBackwardBuilder::GpuBackwardBuilder;
 
   LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
   LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
 
 private:
-  /// The backward operands after the forward's, and the strides the
-  /// backward's ip slots hold.
-  struct Extra {
-    Value fwdO, dLse, delta, dq, dk, dv, grads, first;
-    SmallVector<Value> os, dls, dqs, dks, dvs;
-    Value hasDLse;
-  };
-  /// A gpu.func with the backward's operands and `shared` f32 workgroup
-  /// buffers of the given sizes; sets the entry values.
-  gpu::GPUFuncOp createEntry(gpu::GPUModuleOp module, StringRef name,
-                             ArrayRef<int64_t> shared, Entry &e, Extra &x);
   /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
   Value dot(Value a, int64_t n, function_ref<Value(Value)> b);
   /// The block's threads (thread `tid` of `threads`) copy `rows` rows of
@@ -63,14 +52,13 @@ private:
   /// the tile skips the mask or mask_mod(b, h, qpos, kv) holds.
   Value keepKey(const Tile &t, Value rowLive, Value b, Value h, Value qpos,
                 Value kv);
-  Value offset4(ArrayRef<Value> s, Value i0, Value i1, Value i2) {
-    return add(add(mul(i0, s[0]), mul(i1, s[1])), mul(i2, s[2]));
-  }
 };
+
+} // namespace
 
 gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
                                                StringRef name,
-                                               ArrayRef<int64_t> shared,
+                                               ArrayRef<SharedBuffer> shared,
                                                Entry &e, Extra &x) {
   SmallVector<Type> args = kernelArgs();
   args.pop_back(); // the forward's first item
@@ -82,10 +70,14 @@ gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
   auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   auto space = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
-  for (int64_t n : shared)
+  for (const SharedBuffer &buf : shared) {
     fn.addWorkgroupAttribution(
-        MemRefType::get({n}, f32_, MemRefLayoutAttrInterface(), space),
+        MemRefType::get({buf.n}, buf.type, MemRefLayoutAttrInterface(), space),
         fn.getLoc());
+    fn.setWorkgroupAttributionAttr(fn.getNumWorkgroupAttributions() - 1,
+                                   b_.getStringAttr("llvm.align"),
+                                   b_.getI64IntegerAttr(16));
+  }
   b_.setInsertionPointToStart(&fn.getBody().front());
   e = loadEntry(fn.getArguments());
   auto arg = [&](unsigned i) { return fn.getArgument(first + i); };
@@ -113,7 +105,74 @@ gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
   return fn;
 }
 
-Value GpuBackwardBuilder::dot(Value a, int64_t n,
+Value GpuBackwardBuilder::blockItem(const Extra &x) {
+  return add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+}
+
+Value GpuBackwardBuilder::rowDelta(const Entry &e, const Extra &x, Value b,
+                                   Value h, Value i,
+                                   function_ref<void(Value, Value)> onGrad) {
+  Value oRow = offset4(e.os, b, h, i), fRow = offset4(x.os, b, h, i);
+  auto rowSum = loop(cIdx(0), cIdx(DV), 1, {e.zeroF}, [&](Value d, ValueRange acc) {
+    Value g = toF32(load(e.o, add(oRow, mul(d, e.os[3]))));
+    if (onGrad)
+      onGrad(d, g);
+    Value o = toF32(load(x.fwdO, add(fRow, mul(d, x.os[3]))));
+    return SmallVector<Value>{
+        arith::AddFOp::create(b_, acc[0], arith::MulFOp::create(b_, g, o))};
+  });
+  Value delta = rowSum.getResult(0);
+  return ifYield(x.hasDLse, ValueRange{delta}, [&] {
+    Value g = load(x.dLse, offset4(x.dls, b, h, i));
+    return SmallVector<Value>{arith::SubFOp::create(b_, delta, g)};
+  })[0];
+}
+
+GpuBackwardBuilder::KeyTile GpuBackwardBuilder::decodeKeyTile(Value item) {
+  KeyTile k;
+  Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
+  k.kt = arith::RemUIOp::create(b_, item, nKT);
+  Value rest = arith::DivUIOp::create(b_, item, nKT);
+  k.kvh = arith::RemUIOp::create(b_, rest, Hkv);
+  k.b = arith::DivUIOp::create(b_, rest, Hkv);
+  k.kvLen = ipAt(add(cIdx(layout_.seqBase), k.b));
+  k.kv0 = mul(k.kt, cIdx(BN));
+  k.cols = minI(cIdx(BN), sub(k.kvLen, k.kv0));
+  return k;
+}
+
+IRMapping GpuBackwardBuilder::maskInvariants(const KeyTile &k, Value hI32) {
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0),
+          arith::IndexCastOp::create(b_, i32_, k.b));
+  inv.map(v_.getMaskBlock().getArgument(1), hI32);
+  materializeMaskInvariants(inv);
+  return inv;
+}
+
+void GpuBackwardBuilder::zeroKeyPastLength(const KeyTile &k, const Extra &x,
+                                           Value c) {
+  Value key = add(k.kv0, c);
+  Value past = arith::AndIOp::create(
+      b_, arith::CmpIOp::create(b_, arith::CmpIPredicate::sge, c, k.cols),
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, key,
+                            ipAt(abi::kLkv)));
+  ifThen(past, [&] {
+    Value zero = fromF32(cF32(0.0)), c0 = cIdx(0);
+    Value kAt = offset4(x.dks, k.b, k.kvh, key),
+          vAt = offset4(x.dvs, k.b, k.kvh, key);
+    loop0(c0, cIdx(D), 1, [&](Value d) {
+      store(zero, x.dk, add(kAt, mul(d, x.dks[3])));
+    });
+    loop0(c0, cIdx(DV), 1, [&](Value d) {
+      store(zero, x.dv, add(vAt, mul(d, x.dvs[3])));
+    });
+  });
+}
+
+namespace {
+
+Value SimtBackward::dot(Value a, int64_t n,
                               function_ref<Value(Value)> bAt) {
   auto f = loop(cIdx(0), cIdx(n), 1, {cF32(0.0)}, [&](Value d, ValueRange acc) {
     Value prod = arith::MulFOp::create(b_, load(a, d), bAt(d));
@@ -122,7 +181,7 @@ Value GpuBackwardBuilder::dot(Value a, int64_t n,
   return f.getResult(0);
 }
 
-void GpuBackwardBuilder::stageRows(Value dst, int64_t rows, int64_t width,
+void SimtBackward::stageRows(Value dst, int64_t rows, int64_t width,
                                    Value tid, int64_t threads, Value count,
                                    function_ref<Value(Value, Value)> at) {
   loop0(tid, cIdx(rows * width), threads, [&](Value idx) {
@@ -134,7 +193,7 @@ void GpuBackwardBuilder::stageRows(Value dst, int64_t rows, int64_t width,
   });
 }
 
-void GpuBackwardBuilder::axpy(Value row, int64_t n, Value a,
+void SimtBackward::axpy(Value row, int64_t n, Value a,
                               function_ref<Value(Value)> x) {
   loop0(cIdx(0), cIdx(n), 1, [&](Value d) {
     store(arith::AddFOp::create(b_, load(row, d),
@@ -143,7 +202,7 @@ void GpuBackwardBuilder::axpy(Value row, int64_t n, Value a,
   });
 }
 
-Value GpuBackwardBuilder::keepKey(const Tile &t, Value rowLive, Value b,
+Value SimtBackward::keepKey(const Tile &t, Value rowLive, Value b,
                                   Value h, Value qpos, Value kv) {
   auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, t.skipMask,
                                 /*withElse=*/true);
@@ -156,16 +215,17 @@ Value GpuBackwardBuilder::keepKey(const Tile &t, Value rowLive, Value b,
   return keep.getResult(0);
 }
 
-LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
+LogicalResult SimtBackward::buildQueryGrads(gpu::GPUModuleOp module,
                                                   StringRef name) {
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
-  gpu::GPUFuncOp fn = createEntry(module, name, {BN * D, BN * DV}, e, x);
+  gpu::GPUFuncOp fn =
+      createEntry(module, name, {{BN * D, f32_}, {BN * DV, f32_}}, e, x);
   Value Ks = fn.getWorkgroupAttributions()[0],
         Vs = fn.getWorkgroupAttributions()[1];
   Value c0 = cIdx(0), c1 = cIdx(1), zeroF = e.zeroF;
-  Value item = add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  Value item = blockItem(x);
   Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
   Value Qp = alloca(D), dOp = alloca(DV), dQ = alloca(D);
 
@@ -177,31 +237,19 @@ LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
   Value h = hi.first, i = hi.second;
   Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
   Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
-  Value qRow = offset4(e.qs, it.b, h, i), oRow = offset4(e.os, it.b, h, i),
-        fRow = offset4(x.os, it.b, h, i);
+  Value qRow = offset4(e.qs, it.b, h, i);
   loop0(c0, cIdx(D), 1, [&](Value d) {
     store(toF32(load(e.q, add(qRow, mul(d, e.qs[3])))), Qp, d);
     store(zeroF, dQ, d);
   });
   // delta = rowsum(dO * O) - dLSE, stored for _bwd_kv.
-  auto rowSum = loop(c0, cIdx(DV), 1, {zeroF}, [&](Value d, ValueRange acc) {
-    Value g = toF32(load(e.o, add(oRow, mul(d, e.os[3]))));
-    store(g, dOp, d);
-    Value o = toF32(load(x.fwdO, add(fRow, mul(d, x.os[3]))));
-    return SmallVector<Value>{
-        arith::AddFOp::create(b_, acc[0], arith::MulFOp::create(b_, g, o))};
-  });
-  Value delta = rowSum.getResult(0);
-  auto withDLse = ifYield(x.hasDLse, ValueRange{delta}, [&] {
-    Value g = load(x.dLse, offset4(x.dls, it.b, h, i));
-    return SmallVector<Value>{arith::SubFOp::create(b_, delta, g)};
-  });
-  delta = withDLse[0];
+  Value delta = rowDelta(e, x, it.b, h, i,
+                         [&](Value d, Value g) { store(g, dOp, d); });
   Value lse = load(e.lse, offset4(e.ls, it.b, h, i));
   Value rowLive =
       arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse, e.ninf);
   ifThen(live, [&] {
-    store(delta, x.delta, add(mul(add(mul(it.b, e.Hq), h), e.Lq), i));
+    store(delta, x.delta, deltaAt(e, it.b, h, i));
   });
 
   // The class is the same for every thread of the block, so the barriers
@@ -245,38 +293,28 @@ LogicalResult GpuBackwardBuilder::buildQueryGrads(gpu::GPUModuleOp module,
   return success();
 }
 
-LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
+LogicalResult SimtBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
                                                      StringRef name) {
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
   gpu::GPUFuncOp fn =
-      createEntry(module, name, {BM * D, BM * DV, BM, BM}, e, x);
+      createEntry(module, name,
+                  {{BM * D, f32_}, {BM * DV, f32_}, {BM, f32_}, {BM, f32_}}, e, x);
   ArrayRef<BlockArgument> sh = fn.getWorkgroupAttributions();
   Value Qs = sh[0], dOs = sh[1], Ls = sh[2], Ds = sh[3];
   Value c0 = cIdx(0), c1 = cIdx(1), zeroF = e.zeroF;
-  Value item = add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
   Value c = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
   Value Kp = alloca(D), Vp = alloca(DV), dK = alloca(D), dV = alloca(DV);
 
-  Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
-  Value kt = arith::RemUIOp::create(b_, item, nKT);
-  Value rest = arith::DivUIOp::create(b_, item, nKT);
-  Value kvh = arith::RemUIOp::create(b_, rest, Hkv);
-  Value b = arith::DivUIOp::create(b_, rest, Hkv);
-  Value kvLen = ipAt(add(cIdx(layout_.seqBase), b));
-  Value kv0 = mul(kt, cIdx(BN));
-  Value cols = minI(cIdx(BN), sub(kvLen, kv0));
+  KeyTile k = decodeKeyTile(blockItem(x));
+  Value b = k.b, kvh = k.kvh, kt = k.kt, kv0 = k.kv0, cols = k.cols;
   // A KV tile past this sequence's keys has nothing to do (the whole block).
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, cols, c0), [&] {
     Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
     Value key = add(kv0, minI(c, sub(cols, c1)));
     Value kv = arith::IndexCastOp::create(b_, i32_, key);
-    // The forward's item (b, h, qt), with one head per item and no split
-    // (the launcher's ip): (b * Hq + h) * nQT + qt.
-    auto itemAt = [&](Value h, Value qt) {
-      return decodeItem(e, add(mul(add(mul(b, e.Hq), h), e.nQT), qt));
-    };
+    auto itemAt = [&](Value h, Value qt) { return queryItem(e, k, h, qt); };
     Item first = itemAt(mul(kvh, e.G), c0);
     loop0(c0, cIdx(D), 1, [&](Value d) {
       store(toF32(load(e.k, add(add(first.kBase, mul(key, e.ks[2])),
@@ -293,11 +331,7 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
     loop0(c0, e.G, 1, [&](Value g) {
       Value h = add(mul(kvh, e.G), g);
       Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
-      IRMapping inv;
-      inv.map(v_.getMaskBlock().getArgument(0),
-              arith::IndexCastOp::create(b_, i32_, b));
-      inv.map(v_.getMaskBlock().getArgument(1), hI32);
-      materializeMaskInvariants(inv);
+      IRMapping inv = maskInvariants(k, hI32);
       loop0(c0, e.nQT, 1, [&](Value qt) {
         Item it = itemAt(h, qt);
         Tile t = tileAt(it, kt, inv);
@@ -318,7 +352,7 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
             Value row = add(it.r0, minI(r, sub(it.rows, c1)));
             Value lse = load(e.lse, offset4(e.ls, b, h, row));
             store(select(in, lse, e.ninf), Ls, r);
-            Value delta = load(x.delta, add(mul(add(mul(b, e.Hq), h), e.Lq), row));
+            Value delta = load(x.delta, deltaAt(e, b, h, row));
             store(select(in, delta, zeroF), Ds, r);
           });
           gpu::BarrierOp::create(b_);
@@ -360,21 +394,7 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
     });
   });
   // Keys past this sequence's length (up to the K/V capacity) get 0.
-  Value key = add(kv0, c);
-  Value past = arith::AndIOp::create(
-      b_, arith::CmpIOp::create(b_, arith::CmpIPredicate::sge, c, cols),
-      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, key,
-                            ipAt(abi::kLkv)));
-  ifThen(past, [&] {
-    Value zero = fromF32(zeroF);
-    Value kAt = offset4(x.dks, b, kvh, key), vAt = offset4(x.dvs, b, kvh, key);
-    loop0(c0, cIdx(D), 1, [&](Value d) {
-      store(zero, x.dk, add(kAt, mul(d, x.dks[3])));
-    });
-    loop0(c0, cIdx(DV), 1, [&](Value d) {
-      store(zero, x.dv, add(vAt, mul(d, x.dvs[3])));
-    });
-  });
+  zeroKeyPastLength(k, x, c);
   gpu::ReturnOp::create(b_);
   return success();
 }
@@ -384,13 +404,59 @@ LogicalResult GpuBackwardBuilder::buildKeyValueGrads(gpu::GPUModuleOp module,
 
 namespace attnc {
 
+namespace {
+/// The tensor-core form's shared memory for R rows: four element tiles
+/// (pitch width + 8) and LSE and delta per row (TensorCoreBackwardKernel.cpp).
+int64_t tensorCoreBackwardShared(const rt::KernelSpec &s, int64_t R) {
+  int64_t elem = rt::dtypeSize(s.dtype);
+  return 2 * R * (s.headDim + 8 + s.vHeadDim + 8) * elem + 2 * R * 4;
+}
+constexpr int64_t kStaticShared = 48 * 1024;
+} // namespace
+
+bool useTensorCoreBackward(const rt::KernelSpec &s) {
+  return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
+         s.headDim % 16 == 0 && s.vHeadDim % 16 == 0 && s.headDim > 0 &&
+         s.vHeadDim > 0 && s.headDim <= 256 && s.vHeadDim <= 256 &&
+         s.warps >= 0;
+}
+
 rt::KernelSpec gpuBackwardSpec(const rt::KernelSpec &spec) {
   rt::KernelSpec s = spec;
+  if (useTensorCoreBackward(spec)) {
+    // A warp per 16 rows; the most rows whose tiles fit.
+    s.blockM = 16;
+    for (int64_t R : {64, 32})
+      if (tensorCoreBackwardShared(s, R) <= kStaticShared) {
+        s.blockM = R;
+        break;
+      }
+    s.blockN = s.blockM;
+    s.warps = s.blockM / 16;
+    return s;
+  }
   // One f32 tile of Q and dO rows (or K and V rows) in static shared memory
   // (48 KiB): 32 rows when they fit, else 16.
   int64_t rowBytes = (s.headDim + s.vHeadDim) * 4 + 8;
-  s.blockM = s.blockN = rowBytes * 32 <= 48 * 1024 ? 32 : 16;
+  s.blockM = s.blockN = rowBytes * 32 <= kStaticShared ? 32 : 16;
+  s.warps = spec.warps < 0 ? spec.warps : 0;
   return s;
+}
+
+GpuBackwardLaunch gpuBackwardLaunch(const rt::KernelSpec &s) {
+  GpuBackwardLaunch l;
+  if (s.warps > 0) {
+    l.queryThreads = l.keyValueThreads = s.warps * 32;
+    l.querySharedBytes = l.keyValueSharedBytes =
+        tensorCoreBackwardShared(s, s.blockM);
+    return l;
+  }
+  l.queryThreads = s.blockM;
+  l.keyValueThreads = s.blockN;
+  int64_t row = (s.headDim + s.vHeadDim) * 4;
+  l.querySharedBytes = s.blockN * row;
+  l.keyValueSharedBytes = s.blockM * (row + 8);
+  return l;
 }
 
 LogicalResult buildGpuBackwardProgram(gpu::GPUModuleOp module,
@@ -405,14 +471,22 @@ LogicalResult buildGpuBackwardProgram(gpu::GPUModuleOp module,
       ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                     arith::ArithDialect, math::MathDialect,
                     vector::VectorDialect>();
-  codegen::GpuBackwardBuilder q(module->getParentOfType<ModuleOp>(), variant,
-                                mask, config);
-  if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
-    return failure();
-  codegen::GpuBackwardBuilder kv(module->getParentOfType<ModuleOp>(), variant,
-                                 mask, config);
-  if (failed(kv.buildKeyValueGrads(module, (name + "_bwd_kv").str())))
-    return failure();
+  ModuleOp parent = module->getParentOfType<ModuleOp>();
+  if (config.spec.warps > 0) {
+    module->getContext()
+        ->loadDialect<NVVM::NVVMDialect, nvgpu::NVGPUDialect,
+                      LLVM::LLVMDialect>();
+    if (failed(codegen::buildTensorCoreBackward(module, parent, variant, mask,
+                                                config, name)))
+      return failure();
+  } else {
+    codegen::SimtBackward q(parent, variant, mask, config);
+    if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+      return failure();
+    codegen::SimtBackward kv(parent, variant, mask, config);
+    if (failed(kv.buildKeyValueGrads(module, (name + "_bwd_kv").str())))
+      return failure();
+  }
   if (mask.kind == rt::MaskKind::Data) {
     codegen::ProgramBuilder builder(module->getParentOfType<ModuleOp>(),
                                     variant, mask, config);

@@ -314,6 +314,22 @@ protected:
   /// classify() finds them all computed at a point that dominates its uses.
   void materializeMaskInvariants(IRMapping &inv);
 
+  // ---- tensor-core fragments (MmaFragments.cpp) ----
+  /// Four registers of an mma.sync operand or accumulator.
+  using Frag = SmallVector<Value, 4>;
+  /// An mma.sync operand pair: vector<2xf16> for f16, an i32 for bf16.
+  Value asMmaOperand(Value pair);
+  Value packPair(Value x0, Value x1);
+  /// Two f32 values rounded to the element type, as one operand pair.
+  Value packF32Pair(Value x0, Value x1);
+  /// D = A B + C on mma.sync m16n8k16 (A row-major, B column-major, f32 C).
+  Frag mmaSync(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c);
+  /// ldmatrix x4 at element `idx` of the shared buffer `smem`: lane l
+  /// addresses row l % 8 of matrix l / 8; the four matrices' pairs.
+  Frag ldMatrix(Value smem, Value idx, bool trans);
+  /// gpu.shuffle xor by `off` across the warp.
+  Value shflXor(Value x, int64_t off);
+
   MLIRContext *ctx_;
   ImplicitLocOpBuilder b_;
   attn::VariantOp v_;

@@ -63,12 +63,10 @@ public:
     DT = DV / 8;
     KP = BN / 16;
     TH = L.warps * 32;
-    isF16 = elem_.isF16();
   }
   LogicalResult build(gpu::GPUModuleOp module, StringRef name);
 
 private:
-  using Frag = SmallVector<Value, 4>;
   /// This thread's query rows: m-tile mt, half k (row g or g + 8).
   /// (h, i) are kept as i32 (the epilogue widens them again): two
   /// registers per row across the KV loop instead of four.
@@ -98,12 +96,12 @@ private:
                     Value row, Value chunk, int64_t rowC = 0,
                     int64_t chunkC = 0);
 
-  // ---- fragments ----
-  Value asOperand(Value pair);
-  Value pack(Value x0, Value x1);
-  Frag mma(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c);
-  Frag ldmatrix(Value idx, bool trans);
-  Value shfl(Value x, int64_t off);
+  // ---- fragments (the mma helpers are ProgramBuilder's) ----
+  Frag mma(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c) {
+    return mmaSync(a, b, c);
+  }
+  Frag ldmatrix(Value idx, bool trans) { return ldMatrix(smem, idx, trans); }
+  Value shfl(Value x, int64_t off) { return shflXor(x, off); }
   Value ex2(Value x);
 
   // ---- stages of the kernel ----
@@ -118,7 +116,6 @@ private:
 
   TensorCoreLayout L;
   int64_t MT, NT, KS, DT, KP, TH;
-  bool isF16;
   Entry e;
   Item it;
   Value smem, tid, lane, warp, g, tig, mat, r8, zeroE;
@@ -146,54 +143,6 @@ Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
   }
   Value at = add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8))));
   return offset ? add(at, cIdx(offset)) : at;
-}
-
-/// mma.sync operands: pairs of f16 as vector<2xf16>, of bf16 as i32.
-Value TensorCoreKernel::asOperand(Value pair) {
-  if (isF16)
-    return pair;
-  Value v = vector::BitCastOp::create(b_, VectorType::get({1}, i32_), pair);
-  return vector::ExtractOp::create(b_, v, ArrayRef<int64_t>{0});
-}
-
-Value TensorCoreKernel::pack(Value x0, Value x1) {
-  return asOperand(vector::FromElementsOp::create(
-      b_, VectorType::get({2}, elem_), ValueRange{x0, x1}));
-}
-
-TensorCoreKernel::Frag TensorCoreKernel::mma(ArrayRef<Value> a,
-                                             ArrayRef<Value> bOp,
-                                             ArrayRef<Value> c) {
-  Type accTy = LLVM::LLVMStructType::getLiteral(ctx_, {f32_, f32_, f32_, f32_});
-  NVVM::MMATypes t = isF16 ? NVVM::MMATypes::f16 : NVVM::MMATypes::bf16;
-  Value d = NVVM::MmaOp::create(
-      b_, accTy, a, bOp, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt,
-      std::nullopt, std::array<NVVM::MMATypes, 2>{t, t},
-      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                     NVVM::MMALayout::col});
-  Frag out;
-  for (int64_t k = 0; k < 4; ++k)
-    out.push_back(LLVM::ExtractValueOp::create(b_, d, ArrayRef<int64_t>{k}));
-  return out;
-}
-
-/// ldmatrix x4 at element `idx` of shared memory: the four 8x8 matrices'
-/// pairs (lane l addresses row l % 8 of matrix l / 8).
-TensorCoreKernel::Frag TensorCoreKernel::ldmatrix(Value idx, bool trans) {
-  Value m = nvgpu::LdMatrixOp::create(b_, VectorType::get({4, 2}, elem_), smem,
-                                      ValueRange{idx}, trans, 4);
-  Frag regs;
-  for (int64_t k = 0; k < 4; ++k)
-    regs.push_back(
-        asOperand(vector::ExtractOp::create(b_, m, ArrayRef<int64_t>{k})));
-  return regs;
-}
-
-/// A row's 4 lanes (l / 4 equal) exchange values with xor 1 and 2.
-Value TensorCoreKernel::shfl(Value x, int64_t off) {
-  return gpu::ShuffleOp::create(b_, x, cI32(off), cI32(32),
-                                gpu::ShuffleMode::XOR)
-      .getShuffleResult();
 }
 
 /// exp2 on the special-function unit, subnormals flushed (they are below
@@ -467,8 +416,7 @@ SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value kBase,
   // every m-tile.
   auto packP = [&](int64_t mt, int64_t nt, int64_t c) {
     int64_t at = (mt * NT + nt) * 4 + c;
-    return pack(arith::TruncFOp::create(b_, elem_, P[at]),
-                arith::TruncFOp::create(b_, elem_, P[at + 1]));
+    return packF32Pair(P[at], P[at + 1]);
   };
   for (int64_t kk = 0; kk < KP; ++kk) {
     SmallVector<Frag> a;

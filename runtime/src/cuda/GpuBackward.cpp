@@ -46,11 +46,13 @@ Status GpuBackwardKernel::load(const Context &ctx, const VariantInfo &variant,
           "backward kernel '{}' asks for {} threads and {} bytes of static "
           "shared memory (at most 1024 and {})",
           image.query, threads, shared, kMaxStaticShared));
-  if (image.spec.blockM != image.queryThreads ||
-      image.spec.blockN != image.keyValueThreads)
+  // SIMT: a thread per row and key; tensor cores: a warp per 16 of them.
+  int64_t perRow = image.spec.warps > 0 ? 2 : 1;
+  if (image.spec.blockM * perRow != image.queryThreads ||
+      image.spec.blockN * perRow != image.keyValueThreads)
     return Status::invalidArgument(
         "backward kernel '" + image.query +
-        "': its threads per block are not its tile's rows and keys");
+        "': its threads per block do not match its tile's rows and keys");
   size_t captures = 0;
   for (const ParamSpec &p : variant.params)
     captures += p.isTensor;

@@ -83,12 +83,28 @@ mlir::LogicalResult buildGpuFlashProgram(mlir::gpu::GPUModuleOp module,
                                          const FlashConfig &config,
                                          llvm::StringRef name);
 
-/// The tiles of the GPU backward for a forward spec: blockM = blockN = 32
-/// where Q and dO rows (or K and V rows) of that many fit 48 KiB of f32
-/// shared memory, else 16.
+/// Whether the GPU backward of a forward spec runs on tensor cores: f16 or
+/// bf16, head dims multiples of 16 up to 256, and warps >= 0 (a negative
+/// warps asks for the SIMT form, as in the forward).
+bool useTensorCoreBackward(const rt::KernelSpec &spec);
+
+/// The tiles of the GPU backward for a forward spec (blockM = blockN).
+/// Tensor cores: 64, 32 or 16 rows, the most whose four element tiles fit
+/// 48 KiB of static shared memory, and warps = rows / 16. SIMT: 32 where
+/// Q and dO rows (or K and V rows) of that many fit 48 KiB of f32, else
+/// 16, and warps 0 (or the forward spec's negative value).
 rt::KernelSpec gpuBackwardSpec(const rt::KernelSpec &spec);
 
-/// The SIMT GPU form of the backward pass (GpuBackwardKernel.cpp):
+/// Threads and static shared memory per block of the two backward kernels
+/// for a gpuBackwardSpec.
+struct GpuBackwardLaunch {
+  int64_t queryThreads = 0, keyValueThreads = 0;
+  int64_t querySharedBytes = 0, keyValueSharedBytes = 0;
+};
+GpuBackwardLaunch gpuBackwardLaunch(const rt::KernelSpec &backwardSpec);
+
+/// The GPU backward pass (SIMT: GpuBackwardKernel.cpp; tensor cores, when
+/// config.spec.warps > 0: TensorCoreBackwardKernel.cpp):
 /// `@<name>_bwd_q` (delta and dQ: one block per (b, head, Q tile), a thread
 /// per query row), `@<name>_bwd_kv` (dK, dV and, by atomic adds, the float
 /// parameters' gradients: one block per (b, KV head, KV tile), a thread per

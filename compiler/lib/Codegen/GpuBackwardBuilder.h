@@ -1,0 +1,81 @@
+//===- GpuBackwardBuilder.h - What the GPU backward's forms share ----------===//
+//
+// The GPU backward is two gpu.funcs, FlashAttention-2's split so that dQ,
+// dK and dV rows each have one writer: `_bwd_q` (delta and dQ, items (b,
+// head, Q tile)) runs first, then `_bwd_kv` (dK, dV and the parameters'
+// gradients by atomic adds, items (b, KV head, KV tile)). Two forms build
+// them: SIMT (GpuBackwardKernel.cpp, f32, a thread per row or key) and
+// tensor cores (TensorCoreBackwardKernel.cpp, f16/bf16 mma.sync, a warp per
+// 16 rows or keys). This is their entry, work items and shared epilogues.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_GPUBACKWARDBUILDER_H
+#define ATTNC_CODEGEN_GPUBACKWARDBUILDER_H
+
+#include "BackwardBuilder.h"
+
+namespace attnc::codegen {
+
+class GpuBackwardBuilder : public BackwardBuilder {
+public:
+  using BackwardBuilder::BackwardBuilder;
+
+protected:
+  /// The backward operands after the forward's, and the strides the
+  /// backward's ip slots hold.
+  struct Extra {
+    Value fwdO, dLse, delta, dq, dk, dv, grads, first;
+    SmallVector<Value> os, dls, dqs, dks, dvs;
+    Value hasDLse;
+  };
+  /// A workgroup buffer of the entry: `n` elements of `type`, 16-byte
+  /// aligned (ldmatrix rows).
+  struct SharedBuffer {
+    int64_t n;
+    Type type;
+  };
+  /// A gpu.func with the backward's operands and the given workgroup
+  /// buffers; sets the entry values and binds the gradient buffer.
+  gpu::GPUFuncOp createEntry(gpu::GPUModuleOp module, StringRef name,
+                             ArrayRef<SharedBuffer> shared, Entry &e, Extra &x);
+  /// The block's work item: launch's first item + blockIdx.x.
+  Value blockItem(const Extra &x);
+  Value offset4(ArrayRef<Value> s, Value i0, Value i1, Value i2) {
+    return add(add(mul(i0, s[0]), mul(i1, s[1])), mul(i2, s[2]));
+  }
+  /// Row (b, h, i)'s delta = rowsum(dO * O) - dLSE, from global memory;
+  /// `onGrad(d, dO[d])` sees each element of dO as f32 when given.
+  Value rowDelta(const Entry &e, const Extra &x, Value b, Value h, Value i,
+                 function_ref<void(Value, Value)> onGrad = nullptr);
+  /// Where delta of row (b, h, i) lives between the two kernels.
+  Value deltaAt(const Entry &e, Value b, Value h, Value i) {
+    return add(mul(add(mul(b, e.Hq), h), e.Lq), i);
+  }
+
+  /// A `_bwd_kv` item: (b, KV head, KV tile) and the tile's keys.
+  struct KeyTile {
+    Value b, kvh, kt, kvLen, kv0, cols;
+  };
+  KeyTile decodeKeyTile(Value item);
+  /// The forward's item (b, h, qt) with one head per item and no split
+  /// (the launcher's ip): (b * Hq + h) * nQT + qt.
+  Item queryItem(const Entry &e, const KeyTile &k, Value h, Value qt) {
+    return decodeItem(e, add(mul(add(mul(k.b, e.Hq), h), e.nQT), qt));
+  }
+  /// The mask's (b, h)-only values for query head h (as i32: hI32).
+  IRMapping maskInvariants(const KeyTile &k, Value hI32);
+  /// Zero dK and dV rows of key `c` of the tile (c < the tile's width) when
+  /// it is past the sequence's length but within the K/V capacity.
+  void zeroKeyPastLength(const KeyTile &k, const Extra &x, Value c);
+};
+
+/// The tensor-core form (TensorCoreBackwardKernel.cpp): `<name>_bwd_q` and
+/// `<name>_bwd_kv` for cfg.spec = gpuBackwardSpec's with warps > 0.
+LogicalResult buildTensorCoreBackward(gpu::GPUModuleOp module, ModuleOp parent,
+                                      attn::VariantOp v,
+                                      const MaskAnalysis &mask,
+                                      const FlashConfig &cfg, StringRef name);
+
+} // namespace attnc::codegen
+
+#endif

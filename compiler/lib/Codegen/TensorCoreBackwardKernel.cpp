@@ -1,0 +1,473 @@
+//===- TensorCoreBackwardKernel.cpp - The GPU backward on tensor cores ----===//
+//
+// The tensor-core form of the GPU backward (f16/bf16, mma.sync m16n8k16,
+// f32 accumulators), for head dims that are multiples of 16. A block has
+// R / 16 warps over R rows (R = blockM = blockN: 64, 32 or 16, the most
+// whose four tiles fit 48 KiB of static shared memory); each warp owns 16
+// of them. Tiles are row-major in shared memory with a pitch of width + 8
+// elements (rows 16-byte aligned for ldmatrix, 8 rows on 8 bank groups).
+//
+//   <name>_bwd_q   items (b, head, Q tile): Q and dO stay in shared memory;
+//                  per visited KV tile (K, V staged) a warp's rows get
+//                  S = Q K^T and dP = dO V^T (B from ldmatrix), dX per
+//                  element (BackwardBuilder::keyGradient), then
+//                  dQ += dX K (dX in registers as A, K by ldmatrix.trans).
+//   <name>_bwd_kv  items (b, KV head, KV tile): K and V stay in shared
+//                  memory; per query head of the group and visited Q tile
+//                  (Q, dO, LSE and delta staged) a warp's keys get S^T =
+//                  K Q^T and dP^T = V dO^T, P and dX per element, then
+//                  dV += P^T dO and dK += dX^T Q; score_grad's accumulates
+//                  are atomic adds, per kept pair.
+//
+// P and dX are rounded to the element type as the second products' A
+// operands, as FlashAttention-2 rounds P and dS; everything else is f32.
+// The operands, items and the order of the two kernels are the SIMT form's
+// (GpuBackwardBuilder.h).
+//
+//===----------------------------------------------------------------------===//
+#include "GpuBackwardBuilder.h"
+
+using namespace mlir;
+
+namespace attnc::codegen {
+namespace {
+
+class TensorCoreBackward : public GpuBackwardBuilder {
+public:
+  TensorCoreBackward(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+                     const FlashConfig &cfg)
+      : GpuBackwardBuilder(m, v, mask, cfg), R(cfg.spec.blockM), TH(2 * R),
+        ldQ(D + 8), ldO(DV + 8) {}
+
+  LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
+
+private:
+  using Frags = SmallVector<Frag>;
+  /// The entry with its two buffers (the four tiles; LSE and delta per
+  /// row) and the lane decomposition.
+  gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
+                       Extra &x);
+  /// The block copies `count` rows of `width` elements into the tile at
+  /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
+  void stage(int64_t base, int64_t ld, int64_t width, Value count,
+             function_ref<Value(Value, Value)> at);
+  /// The warp's 16 rows of the tile at `aBase` times the columns of the
+  /// tile at `bBase` (both [rows][k], k = 16 kSteps): n / 8 accumulators.
+  Frags rowsByCols(int64_t aBase, int64_t lda, int64_t kSteps, int64_t bBase,
+                   int64_t ldb, int64_t n);
+  /// acc += X B: X the warp's [16][kCols] f32 accumulators (rounded to the
+  /// element type), B the tile at `bBase` ([kCols][n], by ldmatrix.trans).
+  void accumulate(Frags &acc, ArrayRef<Value> x, int64_t kCols, int64_t bBase,
+                  int64_t ldb, int64_t n);
+  /// The keep flags of the thread's elements (row k = c / 2, column 8 nt +
+  /// 2 tig + c % 2): `base` where the tile skips the mask, else `base` and
+  /// mask_mod(b, h, qpos(elem), kv(elem)).
+  SmallVector<Value> keepFlags(const Tile &t, ArrayRef<Value> base,
+                               function_ref<std::pair<Value, Value>(int64_t)>
+                                   posAndKey,
+                               Value bI32, Value hI32);
+  /// The column (within the tile) of element `at` of the accumulators.
+  Value colOf(int64_t at) {
+    return add(tig2, cIdx(8 * (at / 4) + (at & 1)));
+  }
+  SmallVector<Value> flatten(const Frags &f) {
+    SmallVector<Value> out;
+    for (const Frag &x : f)
+      out.append(x.begin(), x.end());
+    return out;
+  }
+  Frags unflatten(ValueRange v) {
+    Frags out;
+    for (size_t i = 0; i < v.size(); i += 4)
+      out.push_back(Frag(v.begin() + i, v.begin() + i + 4));
+    return out;
+  }
+  void storeRows(const Frags &acc, Value dst, ArrayRef<Value> strides,
+                 function_ref<Value(int64_t)> rowOffset,
+                 ArrayRef<Value> live);
+
+  int64_t R, TH, ldQ, ldO;
+  Value smem, fs, tid, warp, g, tig2, zeroE;
+  // The lane's (row, column) in the A, B and B.trans fragments (begin()).
+  Value aLane, aCol, bLane, bCol, tLane;
+};
+
+gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
+                                         StringRef name, Entry &e, Extra &x) {
+  gpu::GPUFuncOp fn = createEntry(
+      module, name, {{2 * R * (ldQ + ldO), elem_}, {2 * R, f32_}}, e, x);
+  fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
+  smem = fn.getWorkgroupAttributions()[0];
+  fs = fn.getWorkgroupAttributions()[1];
+  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  Value lane = arith::RemUIOp::create(b_, tid, cIdx(32));
+  warp = arith::DivUIOp::create(b_, tid, cIdx(32));
+  g = arith::DivUIOp::create(b_, lane, cIdx(4));
+  tig2 = mul(arith::RemUIOp::create(b_, lane, cIdx(4)), cIdx(2));
+  Value mat = arith::DivUIOp::create(b_, lane, cIdx(8));
+  Value r8 = arith::RemUIOp::create(b_, lane, cIdx(8));
+  Value lo = arith::RemUIOp::create(b_, mat, cIdx(2)),
+        hi = arith::DivUIOp::create(b_, mat, cIdx(2));
+  // ldmatrix x4: lane l gives the address of row l % 8 of matrix l / 8.
+  // A (16 x 16 at the warp's rows): matrices (rows 0-7 | 8-15) x (k 0-7 |
+  // 8-15), rows first. B (n x k rows): (n 0-7, k 0-7), (n 0-7, k 8-15),
+  // (n 8-15, k 0-7), (n 8-15, k 8-15). B.trans (k x n rows): (k 0-7 | 8-15)
+  // x (n 0-7 | 8-15), k first: A's pattern without the warp's offset.
+  aLane = add(add(mul(warp, cIdx(16)), mul(lo, cIdx(8))), r8);
+  aCol = mul(hi, cIdx(8));
+  bLane = add(mul(hi, cIdx(8)), r8);
+  bCol = mul(lo, cIdx(8));
+  tLane = add(mul(lo, cIdx(8)), r8);
+  zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
+  return fn;
+}
+
+void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
+                               Value count,
+                               function_ref<Value(Value, Value)> at) {
+  loop0(tid, cIdx(R * width), cIdx(TH), [&](Value idx) {
+    Value r = arith::DivUIOp::create(b_, idx, cIdx(width));
+    Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
+    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, count);
+    Value v = at(minI(r, sub(count, cIdx(1))), d);
+    store(select(in, v, zeroE), smem,
+          add(cIdx(base), add(mul(r, cIdx(ld)), d)));
+  });
+}
+
+TensorCoreBackward::Frags TensorCoreBackward::rowsByCols(int64_t aBase,
+                                                         int64_t lda,
+                                                         int64_t kSteps,
+                                                         int64_t bBase,
+                                                         int64_t ldb,
+                                                         int64_t n) {
+  Frags acc(n / 8, Frag(4, cF32(0.0)));
+  // A: (aLane, aCol + 16 ks); B: (bLane + 16 nt2, bCol + 16 ks).
+  Value aAt = add(cIdx(aBase), add(mul(aLane, cIdx(lda)), aCol));
+  Value bAt = add(cIdx(bBase), add(mul(bLane, cIdx(ldb)), bCol));
+  for (int64_t ks = 0; ks < kSteps; ++ks) {
+    Frag a = ldMatrix(smem, add(aAt, cIdx(16 * ks)), /*trans=*/false);
+    for (int64_t nt2 = 0; nt2 < n / 16; ++nt2) {
+      Frag regs = ldMatrix(smem, add(bAt, cIdx(16 * nt2 * ldb + 16 * ks)),
+                           /*trans=*/false);
+      for (int64_t h = 0; h < 2; ++h)
+        acc[2 * nt2 + h] =
+            mmaSync(a, {regs[2 * h], regs[2 * h + 1]}, acc[2 * nt2 + h]);
+    }
+  }
+  return acc;
+}
+
+void TensorCoreBackward::accumulate(Frags &acc, ArrayRef<Value> x,
+                                    int64_t kCols, int64_t bBase, int64_t ldb,
+                                    int64_t n) {
+  // B.trans: (tLane + 16 kk, aCol + 16 dt2).
+  Value tAt = add(cIdx(bBase), add(mul(tLane, cIdx(ldb)), aCol));
+  // x's accumulator pairs are A's pairs: columns 8 nt + 2 tig (+1) of rows
+  // g and g + 8; two n-tiles make one k-step of 16.
+  auto pair = [&](int64_t nt, int64_t c) {
+    return packF32Pair(x[nt * 4 + c], x[nt * 4 + c + 1]);
+  };
+  for (int64_t kk = 0; kk < kCols / 16; ++kk) {
+    Frag a = {pair(2 * kk, 0), pair(2 * kk, 2), pair(2 * kk + 1, 0),
+              pair(2 * kk + 1, 2)};
+    for (int64_t dt2 = 0; dt2 < n / 16; ++dt2) {
+      Frag regs = ldMatrix(smem, add(tAt, cIdx(16 * kk * ldb + 16 * dt2)),
+                           /*trans=*/true);
+      for (int64_t h = 0; h < 2; ++h)
+        acc[2 * dt2 + h] =
+            mmaSync(a, {regs[2 * h], regs[2 * h + 1]}, acc[2 * dt2 + h]);
+    }
+  }
+}
+
+SmallVector<Value> TensorCoreBackward::keepFlags(
+    const Tile &t, ArrayRef<Value> base,
+    function_ref<std::pair<Value, Value>(int64_t)> posAndKey, Value bI32,
+    Value hI32) {
+  Value masked = arith::XOrIOp::create(
+      b_, t.skipMask, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
+  return ifYield(masked, base, [&] {
+    SmallVector<Value> out;
+    for (size_t at = 0; at < base.size(); ++at) {
+      std::pair<Value, Value> qk = posAndKey(int64_t(at));
+      Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qk.first, qk.second});
+      out.push_back(arith::AndIOp::create(b_, base[at], m));
+    }
+    return out;
+  });
+}
+
+void TensorCoreBackward::storeRows(const Frags &acc, Value dst,
+                                   ArrayRef<Value> strides,
+                                   function_ref<Value(int64_t)> rowOffset,
+                                   ArrayRef<Value> live) {
+  for (int64_t k = 0; k < 2; ++k)
+    ifThen(live[k], [&] {
+      Value at = rowOffset(k);
+      for (size_t dt = 0; dt < acc.size(); ++dt)
+        for (int64_t c = 0; c < 2; ++c) {
+          Value d = add(tig2, cIdx(8 * int64_t(dt) + c));
+          store(fromF32(acc[dt][2 * k + c]), dst, add(at, mul(d, strides[3])));
+        }
+    });
+}
+
+LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
+                                                  StringRef name) {
+  OpBuilder::InsertionGuard guard(b_);
+  Entry e;
+  Extra x;
+  begin(module, name, e, x);
+  Value c1 = cIdx(1);
+  const int64_t qS = 0, oS = R * ldQ, kS = R * (ldQ + ldO),
+                vS = R * (2 * ldQ + ldO);
+  Item it = decodeItem(e, blockItem(x));
+  auto rowAt = [&](const SmallVector<Value> &st, Value r) {
+    std::pair<Value, Value> hi = rowCoords(e, it, r);
+    return offset4(st, it.b, hi.first, hi.second);
+  };
+  // Q and dO rows; LSE and delta per row (a thread each), delta stored for
+  // _bwd_kv. Rows past the end: zero, LSE -inf.
+  stage(qS, ldQ, D, it.rows, [&](Value r, Value d) {
+    return load(e.q, add(rowAt(e.qs, r), mul(d, e.qs[3])));
+  });
+  stage(oS, ldO, DV, it.rows, [&](Value r, Value d) {
+    return load(e.o, add(rowAt(e.os, r), mul(d, e.os[3])));
+  });
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
+    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, it.rows);
+    std::pair<Value, Value> hi = rowCoords(e, it, minI(tid, sub(it.rows, c1)));
+    Value delta = rowDelta(e, x, it.b, hi.first, hi.second);
+    Value lse = load(e.lse, offset4(e.ls, it.b, hi.first, hi.second));
+    store(select(in, lse, e.ninf), fs, tid);
+    store(select(in, delta, e.zeroF), fs, add(tid, cIdx(R)));
+    ifThen(in, [&] {
+      store(delta, x.delta, deltaAt(e, it.b, hi.first, hi.second));
+    });
+  });
+  gpu::BarrierOp::create(b_);
+  // This thread's rows g and g + 8 of its warp's 16.
+  SmallVector<Value> live(2), h(2), i(2), hI32(2), qpos(2), lse(2), delta(2),
+      rowLive(2);
+  for (int64_t k = 0; k < 2; ++k) {
+    Value r = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
+    live[k] = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+    std::pair<Value, Value> hi = rowCoords(e, it, minI(r, sub(it.rows, c1)));
+    h[k] = hi.first;
+    i[k] = hi.second;
+    hI32[k] = arith::IndexCastOp::create(b_, i32_, h[k]);
+    qpos[k] = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i[k]));
+    lse[k] = load(fs, r);
+    delta[k] = load(fs, add(r, cIdx(R)));
+    rowLive[k] =
+        arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[k], e.ninf);
+  }
+
+  IRMapping inv;
+  inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
+  inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
+  materializeMaskInvariants(inv);
+  SmallVector<Value> init(D / 8 * 4, e.zeroF);
+  scf::ForOp tiles = loop(it.jlo, it.jhi, 1, init, [&](Value j, ValueRange acc) {
+    Tile t = tileAt(it, j, inv);
+    return ifYield(t.visit, acc, [&] {
+      stage(kS, ldQ, D, t.cols, [&](Value c, Value d) {
+        return load(e.k, add(add(it.kBase, mul(add(t.kv0, c), e.ks[2])),
+                             mul(d, e.ks[3])));
+      });
+      stage(vS, ldO, DV, t.cols, [&](Value c, Value d) {
+        return load(e.v, add(add(it.vBase, mul(add(t.kv0, c), e.vs[2])),
+                             mul(d, e.vs[3])));
+      });
+      gpu::BarrierOp::create(b_);
+      SmallVector<Value> s = flatten(rowsByCols(qS, ldQ, D / 16, kS, ldQ, R));
+      SmallVector<Value> dp =
+          flatten(rowsByCols(oS, ldO, DV / 16, vS, ldO, R));
+      SmallVector<Value> kv(s.size()), base(s.size());
+      for (size_t at = 0; at < s.size(); ++at) {
+        Value col = colOf(int64_t(at));
+        kv[at] = arith::IndexCastOp::create(b_, i32_, add(t.kv0, col));
+        base[at] = arith::AndIOp::create(
+            b_, rowLive[(at & 3) >> 1],
+            arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col, t.cols));
+      }
+      // One head per item: the rows share h (hI32[0]).
+      SmallVector<Value> keep = keepFlags(
+          t, base,
+          [&](int64_t at) {
+            return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
+          },
+          it.bI32, hI32[0]);
+      SmallVector<Value> dx(s.size());
+      for (size_t at = 0; at < s.size(); ++at) {
+        int64_t k = (at & 3) >> 1;
+        Value xs = arith::MulFOp::create(b_, s[at], e.scale);
+        Value g1 = keyGradient(e, xs, it.bI32, hI32[k], qpos[k], kv[at],
+                               dp[at], lse[k], delta[k], /*accumulate=*/false)
+                       .second;
+        dx[at] = select(keep[at], g1, e.zeroF);
+      }
+      Frags dq = unflatten(acc);
+      accumulate(dq, dx, R, kS, ldQ, D);
+      // Every warp is done with K and V before the next tile's copy.
+      gpu::BarrierOp::create(b_);
+      return flatten(dq);
+    });
+  });
+  storeRows(unflatten(tiles.getResults()), x.dq, x.dqs,
+            [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live);
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
+                                                     StringRef name) {
+  OpBuilder::InsertionGuard guard(b_);
+  Entry e;
+  Extra x;
+  begin(module, name, e, x);
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  const int64_t kS = 0, vS = R * ldQ, qS = R * (ldQ + ldO),
+                oS = R * (2 * ldQ + ldO);
+  KeyTile kt = decodeKeyTile(blockItem(x));
+  const bool atomics = accumulates();
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, kt.cols, c0), [&] {
+    Item first = queryItem(e, kt, mul(kt.kvh, e.G), c0);
+    auto keyRow = [&](Value base, Value stride, Value c) {
+      return add(base, mul(add(kt.kv0, c), stride));
+    };
+    stage(kS, ldQ, D, kt.cols, [&](Value c, Value d) {
+      return load(e.k, add(keyRow(first.kBase, e.ks[2], c), mul(d, e.ks[3])));
+    });
+    stage(vS, ldO, DV, kt.cols, [&](Value c, Value d) {
+      return load(e.v, add(keyRow(first.vBase, e.vs[2], c), mul(d, e.vs[3])));
+    });
+    // This thread's keys g and g + 8 of its warp's 16.
+    SmallVector<Value> keyLive(2), key(2), kv(2);
+    for (int64_t k = 0; k < 2; ++k) {
+      Value c = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
+      keyLive[k] = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, kt.cols);
+      key[k] = add(kt.kv0, minI(c, sub(kt.cols, c1)));
+      kv[k] = arith::IndexCastOp::create(b_, i32_, key[k]);
+    }
+    const int64_t nK = D / 8 * 4;
+    SmallVector<Value> init((D + DV) / 8 * 4, e.zeroF);
+    scf::ForOp heads = loop(c0, e.G, 1, init, [&](Value gi, ValueRange acc0) {
+      Value h = add(mul(kt.kvh, e.G), gi);
+      Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      Value bI32 = arith::IndexCastOp::create(b_, i32_, kt.b);
+      IRMapping inv = maskInvariants(kt, hI32);
+      scf::ForOp qtiles = loop(c0, e.nQT, 1, acc0, [&](Value qt, ValueRange acc) {
+        Item it = queryItem(e, kt, h, qt);
+        Tile t = tileAt(it, kt.kt, inv);
+        // The class is the block's: the barriers are reached by all or none.
+        return ifYield(t.visit, acc, [&] {
+          // Every warp is done with the previous Q tile.
+          gpu::BarrierOp::create(b_);
+          auto qRow = [&](const SmallVector<Value> &st, Value r) {
+            return offset4(st, kt.b, h, add(it.r0, r));
+          };
+          stage(qS, ldQ, D, it.rows, [&](Value r, Value d) {
+            return load(e.q, add(qRow(e.qs, r), mul(d, e.qs[3])));
+          });
+          stage(oS, ldO, DV, it.rows, [&](Value r, Value d) {
+            return load(e.o, add(qRow(e.os, r), mul(d, e.os[3])));
+          });
+          ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
+            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, it.rows);
+            Value row = add(it.r0, minI(tid, sub(it.rows, c1)));
+            Value l = load(e.lse, offset4(e.ls, kt.b, h, row));
+            Value dl = load(x.delta, deltaAt(e, kt.b, h, row));
+            store(select(in, l, e.ninf), fs, tid);
+            store(select(in, dl, e.zeroF), fs, add(tid, cIdx(R)));
+          });
+          gpu::BarrierOp::create(b_);
+          SmallVector<Value> s = flatten(rowsByCols(kS, ldQ, D / 16, qS, ldQ, R));
+          SmallVector<Value> dp =
+              flatten(rowsByCols(vS, ldO, DV / 16, oS, ldO, R));
+          SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size()),
+              base(s.size());
+          for (size_t at = 0; at < s.size(); ++at) {
+            Value r = colOf(int64_t(at));
+            qpos[at] = arith::IndexCastOp::create(
+                b_, i32_, add(it.qpos0, add(it.r0, r)));
+            lse[at] = load(fs, r);
+            delta[at] = load(fs, add(r, cIdx(R)));
+            // A query with no key (LSE -inf, also rows past the end) has
+            // P = 0 everywhere.
+            base[at] = arith::AndIOp::create(
+                b_, keyLive[(at & 3) >> 1],
+                arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at],
+                                      e.ninf));
+          }
+          SmallVector<Value> keep = keepFlags(
+              t, base,
+              [&](int64_t at) {
+                return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
+              },
+              bI32, hI32);
+          SmallVector<Value> p(s.size()), dx(s.size());
+          for (size_t at = 0; at < s.size(); ++at) {
+            int64_t k = (at & 3) >> 1;
+            Value xs = arith::MulFOp::create(b_, s[at], e.scale);
+            auto grad = [&](bool acc) {
+              std::pair<Value, Value> pd =
+                  keyGradient(e, xs, bI32, hI32, qpos[at], kv[k], dp[at],
+                              lse[at], delta[at], acc);
+              return SmallVector<Value>{pd.first, pd.second};
+            };
+            if (atomics) {
+              // Only kept pairs add into the parameters' gradients.
+              SmallVector<Value> pd =
+                  ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
+                          [&] { return grad(true); });
+              p[at] = pd[0];
+              dx[at] = pd[1];
+            } else {
+              SmallVector<Value> pd = grad(false);
+              p[at] = select(keep[at], pd[0], e.zeroF);
+              dx[at] = select(keep[at], pd[1], e.zeroF);
+            }
+          }
+          Frags dk = unflatten(acc.take_front(nK)),
+                dv = unflatten(acc.drop_front(nK));
+          accumulate(dv, p, R, oS, ldO, DV);
+          accumulate(dk, dx, R, qS, ldQ, D);
+          SmallVector<Value> next = flatten(dk);
+          next.append(flatten(dv));
+          return next;
+        });
+      });
+      return SmallVector<Value>(qtiles.getResults());
+    });
+    ValueRange fin = heads.getResults();
+    storeRows(unflatten(fin.take_front(nK)), x.dk, x.dks,
+              [&](int64_t k) { return offset4(x.dks, kt.b, kt.kvh, key[k]); },
+              keyLive);
+    storeRows(unflatten(fin.drop_front(nK)), x.dv, x.dvs,
+              [&](int64_t k) { return offset4(x.dvs, kt.b, kt.kvh, key[k]); },
+              keyLive);
+  });
+  // Keys past this sequence's length (up to the K/V capacity) get 0.
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)),
+         [&] { zeroKeyPastLength(kt, x, tid); });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace
+
+LogicalResult buildTensorCoreBackward(gpu::GPUModuleOp module, ModuleOp parent,
+                                      attn::VariantOp v,
+                                      const MaskAnalysis &mask,
+                                      const FlashConfig &cfg, StringRef name) {
+  TensorCoreBackward q(parent, v, mask, cfg);
+  if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+    return failure();
+  TensorCoreBackward kv(parent, v, mask, cfg);
+  return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
+}
+
+} // namespace attnc::codegen
