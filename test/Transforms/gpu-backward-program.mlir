@@ -19,7 +19,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // first item.
 // CHECK-LABEL: gpu.func @attnc_bias_f32_d16v16_m32n32w1s1_bwd_q(
 // CHECK-SAME:    %{{[^:]*}}: memref<?xi32>, %{{[^:]*}}: memref<?xf32>, %{{[^:]*}}: memref<?xf32>, %[[DELTA:[^:]*]]: memref<?xf32>, %{{[^:]*}}: memref<?xf32>, %{{[^:]*}}: memref<?xf32>, %{{[^:]*}}: memref<?xf32>, %[[QGRADS:[^:]*]]: memref<?xf32>, %{{[^:]*}}: i64)
-// CHECK-SAME:    workgroup(%[[KS:[^ ]*]] : memref<512xf32, #gpu.address_space<workgroup>>, %[[VS:[^ ]*]] : memref<512xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME:    workgroup(%[[KS:[^ ]*]] : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[VS:[^ ]*]] : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // The row's delta is stored for _bwd_kv.
 // CHECK:         memref.store %{{.*}}, %[[DELTA]]
 // CHECK:         memref.store %{{.*}}, %[[KS]]
@@ -32,7 +32,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 
 // CHECK-LABEL: gpu.func @attnc_bias_f32_d16v16_m32n32w1s1_bwd_kv(
 // CHECK-SAME:    %[[GRADS:[^:]*]]: memref<?xf32>, %{{[^:]*}}: i64)
-// CHECK-SAME:    workgroup(%{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>>, %{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>>, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>>, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME:    workgroup(%{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:         gpu.barrier
 // CHECK:         scf.if
 // CHECK:           math.exp

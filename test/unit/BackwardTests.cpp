@@ -561,10 +561,10 @@ BackwardRun onCpu(const KernelPair &k) {
 struct GpuBackward {
   std::unique_ptr<rt::cuda::Context> ctx;
   std::unique_ptr<rt::cuda::GpuBackwardKernel> kernel;
+  rt::GpuBackwardImage image; // spec.warps > 0: the tensor-core form
   GpuBackward(const Session &session, const std::string &name,
               const rt::KernelSpec &spec) {
     REQUIRE(rt::cuda::Context::open(ctx, 0, ATTNC_EMUCUDA_PATH).isOk());
-    rt::GpuBackwardImage image;
     rt::Status st = session.compileGpuBackward(name, spec, "sm_90", image);
     INFO(st.toString());
     REQUIRE(st.isOk());
@@ -665,24 +665,73 @@ TEST_CASE("the GPU backward kernels agree with the fp64 backward on the "
   });
 }
 
-TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator",
+TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
+          "the emulator, every example, prefill, decode and chunk",
+          "[backward][kernel][gpu-emulated]") {
+  // bf16, Dqk 16 and Dv 32: 64-row tiles, so 150 keys make three with a
+  // tail; the second sequence (97 keys) ends inside the second tile.
+  std::vector<Shape> shapes = kernelShapes();
+  for (Shape &s : shapes) {
+    s.dtype = rt::DType::BF16;
+    s.vHeadDim = 32;
+    s.kvLen = 150;
+    s.kvLens = {150, 97};
+    if (s.mode == Mode::Prefill)
+      s.qLen = 150;
+  }
+  forEachExampleVariant([&](const Session &session, const std::string &name,
+                            const rt::VariantInfo &) {
+      rt::KernelSpec spec;
+      spec.dtype = rt::DType::BF16;
+      spec.headDim = 16;
+      spec.vHeadDim = 32;
+      KernelPair kernels = compilePair(session, name, spec);
+      GpuBackward gpu(session, name, spec);
+      REQUIRE(gpu.image.spec.warps == 4);
+      REQUIRE(gpu.image.spec.blockM == 64);
+      for (const Shape &s : shapes) {
+        INFO(tools::modeName(s.mode));
+        checkBackwardKernel(session, name, *kernels.forward, gpu.run(), s,
+                            1e-3, rt::DType::BF16, rt::DType::BF16);
+      }
+  });
+}
+
+TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
+          "cores at 64, 32 and 16 rows, and SIMT",
           "[backward][kernel][gpu-emulated]") {
   auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/synaptic.attn");
-  Shape s;
-  s.batch = 1;
-  s.heads = 2;
-  s.kvHeads = 1;
-  s.qLen = s.kvLen = 70;
-  s.headDim = 32;
-  for (rt::DType dt : {rt::DType::BF16, rt::DType::F16}) {
-    s.dtype = dt;
+  struct Case {
+    rt::DType dtype;
+    int64_t d, dv, warps, rows; // rows: the backward's tile (0: SIMT)
+  };
+  for (Case c : {Case{rt::DType::BF16, 32, 32, 0, 64},
+                 Case{rt::DType::F16, 128, 128, 0, 32},
+                 Case{rt::DType::BF16, 256, 256, 0, 16},
+                 Case{rt::DType::BF16, 32, 32, -1, 0},
+                 Case{rt::DType::F16, 32, 32, -1, 0}}) {
+    INFO(rt::dtypeName(c.dtype) << " D " << c.d << "/" << c.dv << " warps "
+                                << c.warps);
+    Shape s;
+    s.batch = 1;
+    s.heads = 2;
+    s.kvHeads = 1;
+    s.qLen = s.kvLen = 70;
+    s.headDim = c.d;
+    s.vHeadDim = c.dv;
+    s.dtype = c.dtype;
     rt::KernelSpec spec;
-    spec.dtype = dt;
-    spec.headDim = spec.vHeadDim = 32;
+    spec.dtype = c.dtype;
+    spec.headDim = c.d;
+    spec.vHeadDim = c.dv;
+    spec.warps = c.warps;
     KernelPair kernels = compilePair(*session, "synaptic", spec);
     GpuBackward gpu(*session, "synaptic", spec);
+    CHECK(gpu.image.spec.blockM == (c.rows ? c.rows : 32));
+    CHECK(gpu.image.spec.warps == (c.rows ? c.rows / 16 : c.warps));
+    CHECK(gpu.image.queryThreads == (c.rows ? 2 * c.rows : 32));
     checkBackwardKernel(*session, "synaptic", *kernels.forward, gpu.run(), s,
-                        1e-3, dt, dt);
+                        1e-3, c.dtype, c.dtype);
   }
 }
 
