@@ -3,6 +3,8 @@
 #include "attnc/runtime/FileIO.h"
 #include "attnc/runtime/Parse.h"
 
+#include "PackageFields.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -88,6 +90,12 @@ std::string Package::serialize() const {
       ks.push_back(std::move(jk));
     }
     jv["kernels"] = std::move(ks);
+    if (!v.backward.empty()) {
+      json bs = json::array();
+      for (const GpuBackwardImage &k : v.backward)
+        bs.push_back(backwardToJson(k));
+      jv["backward"] = std::move(bs);
+    }
     vs.push_back(std::move(jv));
   }
   j["variants"] = std::move(vs);
@@ -99,63 +107,6 @@ namespace {
 Status bad(const std::string &origin, const std::string &what) {
   return Status::invalidArgument(
       fmt::format("'{}' is not a valid attnc package: {}", origin, what));
-}
-
-// Limits on what a package may hold: generous for what the compiler emits,
-// and far below what could overflow the launcher's arithmetic.
-constexpr size_t kMaxPtxBytes = 64 << 20;
-constexpr size_t kMaxParams = 4096;
-constexpr int64_t kMaxSharedBytes = 232448; // the largest opt-in (sm_90)
-
-/// A string field of `j` (required) with at most `max` bytes.
-bool stringField(const json &j, const char *key, std::string &out,
-                 std::string &why, size_t max = 4096) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) {
-    why = fmt::format("\"{}\" must be a string", key);
-    return false;
-  }
-  out = it->get<std::string>();
-  if (out.size() > max) {
-    why = fmt::format("\"{}\" is longer than {} bytes", key, max);
-    return false;
-  }
-  return true;
-}
-
-/// An integer field in [lo, hi] (never truncated).
-bool intField(const json &j, const char *key, int64_t lo, int64_t hi,
-              int64_t &out, std::string &why) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer() ||
-      (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) ||
-      it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
-    why = fmt::format("\"{}\" must be an integer in [{}, {}]{}", key, lo, hi,
-                      it == j.end() ? "" : ", found " + it->dump());
-    return false;
-  }
-  out = it->get<int64_t>();
-  return true;
-}
-
-bool paramSizes(const json &j, const char *key, std::vector<int> &out,
-                std::string &why) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array() || it->size() > kMaxParams) {
-    why = fmt::format("\"{}\" must be an array of at most {} sizes", key,
-                      kMaxParams);
-    return false;
-  }
-  out.clear();
-  for (const json &x : *it) {
-    if (!x.is_number_integer() || (x.get<int64_t>() != 4 && x.get<int64_t>() != 8)) {
-      why = fmt::format("\"{}\" holds {}, not a parameter size (4 or 8)", key,
-                        x.dump());
-      return false;
-    }
-    out.push_back(static_cast<int>(x.get<int64_t>()));
-  }
-  return true;
 }
 
 /// A kernel entry's name: attnc_<variant>_<dtype>_d<D>v<Dv>_m<M>n<N>w<W>s<S>,
@@ -254,32 +205,11 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
   }
   // The PTX is for the manifest's target, and declares the entries with
   // the parameter sizes the launcher will pass.
-  std::string targetLine = "\n.target " + k.target;
-  size_t at = k.ptx.find(targetLine);
-  if (at == std::string::npos ||
-      (at + targetLine.size() < k.ptx.size() &&
-       std::isalnum(static_cast<unsigned char>(k.ptx[at + targetLine.size()])))) {
-    why = fmt::format("the PTX of '{}' is not for its target {}", k.kernel,
-                      k.target);
-    return false;
-  }
-  for (auto [entry, sizes] : {std::pair{&k.kernel, &k.kernelParams},
-                              std::pair{&k.maskBuilder, &k.maskBuilderParams},
-                              std::pair{&k.merge, &k.mergeParams}}) {
-    if (entry == &k.maskBuilder && entry->empty())
-      continue;
-    std::vector<int> actual;
-    if (Status st = ptxEntryParams(k.ptx, *entry, actual); !st) {
-      why = st.message();
-      return false;
-    }
-    if (actual != *sizes) {
-      why = fmt::format("the manifest gives '{}' {} parameters, its PTX "
-                        "declares {}", *entry, sizes->size(), actual.size());
-      return false;
-    }
-  }
-  return true;
+  return checkPtx(k.ptx, k.target,
+                  {{&k.kernel, &k.kernelParams},
+                   {&k.maskBuilder, &k.maskBuilderParams},
+                   {&k.merge, &k.mergeParams}},
+                  why);
 }
 
 } // namespace
@@ -347,6 +277,26 @@ Status Package::parse(const std::string &text, const std::string &origin,
                                            k.spec.headDim, k.spec.vHeadDim));
         }
         v.kernels.push_back(std::move(k));
+      }
+      if (jv.contains("backward")) {
+        if (!jv["backward"].is_array())
+          return bad(origin,
+                     "variant '" + name + "': \"backward\" must be an array");
+        for (const json &jb : jv["backward"]) {
+          GpuBackwardImage k;
+          if (!parseBackward(jb, v.info, k, why))
+            return bad(origin, why);
+          for (const GpuBackwardImage &o : v.backward)
+            if (o.target == k.target && o.spec.dtype == k.spec.dtype &&
+                o.spec.headDim == k.spec.headDim &&
+                o.spec.vHeadDim == k.spec.vHeadDim)
+              return bad(origin, fmt::format(
+                                     "variant '{}' has two backward kernels "
+                                     "for {} {} D={}/{}", name, k.target,
+                                     dtypeName(k.spec.dtype), k.spec.headDim,
+                                     k.spec.vHeadDim));
+          v.backward.push_back(std::move(k));
+        }
       }
       out.variants.push_back(std::move(v));
     }

@@ -84,18 +84,6 @@ Exit status 0 only if every case passes.
 Tolerances (max_abs vs fp64): f32 1e-5, f16 2e-3, bf16 1.6e-2.
 )";
 
-/// The backward's tolerance, relative to 1 + the largest |gradient| of a
-/// kind (the gradients sum over every key or query). The reference takes
-/// D = rowsum(dO * O) from the forward kernel's O, as the kernel does, so
-/// this is the backward's own error: f32 arithmetic on the dtype's inputs.
-double backwardTolerance(rt::DType t) {
-  switch (t) {
-  case rt::DType::F16:
-  case rt::DType::BF16: return 1e-3;
-  default: return 1e-4;
-  }
-}
-
 struct KernelKey {
   std::string variant;
   rt::DType dtype;
@@ -153,81 +141,14 @@ public:
     if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
         !s)
       return failedRow(name, shape.dtype, s.message());
-    // A seeded dO in the kernel's dtype; gradients into f32 buffers on the
-    // CPU, the kernel's dtype on the GPU (which writes no other).
-    std::mt19937_64 rng(shape.seed + 1);
-    std::uniform_real_distribution<double> u(-1, 1);
-    const rt::AttentionArgs &a = in.args;
-    std::vector<unsigned char> dOut(static_cast<size_t>(a.out.numel()) *
-                                    rt::dtypeSize(shape.dtype));
-    for (int64_t i = 0; i < a.out.numel(); ++i)
-      rt::storeFromDouble(dOut.data(), shape.dtype, i, u(rng));
-    rt::DType gt = gpu_ ? shape.dtype : rt::DType::F32;
-    auto buffer = [&](const rt::TensorView &t) {
-      return std::vector<unsigned char>(static_cast<size_t>(t.numel()) *
-                                        rt::dtypeSize(gt));
-    };
-    std::vector<unsigned char> dq = buffer(a.q), dk = buffer(a.k),
-                               dv = buffer(a.v);
-    rt::BackwardArgs b;
-    b.forward = a;
-    b.dOut = rt::TensorView::contiguous(dOut.data(), shape.dtype, a.out.shape);
-    b.dq = rt::TensorView::contiguous(dq.data(), gt, a.q.shape);
-    b.dk = rt::TensorView::contiguous(dk.data(), gt, a.k.shape);
-    b.dv = rt::TensorView::contiguous(dv.data(), gt, a.v.shape);
+    // Gradients into f32 buffers on the CPU, the kernel's dtype on the GPU
+    // (which writes no other).
+    BackwardCase c;
+    makeBackwardCase(in, shape, gpu_ ? shape.dtype : rt::DType::F32, c);
     rt::ParamGradients params;
-    if (rt::Status s = runBackward(key, info, spec, b, params); !s)
+    if (rt::Status s = runBackward(key, info, spec, c.args, params); !s)
       return failedRow(name, shape.dtype, s.message());
-    rt::AttentionGrads ref;
-    // D = rowsum(dO * O) from the O the forward kernel wrote, as the
-    // backward kernel forms it (Backward.h).
-    if (rt::Status s = rt::referenceAttentionBackward(info, a, b.dOut, ref,
-                                                      false, &a.out);
-        !s)
-      return failedRow(name, shape.dtype, s.message());
-
-    Row row;
-    row.name = name;
-    row.pass = true;
-    double tol = backwardTolerance(shape.dtype), worst = -1, sum = 0;
-    int64_t count = 0;
-    // 16-bit gradients are also off by their rounding (half an ulp).
-    double rounding = gt == rt::DType::BF16  ? std::ldexp(1.0, -8)
-                      : gt == rt::DType::F16 ? std::ldexp(1.0, -11)
-                                             : 0.0;
-    auto compare = [&](const std::string &what, const std::vector<double> &want,
-                       auto got, double tol) {
-      double scale = 1, err = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, 1 + std::fabs(want[i]));
-        double e = std::fabs(got(i) - want[i]);
-        err = std::isnan(e) ? INFINITY : std::max(err, e);
-        sum += std::isnan(e) ? INFINITY : e;
-      }
-      count += static_cast<int64_t>(want.size());
-      double ratio = err / (tol * scale);
-      if (ratio > worst) {
-        worst = ratio;
-        row.maxAbs = err;
-        row.tol = tol * scale;
-        row.note = "worst: " + what;
-      }
-      row.pass &= err <= tol * scale;
-    };
-    auto at = [&](const std::vector<unsigned char> &g) {
-      return [&g, gt](size_t i) {
-        return rt::loadAsDouble(g.data(), gt, static_cast<int64_t>(i));
-      };
-    };
-    compare("dq", ref.dq, at(dq), tol + rounding);
-    compare("dk", ref.dk, at(dk), tol + rounding);
-    compare("dv", ref.dv, at(dv), tol + rounding);
-    for (size_t i = 0; i < info.params.size(); ++i)
-      if (!ref.params[i].empty())
-        compare("d" + info.params[i].name, ref.params[i],
-                [&](size_t k) { return params[i][k]; }, tol);
-    row.meanAbs = count ? sum / static_cast<double>(count) : 0;
-    return row;
+    return compareBackwardWithReference(info, name, in, c, params);
   }
 
 private:

@@ -72,7 +72,9 @@ compile options:
                               variants' programs and PTX per target, dtype
                               and head dims; docs/runtime.md)
   --backward        with --emit=gpu|nvvm|ptx: the GPU backward program
-                    (<kernel>_bwd_q, <kernel>_bwd_kv; docs/backward.md)
+                    (<kernel>_bwd_q, <kernel>_bwd_kv; docs/backward.md);
+                    with --emit=package: the backward's kernels too, one
+                    per target, dtype and head dims
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
                     GPU stages (tensor-core form for f16/bf16, SIMT for
                     f32; emulated in CI, validated on an H100); a comma
@@ -233,6 +235,16 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
               return 1;
             }
             pv.kernels.push_back(std::move(img));
+          }
+          if (o.backward) {
+            // The backward's tiles are its own (gpuBackwardSpec).
+            rt::GpuBackwardImage img;
+            if (rt::Status s = attnc::compileBackwardForGpu(v, spec, t, img);
+                !s) {
+              std::cerr << "attnc: error: " << s.message() << "\n";
+              return 1;
+            }
+            pv.backward.push_back(std::move(img));
           }
         }
     pkg.variants.push_back(std::move(pv));
@@ -461,8 +473,8 @@ int runCompile(const std::vector<std::string> &args) {
                       "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
                       "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
-  if (o.backward && !gpuStage)
-    return usageError("--backward is for --emit=gpu, nvvm or ptx");
+  if (o.backward && !gpuStage && o.emit != "package")
+    return usageError("--backward is for --emit=gpu, nvvm, ptx or package");
   if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
     return usageError("--tuning and --tile-candidates are for --emit=package");
   if (!o.tuning.empty() && o.tileCandidates)

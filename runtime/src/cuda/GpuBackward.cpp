@@ -222,22 +222,13 @@ Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
   return Status::ok();
 }
 
-Status runBackwardFromHost(const Context &ctx, const GpuBackwardKernel &kernel,
-                           const BackwardArgs &host, ParamGradients *paramGrads) {
-  // Validate on the host views first: nothing is allocated for bad input.
-  Problem p;
-  DType gradType = kernel.image().spec.dtype;
-  if (Status s = rt::detail::checkBackwardCall(
-          kernel.variant(), kernel.image().spec, host, p, &gradType);
-      !s)
+Status BackwardMirror::create(const Context &ctx, const BackwardArgs &host,
+                              BackwardMirror &out) {
+  out = BackwardMirror();
+  if (Status s = DeviceMirror::create(ctx, host.forward, out.forward_); !s)
     return s;
-  DeviceMirror fwd;
-  if (Status s = DeviceMirror::create(ctx, host.forward, fwd); !s)
-    return s;
-  BackwardArgs dev = host;
-  dev.forward = fwd.args();
-  std::vector<DeviceBuffer> bufs;
-  // dq, dk and dv too: the kernels must write every element of theirs.
+  out.dev_ = host;
+  out.dev_.forward = out.forward_.args();
   auto mirror = [&](const TensorView &h, TensorView &dv) -> Status {
     if (!h.data)
       return Status::ok();
@@ -248,27 +239,47 @@ Status runBackwardFromHost(const Context &ctx, const GpuBackwardKernel &kernel,
     if (Status s = b.upload(h.data, bytes); !s)
       return s;
     dv.data = b.data();
-    bufs.push_back(std::move(b));
+    out.bufs_.push_back(std::move(b));
     return Status::ok();
   };
-  if (Status s = mirror(host.dOut, dev.dOut); !s)
+  if (Status s = mirror(host.dOut, out.dev_.dOut); !s)
     return s;
-  if (Status s = mirror(host.dLse, dev.dLse); !s)
+  if (Status s = mirror(host.dLse, out.dev_.dLse); !s)
     return s;
-  size_t first = bufs.size();
-  for (auto [h, dv] : {std::pair{&host.dq, &dev.dq}, std::pair{&host.dk, &dev.dk},
-                       std::pair{&host.dv, &dev.dv}})
+  out.firstGrad_ = out.bufs_.size();
+  for (auto [h, dv] :
+       {std::pair{&host.dq, &out.dev_.dq}, std::pair{&host.dk, &out.dev_.dk},
+        std::pair{&host.dv, &out.dev_.dv}})
     if (Status s = mirror(*h, *dv); !s)
       return s;
-  if (Status s = kernel.run(dev, paramGrads); !s)
-    return s;
+  return Status::ok();
+}
+
+Status BackwardMirror::downloadGradients(const BackwardArgs &host) const {
   const TensorView *outs[] = {&host.dq, &host.dk, &host.dv};
   for (size_t i = 0; i < 3; ++i)
-    if (Status s = bufs[first + i].download(outs[i]->data,
-                                            static_cast<size_t>(bytesOf(*outs[i])));
+    if (Status s = bufs_[firstGrad_ + i].download(
+            outs[i]->data, static_cast<size_t>(bytesOf(*outs[i])));
         !s)
       return s;
   return Status::ok();
+}
+
+Status runBackwardFromHost(const Context &ctx, const GpuBackwardKernel &kernel,
+                           const BackwardArgs &host, ParamGradients *paramGrads) {
+  // Validate on the host views first: nothing is allocated for bad input.
+  Problem p;
+  DType gradType = kernel.image().spec.dtype;
+  if (Status s = rt::detail::checkBackwardCall(
+          kernel.variant(), kernel.image().spec, host, p, &gradType);
+      !s)
+    return s;
+  BackwardMirror mirror;
+  if (Status s = BackwardMirror::create(ctx, host, mirror); !s)
+    return s;
+  if (Status s = kernel.run(mirror.args(), paramGrads); !s)
+    return s;
+  return mirror.downloadGradients(host);
 }
 
 } // namespace attnc::rt::cuda

@@ -21,8 +21,6 @@
 
 namespace attnc::tools {
 
-namespace {
-
 using rt::cuda::Context;
 using rt::cuda::GpuKernel;
 
@@ -41,8 +39,6 @@ double maskDensity(const rt::VariantInfo &v, const rt::Problem &p) {
     }
   return double(keep) / double(nq * nk);
 }
-
-} // namespace
 
 rt::Status timeKernel(const Context &ctx, const GpuKernel &k,
                       const rt::AttentionArgs &host, int warmup, int iters,

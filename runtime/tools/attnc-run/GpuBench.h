@@ -11,6 +11,10 @@
 
 namespace attnc::tools {
 
+/// The fraction of (query, key) pairs the mask keeps, sampled with the
+/// fp64 interpreter on at most 256 x 256 pairs of sequence 0, head 0.
+double maskDensity(const rt::VariantInfo &v, const rt::Problem &p);
+
 /// Mirrors `host` onto the device and times `k` on it with CUDA events:
 /// `warmup` launches, then `iters` timed one by one; `ms` comes back
 /// sorted. The outputs stay on the device (mirror.downloadOutputs).

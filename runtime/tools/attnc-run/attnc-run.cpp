@@ -3,6 +3,7 @@
 //   attnc-run PACKAGE --list
 //   attnc-run PACKAGE [--variant NAME] [--suite | shape options]
 //   attnc-run PACKAGE --bench [--sweep T1,T2,...] [shape options] [--json]
+//   attnc-run PACKAGE --backward [--bench] [--suite | shape options]
 //   attnc-run CANDIDATES --tune [--sweep ...] [shape options] [--records F]
 //
 // Links the runtime alone: no LLVM, no compiler. Each case runs on the
@@ -10,6 +11,7 @@
 // program), and is compared as `attnc check` does.
 //
 //===----------------------------------------------------------------------===//
+#include "GpuBackwardRun.h"
 #include "GpuBench.h"
 #include "GpuTune.h"
 #include "Options.h"
@@ -76,6 +78,16 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           the timed launches (its ms in --json)
   --sweep T1,T2,...       with --bench or --tune: sequence lengths (prefill
                           Lq = Lkv = T; decode Lkv = T)
+  --backward              the backward's kernels (a package from attnc
+                          compile --emit=package --backward): each case
+                          runs the packaged forward, then the backward,
+                          and compares dq, dk, dv and the parameters'
+                          gradients with the fp64 backward as attnc check
+                          --backward does; with --bench, times the
+                          backward (each call with its per-call device
+                          allocation and wait; TFLOP/s count 2 (3 Dqk +
+                          2 Dv) per pair), after checking its gradients.
+                          Not with --page-size or --splits
   --tune                  time every tile configuration the package has for
                           the shape's dtype and head dims (a package from
                           attnc compile --emit=package --tile-candidates),
@@ -97,7 +109,7 @@ constexpr int kNoDevice = 3;
 static int runTool(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool list = false, deviceInfo = false, bench = false, tune = false,
-       warmupSet = false, itersSet = false;
+       backward = false, warmupSet = false, itersSet = false;
   std::string sweepText, recordsPath;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -110,6 +122,8 @@ static int runTool(int argc, char **argv) {
       bench = true;
     else if (a == "--tune")
       tune = true;
+    else if (a == "--backward")
+      backward = true;
     else if (a == "--records" && i + 1 < args.size())
       recordsPath = args[++i];
     else if (a.rfind("--records=", 0) == 0)
@@ -147,6 +161,8 @@ static int runTool(int argc, char **argv) {
     return usage("attnc-run", "expected exactly one package file");
   if (!sweepText.empty() && !bench && !tune)
     return usage("attnc-run", "--sweep is for --bench and --tune");
+  if (backward && tune)
+    return usage("attnc-run", "--tune is for the forward kernels");
   if (bench && tune)
     return usage("attnc-run", "--bench and --tune are two runs: choose one");
   if (!recordsPath.empty() && !tune)
@@ -171,13 +187,19 @@ static int runTool(int argc, char **argv) {
   if (list) {
     std::cout << o.positional[0] << ": " << pkg.compiler << ", from "
               << pkg.source << "\n";
-    for (const rt::PackageVariant &v : pkg.variants)
+    for (const rt::PackageVariant &v : pkg.variants) {
       for (const rt::GpuKernelImage &k : v.kernels)
         std::cout << fmt::format("  {:<20} {:<6} {:<5} {:>4} threads {:>6} B "
                                  "smem  {}\n",
                                  v.info.name, k.target, rt::dtypeName(k.spec.dtype),
                                  k.threads, k.sharedBytes + k.dynamicSharedBytes,
                                  k.kernel);
+      for (const rt::GpuBackwardImage &k : v.backward)
+        std::cout << fmt::format("  {:<20} {:<6} {:<5} {:>4} threads {:>6} B "
+                                 "smem  {} (+ _bwd_kv)\n",
+                                 v.info.name, k.target, rt::dtypeName(k.spec.dtype),
+                                 k.queryThreads, k.querySharedBytes, k.query);
+    }
     return 0;
   }
   std::vector<const rt::PackageVariant *> variants;
@@ -198,6 +220,15 @@ static int runTool(int argc, char **argv) {
   std::cerr << "attnc-run: " << ctx->device().name() << " (sm_" << cc
             << "), driver " << ctx->driver().version() << "\n";
 
+  if (backward && bench)
+    return runGpuBackwardBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
+  if (backward)
+    return runGpuBackwardCheck(
+               *ctx, variants, o,
+               shapesFor(o.matrix, o.suite, o.shape,
+                         {rt::DType::F32, rt::DType::F16, rt::DType::BF16}))
+               ? 1
+               : 0;
   if (bench)
     return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
   if (tune) {

@@ -5,8 +5,103 @@
 
 #include <cmath>
 #include <iostream>
+#include <random>
 
 namespace attnc::tools {
+
+double backwardTolerance(rt::DType t) {
+  switch (t) {
+  case rt::DType::F16:
+  case rt::DType::BF16: return 1e-3;
+  default: return 1e-4;
+  }
+}
+
+void makeBackwardCase(const Inputs &in, const Shape &shape, rt::DType gradType,
+                      BackwardCase &c) {
+  std::mt19937_64 rng(shape.seed + 1);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const rt::AttentionArgs &a = in.args;
+  c.gradType = gradType;
+  c.dOut.assign(static_cast<size_t>(a.out.numel()) * rt::dtypeSize(shape.dtype),
+                0);
+  for (int64_t i = 0; i < a.out.numel(); ++i)
+    rt::storeFromDouble(c.dOut.data(), shape.dtype, i, u(rng));
+  auto buffer = [&](const rt::TensorView &t) {
+    return std::vector<unsigned char>(static_cast<size_t>(t.numel()) *
+                                      rt::dtypeSize(gradType));
+  };
+  c.dq = buffer(a.q);
+  c.dk = buffer(a.k);
+  c.dv = buffer(a.v);
+  c.args = rt::BackwardArgs();
+  c.args.forward = a;
+  c.args.dOut = rt::TensorView::contiguous(c.dOut.data(), shape.dtype, a.out.shape);
+  c.args.dq = rt::TensorView::contiguous(c.dq.data(), gradType, a.q.shape);
+  c.args.dk = rt::TensorView::contiguous(c.dk.data(), gradType, a.k.shape);
+  c.args.dv = rt::TensorView::contiguous(c.dv.data(), gradType, a.v.shape);
+}
+
+Row compareBackwardWithReference(const rt::VariantInfo &info, std::string name,
+                                 const Inputs &in, const BackwardCase &c,
+                                 const rt::ParamGradients &params) {
+  const rt::AttentionArgs &a = in.args;
+  rt::DType dtype = a.q.dtype, gt = c.gradType;
+  rt::AttentionGrads ref;
+  // D = rowsum(dO * O) from the O the forward kernel wrote, as the
+  // backward kernel forms it (Backward.h).
+  if (rt::Status s = rt::referenceAttentionBackward(info, a, c.args.dOut, ref,
+                                                    false, &a.out);
+      !s)
+    return failedRow(name, dtype, s.message());
+  Row row;
+  row.name = std::move(name);
+  row.pass = true;
+  double tol = backwardTolerance(dtype), worst = -1, sum = 0;
+  int64_t count = 0;
+  // 16-bit gradients are also off by their rounding (half an ulp).
+  double rounding = gt == rt::DType::BF16  ? std::ldexp(1.0, -8)
+                    : gt == rt::DType::F16 ? std::ldexp(1.0, -11)
+                                           : 0.0;
+  auto compare = [&](const std::string &what, const std::vector<double> &want,
+                     auto got, double tol) {
+    double scale = 1, err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, 1 + std::fabs(want[i]));
+      double e = std::fabs(got(i) - want[i]);
+      err = std::isnan(e) ? INFINITY : std::max(err, e);
+      sum += std::isnan(e) ? INFINITY : e;
+    }
+    count += static_cast<int64_t>(want.size());
+    double ratio = err / (tol * scale);
+    if (ratio > worst) {
+      worst = ratio;
+      row.maxAbs = err;
+      row.tol = tol * scale;
+      row.note = "worst: " + what;
+    }
+    row.pass &= err <= tol * scale;
+  };
+  auto at = [&](const std::vector<unsigned char> &g) {
+    return [&g, gt](size_t i) {
+      return rt::loadAsDouble(g.data(), gt, static_cast<int64_t>(i));
+    };
+  };
+  compare("dq", ref.dq, at(c.dq), tol + rounding);
+  compare("dk", ref.dk, at(c.dk), tol + rounding);
+  compare("dv", ref.dv, at(c.dv), tol + rounding);
+  for (size_t i = 0; i < info.params.size(); ++i)
+    if (!ref.params[i].empty()) {
+      if (i >= params.size() || params[i].size() != ref.params[i].size())
+        return failedRow(row.name, dtype,
+                         "the kernel gave no gradient of '" +
+                             info.params[i].name + "'");
+      compare("d" + info.params[i].name, ref.params[i],
+              [&](size_t k) { return params[i][k]; }, tol);
+    }
+  row.meanAbs = count ? sum / static_cast<double>(count) : 0;
+  return row;
+}
 
 double tolerance(rt::DType t) {
   switch (t) {

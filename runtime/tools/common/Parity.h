@@ -10,6 +10,8 @@
 
 #include "Problem.h"
 
+#include "attnc/runtime/Backward.h"
+
 #include <string>
 #include <vector>
 
@@ -41,6 +43,29 @@ double scoreRoundingTolerance(double rowScale);
 /// tensor.
 Row compareWithReference(const rt::VariantInfo &v, std::string name,
                          const Inputs &in, bool checked);
+
+/// The backward's tolerance, relative to 1 + the largest |gradient| of a
+/// kind (the gradients sum over every key or query): f32 1e-4, f16 and
+/// bf16 1e-3, plus half an ulp for 16-bit dq, dk and dv (2^-8 bf16, 2^-11
+/// f16). The reference takes D = rowsum(dO * O) from the forward kernel's
+/// O, as the kernel does, so this is the backward's own error.
+double backwardTolerance(rt::DType t);
+
+/// A backward call on a case whose forward has run: dO seeded from the
+/// shape's seed + 1 in its dtype, dq, dk and dv contiguous in `gradType`.
+struct BackwardCase {
+  std::vector<unsigned char> dOut, dq, dk, dv;
+  rt::BackwardArgs args;
+  rt::DType gradType = rt::DType::F32;
+};
+void makeBackwardCase(const Inputs &in, const Shape &shape, rt::DType gradType,
+                      BackwardCase &out);
+
+/// Every gradient of `c` (and `params`) against the fp64 backward; the row
+/// notes the worst kind.
+Row compareBackwardWithReference(const rt::VariantInfo &info, std::string name,
+                                 const Inputs &in, const BackwardCase &c,
+                                 const rt::ParamGradients &params);
 
 /// {MHA 8/8, GQA 8/2, MQA 8/1} x {prefill, decode, chunk} x `dtypes`, plus
 /// GQA 6:1, D=80, Dv != Dqk, BSHD and an f16 chunk; lengths are never

@@ -5,7 +5,8 @@
 // program (what validation, binding by name and the fp64 reference need) and
 // one PTX module per (target, dtype, head dims), with what the launcher
 // needs to run it: entry names, threads per block, shared memory, the tile
-// configuration and the kernel's parameter sizes. The runtime reads it with
+// configuration and the kernel's parameter sizes; with --backward, also the
+// backward's kernels (_bwd_q, _bwd_kv). The runtime reads it with
 // no LLVM; the parameter layout is checked against the PTX on load.
 //
 //===----------------------------------------------------------------------===//
@@ -13,6 +14,7 @@
 #define ATTNC_RUNTIME_PACKAGE_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Backward.h"
 #include "attnc/runtime/Tuning.h"
 
 #include <string>
@@ -37,12 +39,15 @@ struct GpuKernelImage {
 struct PackageVariant {
   VariantInfo info;
   std::vector<GpuKernelImage> kernels;
+  /// The backward's kernels (`attnc compile --emit=package --backward`),
+  /// at most one per (target, dtype, head dims); PackageBackward.cpp.
+  std::vector<GpuBackwardImage> backward;
 };
 
 struct Package {
   // 2: dynamic shared memory; 3: ip[kPageSize]; 4: split-KV (ip slots,
-  // the merge entry)
-  static constexpr int kVersion = 4;
+  // the merge entry); 5: backward kernels
+  static constexpr int kVersion = 5;
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   /// Several kernels per (target, dtype, head dims), one per tile
@@ -76,6 +81,13 @@ TileConfig tileConfigOf(const GpuKernelImage &k);
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,
                     int64_t headDim, int64_t vHeadDim,
                     const GpuKernelImage *&out);
+
+/// The backward kernel of `v` for a device of compute capability `cc` and
+/// these inputs, chosen as selectKernel chooses; the message lists what
+/// the package has.
+Status selectBackward(const PackageVariant &v, int cc, DType dtype,
+                      int64_t headDim, int64_t vHeadDim,
+                      const GpuBackwardImage *&out);
 
 /// Sizes in bytes of the parameters of `.entry <entry>(...)` in PTX text.
 Status ptxEntryParams(const std::string &ptx, const std::string &entry,

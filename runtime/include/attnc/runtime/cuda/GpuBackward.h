@@ -47,6 +47,25 @@ private:
   CUfunction query_ = nullptr, keyValue_ = nullptr, maskBuilder_ = nullptr;
 };
 
+/// Device copies of a host backward call: the forward's operands (a
+/// DeviceMirror), dO, dLSE, and dq, dk and dv as given (the kernels must
+/// write every element of theirs). For tests and tools (attnc-run
+/// --backward times run() on one).
+class BackwardMirror {
+public:
+  static Status create(const Context &ctx, const BackwardArgs &host,
+                       BackwardMirror &out);
+  const BackwardArgs &args() const { return dev_; }
+  /// Copies dq, dk and dv back into the host views.
+  Status downloadGradients(const BackwardArgs &host) const;
+
+private:
+  DeviceMirror forward_;
+  BackwardArgs dev_;
+  std::vector<DeviceBuffer> bufs_;
+  size_t firstGrad_ = 0;
+};
+
 /// Runs `kernel` over host-resident arguments: copies what each view spans
 /// to the device, runs, and copies dq, dk and dv back into the host views.
 /// For tests and tools.

@@ -1,0 +1,148 @@
+//===- PackageBackward.cpp - The backward's kernels in a package ----------===//
+//
+// A package variant's "backward" array: one GpuBackwardImage per (target,
+// dtype, head dims), written by `attnc compile --emit=package --backward`
+// and read, with every field checked, by the runtime (attnc-run
+// --backward, the Python package). Launch facts are those
+// cuda::GpuBackwardKernel::load checks again.
+//
+//===----------------------------------------------------------------------===//
+#include "PackageFields.h"
+
+#include "attnc/runtime/Parse.h"
+
+namespace attnc::rt {
+
+json backwardToJson(const GpuBackwardImage &k) {
+  json j;
+  j["target"] = k.target;
+  j["dtype"] = std::string(dtypeName(k.spec.dtype));
+  j["head_dim"] = k.spec.headDim;
+  j["v_head_dim"] = k.spec.vHeadDim;
+  j["block_m"] = k.spec.blockM;
+  j["block_n"] = k.spec.blockN;
+  j["warps"] = k.spec.warps; // > 0: tensor cores, a warp per 16 rows
+  j["query"] = k.query;
+  j["query_threads"] = k.queryThreads;
+  j["query_shared_bytes"] = k.querySharedBytes;
+  j["query_params"] = k.queryParams;
+  j["key_value"] = k.keyValue;
+  j["key_value_threads"] = k.keyValueThreads;
+  j["key_value_shared_bytes"] = k.keyValueSharedBytes;
+  j["key_value_params"] = k.keyValueParams;
+  if (!k.maskBuilder.empty()) {
+    j["mask_builder"] = k.maskBuilder;
+    j["mask_builder_params"] = k.maskBuilderParams;
+  }
+  j["ptx"] = k.ptx;
+  return j;
+}
+
+bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
+                   std::string &why) {
+  if (!j.is_object()) {
+    why = "a backward kernel must be an object";
+    return false;
+  }
+  std::string dtype;
+  int64_t warps = 0;
+  constexpr int64_t kStatic = 48 * 1024;
+  if (!stringField(j, "target", k.target, why) ||
+      !stringField(j, "dtype", dtype, why) ||
+      !intField(j, "head_dim", 8, 256, k.spec.headDim, why) ||
+      !intField(j, "v_head_dim", 8, 256, k.spec.vHeadDim, why) ||
+      !intField(j, "block_m", 16, 1024, k.spec.blockM, why) ||
+      !intField(j, "block_n", 16, 1024, k.spec.blockN, why) ||
+      !intField(j, "warps", -1, 32, warps, why) ||
+      !stringField(j, "query", k.query, why, 256) ||
+      !intField(j, "query_threads", 16, 1024, k.queryThreads, why) ||
+      !intField(j, "query_shared_bytes", 0, kStatic, k.querySharedBytes, why) ||
+      !paramSizes(j, "query_params", k.queryParams, why) ||
+      !stringField(j, "key_value", k.keyValue, why, 256) ||
+      !intField(j, "key_value_threads", 16, 1024, k.keyValueThreads, why) ||
+      !intField(j, "key_value_shared_bytes", 0, kStatic, k.keyValueSharedBytes,
+                why) ||
+      !paramSizes(j, "key_value_params", k.keyValueParams, why) ||
+      !stringField(j, "ptx", k.ptx, why, kMaxPtxBytes))
+    return false;
+  k.spec.warps = warps;
+  auto dt = parseDType(dtype);
+  if (!dt || (*dt != DType::F32 && *dt != DType::F16 && *dt != DType::BF16)) {
+    why = fmt::format("backward kernel '{}' has dtype '{}' (expected f32, f16 "
+                      "or bf16)", k.query, dtype);
+    return false;
+  }
+  k.spec.dtype = *dt;
+  if (!targetNumber(k.target)) {
+    why = fmt::format("backward kernel '{}' has target '{}' (expected sm_NN)",
+                      k.query, k.target);
+    return false;
+  }
+  // Entries: attnc_<variant>_<dtype>_d<D>v<Dv>_<tiles>_bwd_q, the same with
+  // _bwd_kv, and _block_mask exactly for data-dependent masks.
+  std::string prefix = fmt::format("attnc_{}_{}_d{}v{}_", info.name, dtype,
+                                   k.spec.headDim, k.spec.vHeadDim);
+  const std::string q = "_bwd_q";
+  if (k.query.rfind(prefix, 0) != 0 || k.query.size() <= prefix.size() + q.size() ||
+      k.query.compare(k.query.size() - q.size(), q.size(), q) != 0) {
+    why = fmt::format("backward kernel '{}' does not match its manifest "
+                      "(expected '{}<tiles>_bwd_q')", k.query, prefix);
+    return false;
+  }
+  std::string stem = k.query.substr(0, k.query.size() - q.size());
+  if (k.keyValue != stem + "_bwd_kv") {
+    why = fmt::format("backward kernel '{}' names its second entry '{}'",
+                      k.query, k.keyValue);
+    return false;
+  }
+  if (j.contains("mask_builder")) {
+    if (!stringField(j, "mask_builder", k.maskBuilder, why, 256) ||
+        !paramSizes(j, "mask_builder_params", k.maskBuilderParams, why))
+      return false;
+    if (k.maskBuilder != stem + "_block_mask") {
+      why = fmt::format("backward kernel '{}' names the block-mask builder "
+                        "'{}'", k.query, k.maskBuilder);
+      return false;
+    }
+  }
+  if ((info.maskKind == MaskKind::Data) == k.maskBuilder.empty()) {
+    why = "backward kernel '" + k.query + "' of variant '" + info.name + "' " +
+          (k.maskBuilder.empty()
+               ? "lacks the block-mask builder its data-dependent mask needs"
+               : "has a block-mask builder but no data-dependent mask");
+    return false;
+  }
+  return checkPtx(k.ptx, k.target,
+                  {{&k.query, &k.queryParams},
+                   {&k.keyValue, &k.keyValueParams},
+                   {&k.maskBuilder, &k.maskBuilderParams}},
+                  why);
+}
+
+Status selectBackward(const PackageVariant &v, int cc, DType dtype,
+                      int64_t headDim, int64_t vHeadDim,
+                      const GpuBackwardImage *&out) {
+  out = nullptr;
+  int best = -1;
+  std::string have;
+  for (const GpuBackwardImage &k : v.backward) {
+    have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
+                        dtypeName(k.spec.dtype), k.spec.headDim,
+                        k.spec.vHeadDim);
+    int t = targetNumber(k.target);
+    if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
+        k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
+      continue;
+    best = t;
+    out = &k;
+  }
+  if (out)
+    return Status::ok();
+  return Status::notFound(fmt::format(
+      "the package has no backward kernel of variant '{}' for sm_{} {} Dqk={} "
+      "Dv={} (it has: {}; attnc compile --emit=package --backward adds them)",
+      v.info.name, cc, dtypeName(dtype), headDim, vHeadDim,
+      have.empty() ? "none" : have));
+}
+
+} // namespace attnc::rt

@@ -1,0 +1,127 @@
+//===- PackageFields.h - Reading a package's JSON fields safely -*- C++ -*-===//
+//
+// Package.cpp (forward kernels) and PackageBackward.cpp (backward kernels)
+// read the same kinds of fields: every access checks its type and bounds
+// first (a package is input, and nothing in it may throw, overflow or be
+// truncated), and each image's PTX must be for its target and declare its
+// entries with the parameter sizes of the manifest.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_PACKAGEFIELDS_H
+#define ATTNC_RUNTIME_PACKAGEFIELDS_H
+
+#include "attnc/runtime/Package.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <climits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnc::rt {
+
+using nlohmann::json;
+
+// Limits on what a package may hold: generous for what the compiler emits,
+// and far below what could overflow the launcher's arithmetic.
+inline constexpr size_t kMaxPtxBytes = 64 << 20;
+inline constexpr size_t kMaxParams = 4096;
+inline constexpr int64_t kMaxSharedBytes = 232448; // the largest opt-in (sm_90)
+
+/// A string field of `j` (required) with at most `max` bytes.
+inline bool stringField(const json &j, const char *key, std::string &out,
+                 std::string &why, size_t max = 4096) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) {
+    why = fmt::format("\"{}\" must be a string", key);
+    return false;
+  }
+  out = it->get<std::string>();
+  if (out.size() > max) {
+    why = fmt::format("\"{}\" is longer than {} bytes", key, max);
+    return false;
+  }
+  return true;
+}
+
+/// An integer field in [lo, hi] (never truncated).
+inline bool intField(const json &j, const char *key, int64_t lo, int64_t hi,
+              int64_t &out, std::string &why) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) ||
+      it->get<int64_t>() < lo || it->get<int64_t>() > hi) {
+    why = fmt::format("\"{}\" must be an integer in [{}, {}]{}", key, lo, hi,
+                      it == j.end() ? "" : ", found " + it->dump());
+    return false;
+  }
+  out = it->get<int64_t>();
+  return true;
+}
+
+inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
+                std::string &why) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array() || it->size() > kMaxParams) {
+    why = fmt::format("\"{}\" must be an array of at most {} sizes", key,
+                      kMaxParams);
+    return false;
+  }
+  out.clear();
+  for (const json &x : *it) {
+    if (!x.is_number_integer() || (x.get<int64_t>() != 4 && x.get<int64_t>() != 8)) {
+      why = fmt::format("\"{}\" holds {}, not a parameter size (4 or 8)", key,
+                        x.dump());
+      return false;
+    }
+    out.push_back(static_cast<int>(x.get<int64_t>()));
+  }
+  return true;
+}
+
+/// The PTX is for `target` and declares each named entry (an empty name is
+/// skipped) with exactly the given parameter sizes.
+inline bool checkPtx(
+    const std::string &ptx, const std::string &target,
+    std::initializer_list<std::pair<const std::string *, const std::vector<int> *>>
+        entries,
+    std::string &why) {
+  std::string targetLine = "\n.target " + target;
+  size_t at = ptx.find(targetLine);
+  if (at == std::string::npos ||
+      (at + targetLine.size() < ptx.size() &&
+       std::isalnum(static_cast<unsigned char>(ptx[at + targetLine.size()])))) {
+    why = fmt::format("the PTX of '{}' is not for its target {}",
+                      *entries.begin()->first, target);
+    return false;
+  }
+  for (auto [entry, sizes] : entries) {
+    if (entry->empty())
+      continue;
+    std::vector<int> actual;
+    if (Status st = ptxEntryParams(ptx, *entry, actual); !st) {
+      why = st.message();
+      return false;
+    }
+    if (actual != *sizes) {
+      why = fmt::format("the manifest gives '{}' {} parameters, its PTX "
+                        "declares {}", *entry, sizes->size(), actual.size());
+      return false;
+    }
+  }
+  return true;
+}
+
+/// A backward image as the package's JSON, and back (PackageBackward.cpp):
+/// the parse checks every field, the entry names against the variant and
+/// the manifest, and the PTX.
+json backwardToJson(const GpuBackwardImage &k);
+bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
+                   std::string &why);
+
+} // namespace attnc::rt
+
+#endif
