@@ -2,7 +2,9 @@
 # Prepares .device/ (git-ignored) for a machine with a GPU but no LLVM/MLIR:
 # portable runtime-only binaries (attnc-run, the embedding example), one
 # kernel package per example for TARGET (and one of its large head dims,
-# f16/bf16 D 256 and 192:128, under large/), and run-gpu-validation.sh, which
+# f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
+# of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), and
+# run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
 # and the tuner's inputs: candidate packages (every tile configuration of
@@ -19,7 +21,8 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
 cmake --build "$src/build-device"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/large" "$out/candidates"
+mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/large" "$out/candidates" \
+  "$out/backward"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
 for f in "$src"/examples/*.attn; do
@@ -29,6 +32,12 @@ for f in "$src"/examples/*.attn; do
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
     --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
+done
+# The backward (forward kernels included: attnc-run --backward runs both).
+for n in causal document_mask synaptic; do
+  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+    --backward --target="$target" --dtypes=f32,f16,bf16 \
+    --head-dims=64,80,128,64:32 -o "$out/backward/$n.json"
 done
 for n in full causal sliding_window document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \

@@ -3,7 +3,9 @@
 # (scripts/device-bundle.sh): the parity matrix (--matrix) of every packaged
 # example and its large head dims (256, 192:128),
 # compute-sanitizer memcheck over a subset and racecheck over one kernel per
-# head dim. Logs go to $OUT (default ./gpu-logs).
+# head dim; the backward's kernels of backward/ (attnc-run --backward) over
+# the suite (based at D 64, then at D 128), with memcheck and racecheck.
+# Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
 dev="$(cd "$(dirname "$0")" && pwd)"
 out="${OUT:-gpu-logs}"
@@ -32,6 +34,15 @@ for p in "$dev"/packages/*.json; do
   done
   echo "$n: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/parity-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}') (matrix + large head dims)"
 done
+# The backward: every dtype, modes and GQA shapes at D 64 and 128.
+for p in "$dev"/backward/*.json; do
+  n="$(basename "$p" .json)"
+  for d in 64 128; do
+    "$run" "$p" --backward --suite --head-dim $d --v-head-dim $d \
+      >> "$out/backward-$n.txt" 2>&1 || status=1
+  done
+  echo "$n backward: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/backward-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}')"
+done
 "$dev/bin/attnc-embed-example" "$dev/packages/causal.json" > "$out/embed.txt" 2>&1 || status=1
 cat "$out/embed.txt"
 if command -v compute-sanitizer >/dev/null; then
@@ -41,6 +52,16 @@ if command -v compute-sanitizer >/dev/null; then
       > "$out/memcheck-$n.txt" 2>&1 || status=1
     tail -2 "$out/memcheck-$n.txt"
   done
+  for n in causal synaptic; do
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$run" \
+      "$dev/backward/$n.json" --backward --q-len 100 --kv-len 100 --dtype bf16 \
+      --heads 8 --kv-heads 2 > "$out/memcheck-backward-$n.txt" 2>&1 || status=1
+    tail -2 "$out/memcheck-backward-$n.txt"
+  done
+  compute-sanitizer --tool racecheck --error-exitcode 9 "$run" \
+    "$dev/backward/synaptic.json" --backward --q-len 100 --kv-len 100 \
+    --dtype bf16 > "$out/racecheck-backward.txt" 2>&1 || status=1
+  tail -2 "$out/racecheck-backward.txt"
   for d in 64 128; do
     compute-sanitizer --tool racecheck --error-exitcode 9 "$run" \
       "$dev/packages/causal.json" --q-len 100 --kv-len 100 --dtype f16 \
