@@ -4,7 +4,7 @@
 # example and its large head dims (256, 192:128),
 # compute-sanitizer memcheck over a subset and racecheck over one kernel per
 # head dim; the backward's kernels of backward/ (attnc-run --backward) over
-# the suite (based at D 64, then at D 128), with memcheck and racecheck.
+# the suite and D 128 per dtype and mode, with memcheck and racecheck.
 # Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
 dev="$(cd "$(dirname "$0")" && pwd)"
@@ -34,12 +34,15 @@ for p in "$dev"/packages/*.json; do
   done
   echo "$n: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/parity-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}') (matrix + large head dims)"
 done
-# The backward: every dtype, modes and GQA shapes at D 64 and 128.
+# The backward: the suite (D 64, 80, 64:32), and D 128 per dtype and mode.
 for p in "$dev"/backward/*.json; do
   n="$(basename "$p" .json)"
-  for d in 64 128; do
-    "$run" "$p" --backward --suite --head-dim $d --v-head-dim $d \
-      >> "$out/backward-$n.txt" 2>&1 || status=1
+  "$run" "$p" --backward --suite > "$out/backward-$n.txt" 2>&1 || status=1
+  for dt in f32 f16 bf16; do
+    for m in "prefill --q-len 77 --kv-len 77" "decode --kv-len 300" "chunk --q-len 33 --kv-len 200"; do
+      "$run" "$p" --backward --dtype $dt --heads 8 --kv-heads 2 --head-dim 128 \
+        --v-head-dim 128 --mode $m >> "$out/backward-$n.txt" 2>&1 || status=1
+    done
   done
   echo "$n backward: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/backward-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}')"
 done
