@@ -16,6 +16,18 @@ report, a Markdown table and plots (TFLOP/s vs length, one line per system).
   PYTHONPATH=/tmp/attnc-python python3 bench/compare_torch.py --suite gym \
       --packages .device/packages --attnc-python     # through the Python package
 
+With --backward, the backward pass instead: flex_attention's and SDPA's
+(torch.autograd.grad of the forward's output, dO random, q, k, v and the
+float captures requiring grad) against attnc's backward kernels from
+packages built with `attnc compile --emit=package --backward` (default
+folder .device/backward), timed by `attnc-run --backward --bench`; attnc's
+gradients are checked against the fp64 backward by attnc-run --backward
+(run-gpu-validation.sh), and here only for being finite. TFLOP/s then count
+2 (3 Dqk + 2 Dv) per unmasked pair.
+
+  python3 bench/compare_torch.py --suite gym --backward \
+      --attnc-run .device/bin/attnc-run --packages .device/backward
+
 Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
 seed 42. First run on an H100 on 2026-11-23 (docs/performance.md); the CPU
 counterpart, through the Python package, is compare_torch_cpu.py.
@@ -104,8 +116,9 @@ def modifiers(torch, variant, c, device):
 
 
 def attnc_case(args, c, tensors, sets, tmp):
-    """Runs attnc-run --bench on this case's inputs; returns (its JSON row,
-    its output as a float32 numpy array) or raises RuntimeError."""
+    """Runs attnc-run --bench (--backward with args.backward) on this case's
+    inputs; returns (its JSON row, its output as a float32 numpy array, or
+    None for the backward) or raises RuntimeError."""
     import numpy as np
     pkg = os.path.join(args.packages, c["variant"] + ".json")
     cmd = [args.attnc_run, pkg, "--bench", "--json",
@@ -124,11 +137,12 @@ def attnc_case(args, c, tensors, sets, tmp):
     for name, v in sets.items():
         cmd += ["--set", "%s=%s" % (name, v)]
     out = os.path.join(tmp, "out.npy")
-    cmd += ["--output", out]
+    cmd += ["--backward"] if args.backward else ["--output", out]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1])
-    return json.loads(r.stdout.strip().splitlines()[-1]), np.load(out)
+    row = json.loads(r.stdout.strip().splitlines()[-1])
+    return row, None if args.backward else np.load(out)
 
 
 def attnc_python_case(torch, args, c, q, k, v, captures, sets, ref, row):
@@ -192,6 +206,15 @@ def run(args):
         score_mod, mask_mod, captures, sets = modifiers(torch, c["variant"], c, dev)
         row = dict(c, dtype=args.dtype, torch=torch.__version__,
                    gpu=torch.cuda.get_device_name())
+        grads = ()
+        if args.backward:
+            # Gradients of q, k, v and of every float capture, as attnc's
+            # backward computes them all.
+            grads = (q, k, v) + tuple(t for t in captures.values()
+                                      if t.is_floating_point())
+            for t in grads:
+                t.requires_grad_(True)
+            row["pass"] = "backward"
         # The mask's density (fraction of unmasked pairs) on a sampled grid:
         # TFLOP/s count only the useful work.
         row["density"] = 1.0
@@ -214,8 +237,17 @@ def run(args):
             row["flex_block_mask_ms"] = t0.elapsed_time(t1)
         gqa = c["H"] != c["HKV"]
         ref = flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa)
-        row["flex_ms"] = time_ms(torch, lambda: flex(
-            q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa),
+        dout = torch.randn_like(ref) if args.backward else None
+
+        def timed(fwd):
+            """The forward, or with --backward the backward of one forward."""
+            if not args.backward:
+                return fwd
+            out = fwd()
+            return lambda: torch.autograd.grad(out, grads, dout,
+                                               retain_graph=True)
+        row["flex_ms"] = time_ms(torch, timed(lambda: flex(
+            q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa)),
             args.warmup, args.iters)
         # SDPA covers what it can express: no mask, or causal (bottom-right
         # aligned queries only when Lq == Lkv).
@@ -234,7 +266,8 @@ def run(args):
                         if err > 2e-2:
                             row["sdpa_%s_error" % name] = "max_abs %.3g vs flex" % err
                             continue
-                        row["sdpa_%s_ms" % name] = time_ms(torch, f, args.warmup,
+                        row["sdpa_%s_ms" % name] = time_ms(torch, timed(f),
+                                                           args.warmup,
                                                            args.iters)
                 except RuntimeError as e:
                     row["sdpa_%s_error" % name] = str(e).splitlines()[0]
@@ -243,8 +276,10 @@ def run(args):
                 try:
                     a, out = attnc_case(args, c, dict(captures, q=q, k=k, v=v),
                                         sets, tmp)
-                    err = float(abs(out - ref.float().cpu().numpy()).max())
-                    row["attnc_max_abs_vs_flex"] = err
+                    err = 0.0 if out is None else float(
+                        abs(out - ref.detach().float().cpu().numpy()).max())
+                    if out is not None:
+                        row["attnc_max_abs_vs_flex"] = err
                     if err > 2e-2:
                         row["attnc_error"] = "max_abs %.3g vs flex" % err
                     else:
@@ -287,11 +322,19 @@ def main():
     p.add_argument("--variants", help="comma-separated subset of the suite's variants")
     p.add_argument("--lengths", help="comma-separated subset of its KV lengths")
     p.add_argument("--head-dims", help="comma-separated subset of its head dims")
+    p.add_argument("--backward", action="store_true",
+                   help="time the backward pass (packages from attnc compile "
+                   "--emit=package --backward; default .device/backward)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the cases; needs neither torch nor a GPU")
     args = p.parse_args()
     if args.warmup < 0 or args.iters < 1:
         p.error("--warmup must be >= 0 and --iters >= 1")
+    if args.backward and args.attnc_python:
+        p.error("--attnc-python times the forward only")
+    if args.backward and args.packages == os.path.join(ROOT, ".device",
+                                                       "packages"):
+        args.packages = os.path.join(ROOT, ".device", "backward")
     if args.dry_run:
         for c in selected(args):
             print("%(variant)s B=%(B)d H=%(H)d/%(HKV)d Lq=%(Lq)d Lkv=%(Lkv)d "
@@ -313,14 +356,15 @@ def main():
                                               "--short", "HEAD"], text=True).strip()
         except (OSError, subprocess.CalledProcessError):
             pass
-    record = {"suite": "gpu-" + args.suite, "date": date, "commit": commit,
+    suite = args.suite + ("-backward" if args.backward else "")
+    record = {"suite": "gpu-" + suite, "date": date, "commit": commit,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "cuda": torch.version.cuda, "dtype": args.dtype,
               "method": "CUDA events, warmup %d, iters %d, seed %d" % (
                   args.warmup, args.iters, args.seed),
               "rows": rows}
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "%s-%s-gpu-%s.json" % (date, gpu, args.suite))
+    path = os.path.join(args.out, "%s-%s-gpu-%s.json" % (date, gpu, suite))
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
     print("wrote", path)

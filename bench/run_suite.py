@@ -194,9 +194,12 @@ def plot_panels(base, panels, draw):
 
 def tflops(row, ms):
     """Useful TFLOP/s of a GPU row: unmasked pairs only (the row's sampled
-    mask density), as FlexAttention users count it."""
+    mask density), as FlexAttention users count it; 2.5x the forward's
+    work for a backward row."""
     useful = row.get("density", 1.0)
-    flops = 4.0 * row["B"] * row["H"] * row["Lq"] * row["Lkv"] * row["D"]
+    # Forward: QK^T and PV; backward: S, dP, dV, dK and dQ (2.5x).
+    per = 10.0 if row.get("pass") == "backward" else 4.0
+    flops = per * row["B"] * row["H"] * row["Lq"] * row["Lkv"] * row["D"]
     return flops * useful / (ms * 1e-3) / 1e12
 
 

@@ -30,7 +30,9 @@ int runGpuBackwardCheck(const rt::cuda::Context &ctx,
 /// with CUDA events after one forward: o.warmup calls, then o.iters timed
 /// one by one. TFLOP/s count 2 (3 Dqk + 2 Dv) per (query, key) pair (S,
 /// dP, dV, dK, dQ: 2.5x the forward's for Dqk = Dv), dense and scaled by
-/// the mask's density. One JSON object per row with o.json.
+/// the mask's density. No time is reported for gradients that are not all
+/// finite (the fp64 comparison is the check mode's). One JSON object per
+/// row with o.json.
 int runGpuBackwardBench(const rt::cuda::Context &ctx,
                         const std::vector<const rt::PackageVariant *> &variants,
                         const Options &o, const std::vector<Shape> &shapes);

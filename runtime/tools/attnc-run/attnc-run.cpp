@@ -86,7 +86,8 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           --backward does; with --bench, times the
                           backward (each call with its per-call device
                           allocation and wait; TFLOP/s count 2 (3 Dqk +
-                          2 Dv) per pair), after checking its gradients.
+                          2 Dv) per pair); no time for gradients that are
+                          not all finite.
                           Not with --page-size or --splits
   --tune                  time every tile configuration the package has for
                           the shape's dtype and head dims (a package from
