@@ -3,8 +3,9 @@
 # x {sm_80, sm_90} to a package (the configuration table's tiles) and its
 # PTX and assembles it with ptxas: fails on any ptxas error or spill, and
 # prints the Markdown table of docs/kernels.md. Then every example's GPU
-# backward (SIMT, f32, D=64, sm_90; docs/backward.md) assembles too (fails
-# on any ptxas error; spills reported). Exits 77 (a ctest skip, with
+# backward (SIMT f32 D=64; tensor cores bf16 D=64 and 128; sm_90;
+# docs/backward.md) assembles too, with its table (fails on any ptxas
+# error; spills are reported, not failed). Exits 77 (a ctest skip, with
 # the reason) when ptxas is not installed.
 #   usage: scripts/ptxas-table.sh BUILD_DIR
 set -euo pipefail
@@ -45,9 +46,10 @@ PY
       bad=1
       continue
     fi
-    # The attention kernel's figures (not the block-mask builder's); spills
+    # The attention kernel's figures (not the block-mask builder's or the
+    # split-KV merge's); spills
     # are checked over every entry.
-    main="$(echo "$out" | awk '/Compiling entry function/ { keep = ($0 !~ /_block_mask/) } keep')"
+    main="$(echo "$out" | awk '/Compiling entry function/ { keep = ($0 !~ /_block_mask|_merge/) } keep')"
     regs="$(echo "$main" | grep -oE 'Used [0-9]+ registers' | grep -oE '[0-9]+')"
     stack="$(echo "$main" | grep -oE '[0-9]+ bytes stack frame' | grep -oE '^[0-9]+')"
     ss="$(echo "$out" | grep -oE '[0-9]+ bytes spill stores' | grep -oE '^[0-9]+' | awk '{ s += $1 } END { print s + 0 }')"
@@ -61,19 +63,29 @@ PY
 done
 echo
 n_bwd=0
+echo "| example | backward | dtype | Dqk:Dv | entry | registers | stack frame (bytes) | spill stores | spill loads |"
+echo "|---|---|---|---:|---|---:|---:|---:|---:|"
 for f in "$src"/examples/*.attn; do
   n="$(basename "$f" .attn)"
   [[ "$n" == tour ]] && continue
-  out=""
-  if ! "$build/bin/attnc" compile "$f" --emit=ptx --backward --target=sm_90 \
-      -o "$tmp/bwd.ptx" || ! out="$("$ptxas" -arch=sm_90 -v "$tmp/bwd.ptx" -o "$tmp/k.cubin" 2>&1)"; then
-    echo "FAIL: $n backward: ${out:-cannot compile}" >&2
-    bad=1
-    continue
-  fi
-  ss="$(echo "$out" | grep -oE '[0-9]+ bytes spill stores' | grep -oE '^[0-9]+' | awk '{ s += $1 } END { print s + 0 }')"
-  ((ss == 0)) || echo "note: $n backward spills ($ss bytes of stores)"
+  # SIMT (f32) and tensor cores (bf16 at 64- and 32-row tiles).
+  for cfg in "SIMT f32 64" "tensor-cores bf16 64" "tensor-cores bf16 128"; do
+    read -r form dt d <<< "$cfg"
+    out=""
+    if ! "$build/bin/attnc" compile "$f" --emit=ptx --backward --target=sm_90 \
+        --dtype "$dt" --head-dim "$d" -o "$tmp/bwd.ptx" ||
+       ! out="$("$ptxas" -arch=sm_90 -v "$tmp/bwd.ptx" -o "$tmp/k.cubin" 2>&1)"; then
+      echo "FAIL: $n backward $dt D=$d: ${out:-cannot compile}" >&2
+      bad=1
+      continue
+    fi
+    echo "$out" | awk -v n="$n" -v form="$form" -v dt="$dt" -v d="$d" '
+      /Compiling entry function/ { match($0, /_bwd_(q|kv)/); e = substr($0, RSTART + 1, RLENGTH - 1); keep = RSTART > 0 }
+      keep && /bytes stack frame/ { split($0, a, " "); for (i in a) { if (a[i] == "stack") st = a[i-2]; if (a[i] == "stores,") ss = a[i-3]; if (a[i] == "loads") sl = a[i-3] } }
+      keep && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); r = substr($0, RSTART + 5, RLENGTH - 5);
+        printf "| %s | %s | %s | %s:%s | `%s` | %s | %s | %s | %s |\n", n, form, dt, d, d, e, r, st, ss, sl; keep = 0 }'
+  done
   n_bwd=$((n_bwd + 1))
 done
-echo "backward: $n_bwd examples' GPU backward PTX (f32, D=64, sm_90) assembles"
+echo "backward: $n_bwd examples' GPU backward PTX (SIMT f32 D=64; tensor cores bf16 D=64 and 128; sm_90) assembles"
 exit $bad

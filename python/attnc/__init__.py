@@ -68,14 +68,18 @@ def compile(source, variant=None, *, name=None):
 
 
 def compile_package(source, path, *, targets=("sm_80", "sm_90"),
-                    dtypes=("bf16", "f16", "f32"), head_dims=(64, 128), name=None):
+                    dtypes=("bf16", "f16", "f32"), head_dims=(64, 128), name=None,
+                    backward=False):
     """Compiles every variant of a .attn file (or source text) ahead of time
     into a kernel package at `path`: PTX per target, dtype and head dims
     (an int D, or a (D, Dv) pair), with each variant's signature and fp64
-    reference program. The runtime-only package runs it with no LLVM."""
+    reference program; with `backward`, the backward's kernels too (so that
+    loss.backward() on CUDA tensors needs no compiler). The runtime-only
+    package runs it with no LLVM."""
     program = _load_program(source, name)
     dims = [(d, d) if isinstance(d, int) else (int(d[0]), int(d[1])) for d in head_dims]
-    program.write_package(_os.fspath(path), list(targets), list(dtypes), dims)
+    program.write_package(_os.fspath(path), list(targets), list(dtypes), dims,
+                          backward)
 
 
 class Package:
@@ -282,8 +286,8 @@ class Kernel:
         if where[0] not in (_CPU, _CUDA):
             raise Error("'q' is on DLPack device type %d; attnc runs CPU and "
                         "CUDA arrays" % where[0])
-        if not hasattr(self.program, "cpu_backward_kernel"):
-            raise Error("a kernel package holds forward kernels only: the "
+        if where[0] == _CPU and not hasattr(self.program, "cpu_backward_kernel"):
+            raise Error("a kernel package holds GPU kernels only: the CPU "
                         "backward needs attnc.compile (the compiler)")
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])

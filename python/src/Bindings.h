@@ -115,7 +115,8 @@ struct DeviceKernel {
   int device = 0;
 };
 
-/// The GPU backward of a variant on CUDA device `device` (compiler builds).
+/// The GPU backward of a variant on CUDA device `device` (compiled, or read
+/// from a package).
 struct DeviceBackwardKernel {
   std::unique_ptr<rt::cuda::GpuBackwardKernel> kernel;
   int device = 0;
@@ -125,7 +126,19 @@ struct DeviceBackwardKernel {
 /// the life of the process (kernels and device arrays point to it).
 const rt::cuda::Context &contextFor(int ordinal);
 
+/// A backward call's views (on the device of `q`), and the float
+/// parameters' gradients by name (float64 host arrays: an array of the
+/// capture's shape, or a float for a scalar). Backward.cpp.
+rt::BackwardArgs backwardArgs(const Array &q, const Array &k, const Array &v,
+                              const Array &out, const Array &lse,
+                              const Array &dOut, const std::optional<Array> &dLse,
+                              const OutArray &dq, const OutArray &dk,
+                              const OutArray &dv, const CallArgs &c);
+nb::dict gradientsByName(const rt::VariantInfo &info, rt::ParamGradients &grads,
+                         const CallArgs &c);
+
 void bindRuntime(nb::module_ &m);
+void bindBackward(nb::module_ &m);
 void bindCuda(nb::module_ &m);
 void bindCompiler(nb::module_ &m);
 

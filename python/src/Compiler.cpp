@@ -129,11 +129,12 @@ public:
 
   /// Every variant for every target, dtype and (D, Dv), with the
   /// configuration table's tiles (as `attnc compile --emit=package`), in
-  /// one package file.
+  /// one package file; with `backward`, the backward's kernels too.
   void writePackage(const std::string &path,
                     const std::vector<std::string> &targets,
                     const std::vector<std::string> &dtypes,
-                    const std::vector<std::pair<int64_t, int64_t>> &dims) const {
+                    const std::vector<std::pair<int64_t, int64_t>> &dims,
+                    bool backward) const {
     if (targets.empty() || dtypes.empty() || dims.empty())
       throw Error("a package needs at least one target, dtype and head dim");
     rt::Package pkg;
@@ -154,6 +155,15 @@ public:
             }
             check(st);
             pv.kernels.push_back(std::move(image));
+            if (!backward)
+              continue;
+            rt::GpuBackwardImage bwd;
+            {
+              nb::gil_scoped_release release;
+              st = session_->compileGpuBackward(variant, spec, target, bwd);
+            }
+            check(st);
+            pv.backward.push_back(std::move(bwd));
           }
       pkg.variants.push_back(std::move(pv));
     }
@@ -164,53 +174,6 @@ private:
   std::unique_ptr<Session> session_;
   std::string name_;
 };
-
-/// A backward call's views (on the device of `q`).
-rt::BackwardArgs backwardArgs(const Array &q, const Array &k, const Array &v,
-                              const Array &out, const Array &lse,
-                              const Array &dOut, const std::optional<Array> &dLse,
-                              const OutArray &dq, const OutArray &dk,
-                              const OutArray &dv, const CallArgs &c) {
-  Where at = whereOf(q);
-  rt::BackwardArgs b;
-  b.forward = makeArgs(q, k, v, c);
-  b.forward.out = viewOf(out, "out", at);
-  b.forward.lse = viewOf(lse, "lse", at);
-  b.dOut = viewOf(dOut, "dOut", at);
-  if (dLse)
-    b.dLse = viewOf(*dLse, "dLse", at);
-  b.dq = viewOf(dq, "dq", at);
-  b.dk = viewOf(dk, "dk", at);
-  b.dv = viewOf(dv, "dv", at);
-  return b;
-}
-
-/// Each float parameter's gradient by name (float64 host arrays: an array
-/// of the capture's shape, or a float for a scalar).
-nb::dict gradientsByName(const rt::VariantInfo &info, rt::ParamGradients &grads,
-                         const CallArgs &c) {
-  nb::dict result;
-  for (size_t i = 0; i < info.params.size(); ++i) {
-    if (grads[i].empty())
-      continue;
-    const std::string &name = info.params[i].name;
-    if (!info.params[i].isTensor) {
-      result[name.c_str()] = grads[i][0];
-      continue;
-    }
-    std::vector<size_t> shape;
-    const Array &t = c.tensors.at(name);
-    for (size_t d = 0; d < t.ndim(); ++d)
-      shape.push_back(t.shape(d));
-    auto *data = new std::vector<double>(std::move(grads[i]));
-    nb::capsule own(data, [](void *p) noexcept {
-      delete static_cast<std::vector<double> *>(p);
-    });
-    result[name.c_str()] = Float64Array(data->data(), shape.size(),
-                                        shape.data(), own);
-  }
-  return result;
-}
 
 /// The backward pass on host arrays: writes dq, dk, dv and returns each
 /// float parameter's gradient by name.
@@ -235,30 +198,6 @@ nb::dict runCpuBackward(const rt::CpuBackwardKernel &kernel, const Array &q,
   return gradientsByName(kernel.variant(), grads, c);
 }
 
-/// The backward pass on CUDA arrays, on `stream` (it waits for its work):
-/// writes dq, dk, dv and returns the float parameters' gradients (host).
-nb::dict runGpuBackward(const DeviceBackwardKernel &kernel, const Array &q,
-                        const Array &k, const Array &v, const Array &out,
-                        const Array &lse, const Array &dOut,
-                        std::optional<Array> dLse, const OutArray &dq,
-                        const OutArray &dk, const OutArray &dv,
-                        const CallArgs &c, uintptr_t stream) {
-  Where at = whereOf(q);
-  if (!at.isCuda() || at.id != kernel.device)
-    throw Error("this backward runs on cuda:" + std::to_string(kernel.device) +
-                "; 'q' is on " + at.str());
-  rt::BackwardArgs b = backwardArgs(q, k, v, out, lse, dOut, dLse, dq, dk, dv, c);
-  rt::ParamGradients grads;
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.kernel->run(b, &grads,
-                            reinterpret_cast<rt::cuda::CUstream>(stream));
-  }
-  check(st);
-  return gradientsByName(kernel.kernel->variant(), grads, c);
-}
-
 } // namespace
 
 void bindCompiler(nb::module_ &m) {
@@ -267,13 +206,6 @@ void bindCompiler(nb::module_ &m) {
            "d_out"_a, "d_lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "args"_a,
            "num_threads"_a = 0,
            "The backward pass: writes dq, dk, dv; returns the float "
-           "parameters' gradients by name.");
-  nb::class_<DeviceBackwardKernel>(m, "GpuBackwardKernel")
-      .def("run", &runGpuBackward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
-           "d_out"_a, "d_lse"_a.none(), "dq"_a, "dk"_a, "dv"_a, "args"_a,
-           "stream"_a = 0,
-           "The backward pass on CUDA arrays, on `stream` (waits for it): "
-           "writes dq, dk, dv (the kernel's dtype); returns the float "
            "parameters' gradients by name.");
   nb::class_<Program>(m, "Program")
       .def_static("load", &Program::load, "name"_a, "source"_a.none() = nb::none(),
@@ -292,7 +224,7 @@ void bindCompiler(nb::module_ &m) {
       .def("gpu_backward_kernel", &Program::compileGpuBackward, "variant"_a,
            "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
-           "dtypes"_a, "head_dims"_a)
+           "dtypes"_a, "head_dims"_a, "backward"_a = false)
       .def("reference", [](const Program &p, const std::string &variant,
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {

@@ -15,6 +15,7 @@ NB_MODULE(_attnc, m) {
   nb::exception<py::Error>(m, "Error", PyExc_ValueError);
   py::bindRuntime(m);
   py::bindCuda(m);
+  py::bindBackward(m);
 #ifdef ATTNC_PYTHON_COMPILER
   py::bindCompiler(m);
   m.attr("has_compiler") = true;

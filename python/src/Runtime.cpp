@@ -109,6 +109,26 @@ struct PackageFile {
     check(rt::cuda::GpuKernel::load(ctx, v.info, *image, k->kernel));
     return k;
   }
+
+  /// The package's backward kernel for the device and the inputs (a
+  /// package written with --backward), loaded.
+  std::unique_ptr<DeviceBackwardKernel>
+  loadGpuBackward(const std::string &variant, const std::string &dtype,
+                  int64_t d, int64_t dv, int device) const {
+    const rt::PackageVariant &v = find(variant);
+    auto t = rt::parseDType(dtype);
+    if (!t)
+      throw Error("unknown dtype '" + dtype + "'");
+    const rt::cuda::Context &ctx = contextFor(device);
+    const rt::GpuBackwardImage *image = nullptr;
+    check(rt::selectBackward(v, ctx.device().computeCapability(), *t, d, dv,
+                             image));
+    auto k = std::make_unique<DeviceBackwardKernel>();
+    k->device = device;
+    nb::gil_scoped_release release;
+    check(rt::cuda::GpuBackwardKernel::load(ctx, v.info, *image, k->kernel));
+    return k;
+  }
 };
 
 } // namespace
@@ -155,6 +175,8 @@ void bindRuntime(nb::module_ &m) {
       }, "variant"_a)
       .def("gpu_kernel", &PackageFile::loadGpu, "variant"_a, "dtype"_a,
            "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+      .def("gpu_backward_kernel", &PackageFile::loadGpuBackward, "variant"_a,
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
       .def("reference", [](const PackageFile &p, const std::string &variant,
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {

@@ -191,14 +191,19 @@ variant t(temp: f32[]) {
     assert temp.grad.item() == pytest.approx(fd, rel=1e-3)
 
 
-def test_gpu_backward_on_device_arrays_matches_torch_autograd(cuda_device):
+@pytest.mark.parametrize("source", ["compiled", "package"])
+def test_gpu_backward_on_device_arrays_matches_torch_autograd(cuda_device, source,
+                                                              tmp_path):
     """The GPU backward kernels (under ctest, on the emulated driver with
     memcheck) through the extension's binding, on attnc.cuda arrays: dq, dk,
     dv and the captures' gradients equal torch autograd's of the same
-    computation in torch ops. (torch CUDA tensors take this path in
-    attnc::attention_backward; torch cannot load the stand-in driver.)"""
+    computation in torch ops. The kernel is compiled here, or read from a
+    package written with backward=True (what a runtime-only install runs).
+    (torch CUDA tensors take this path in attnc::attention_backward; torch
+    cannot load the stand-in driver.)"""
     np = pytest.importorskip("numpy")
-    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"), variant="synaptic")
+    path = os.path.join(EXAMPLES, "synaptic.attn")
+    kernel = attnc.compile(path, variant="synaptic")
     q, k, v = leaves((1, 4, 37, 32), (1, 2, 37, 32), (1, 2, 37, 32), seed=4)
     qamp, kf = leaves((1, 4, 37), (1, 4, 37), positive=True, seed=5)
     dout = torch.randn(1, 4, 37, 32, generator=torch.Generator().manual_seed(6))
@@ -212,7 +217,15 @@ def test_gpu_backward_on_device_arrays_matches_torch_autograd(cuda_device):
     dev = {n: attnc.cuda.to_device(x) for n, x in
            dict(host, out=out, lse=lse, dout=dout.numpy()).items()}
     grads = {n: attnc.cuda.empty(host[n].shape, "f32", 0) for n in ("q", "k", "v")}
-    gpu = kernel.program.gpu_backward_kernel("synaptic", "f32", 32, 32, 0)
+    if source == "package":
+        pkg = tmp_path / "synaptic.json"
+        attnc.compile_package(path, pkg, targets=("sm_90",), dtypes=("f32",),
+                              head_dims=(32,), backward=True)
+        program = attnc.load_package(pkg).kernel("synaptic").program
+        assert not hasattr(program, "cpu_backward_kernel")
+    else:
+        program = kernel.program
+    gpu = program.gpu_backward_kernel("synaptic", "f32", 32, 32, 0)
     args = kernel._args(None, None, None, dict(qamp=dev["qamp"],
                                                key_factor=dev["key_factor"],
                                                barrier=0.05))
