@@ -323,20 +323,8 @@ Status Package::write(const std::string &path) const {
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,
                     int64_t headDim, int64_t vHeadDim,
                     const GpuKernelImage *&out) {
-  out = nullptr;
-  int best = -1;
   std::string have;
-  for (const GpuKernelImage &k : v.kernels) {
-    have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
-                        dtypeName(k.spec.dtype), k.spec.headDim,
-                        k.spec.vHeadDim);
-    int t = targetNumber(k.target);
-    if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
-        k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
-      continue;
-    best = t;
-    out = &k;
-  }
+  out = selectImage(v.kernels, cc, dtype, headDim, vHeadDim, have);
   if (out)
     return Status::ok();
   return Status::notFound(fmt::format(

@@ -122,20 +122,8 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
 Status selectBackward(const PackageVariant &v, int cc, DType dtype,
                       int64_t headDim, int64_t vHeadDim,
                       const GpuBackwardImage *&out) {
-  out = nullptr;
-  int best = -1;
   std::string have;
-  for (const GpuBackwardImage &k : v.backward) {
-    have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
-                        dtypeName(k.spec.dtype), k.spec.headDim,
-                        k.spec.vHeadDim);
-    int t = targetNumber(k.target);
-    if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
-        k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
-      continue;
-    best = t;
-    out = &k;
-  }
+  out = selectImage(v.backward, cc, dtype, headDim, vHeadDim, have);
   if (out)
     return Status::ok();
   return Status::notFound(fmt::format(

@@ -115,6 +115,29 @@ inline bool checkPtx(
   return true;
 }
 
+/// Of `images` (forward or backward), the one for a device of compute
+/// capability `cc` and these inputs: the highest target not above `cc`
+/// (PTX is JIT-compiled forward), of several for one target the first;
+/// null if none. `have` lists what there is.
+template <typename Image>
+const Image *selectImage(const std::vector<Image> &images, int cc, DType dtype,
+                         int64_t headDim, int64_t vHeadDim, std::string &have) {
+  const Image *out = nullptr;
+  int best = -1;
+  for (const Image &k : images) {
+    have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
+                        dtypeName(k.spec.dtype), k.spec.headDim,
+                        k.spec.vHeadDim);
+    int t = targetNumber(k.target);
+    if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
+        k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
+      continue;
+    best = t;
+    out = &k;
+  }
+  return out;
+}
+
 /// A backward image as the package's JSON, and back (PackageBackward.cpp):
 /// the parse checks every field, the entry names against the variant and
 /// the manifest, and the PTX.

@@ -52,6 +52,13 @@ private:
   /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
   void stage(int64_t base, int64_t ld, int64_t width, Value count,
              function_ref<Value(Value, Value)> at);
+  /// A Q tile's Q and dO rows into the tiles at qS and oS (`rowOffset(st,
+  /// r)`: row r's offset in q or dO, whose strides are st), and its rows'
+  /// LSE and delta (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past
+  /// the end. The LSE and delta loads take a thread per row.
+  void stageQueryTile(const Entry &e, int64_t qS, int64_t oS, Value rows,
+                      function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
+                      function_ref<std::pair<Value, Value>(Value)> lseDelta);
   /// The warp's 16 rows of the tile at `aBase` times the columns of the
   /// tile at `bBase` (both [rows][k], k = 16 kSteps): n / 8 accumulators.
   Frags rowsByCols(int64_t aBase, int64_t lda, int64_t kSteps, int64_t bBase,
@@ -133,6 +140,24 @@ void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
     Value v = at(minI(r, sub(count, cIdx(1))), d);
     store(select(in, v, zeroE), smem,
           add(cIdx(base), add(mul(r, cIdx(ld)), d)));
+  });
+}
+
+void TensorCoreBackward::stageQueryTile(
+    const Entry &e, int64_t qS, int64_t oS, Value rows,
+    function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
+    function_ref<std::pair<Value, Value>(Value)> lseDelta) {
+  stage(qS, ldQ, D, rows, [&](Value r, Value d) {
+    return load(e.q, add(rowOffset(e.qs, r), mul(d, e.qs[3])));
+  });
+  stage(oS, ldO, DV, rows, [&](Value r, Value d) {
+    return load(e.o, add(rowOffset(e.os, r), mul(d, e.os[3])));
+  });
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
+    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, rows);
+    std::pair<Value, Value> ld = lseDelta(minI(tid, sub(rows, cIdx(1))));
+    store(select(in, ld.first, e.ninf), fs, tid);
+    store(select(in, ld.second, e.zeroF), fs, add(tid, cIdx(R)));
   });
 }
 
@@ -224,29 +249,21 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
   const int64_t qS = 0, oS = R * ldQ, kS = R * (ldQ + ldO),
                 vS = R * (2 * ldQ + ldO);
   Item it = decodeItem(e, blockItem(x));
-  auto rowAt = [&](const SmallVector<Value> &st, Value r) {
-    std::pair<Value, Value> hi = rowCoords(e, it, r);
-    return offset4(st, it.b, hi.first, hi.second);
-  };
-  // Q and dO rows; LSE and delta per row (a thread each), delta stored for
-  // _bwd_kv. Rows past the end: zero, LSE -inf.
-  stage(qS, ldQ, D, it.rows, [&](Value r, Value d) {
-    return load(e.q, add(rowAt(e.qs, r), mul(d, e.qs[3])));
-  });
-  stage(oS, ldO, DV, it.rows, [&](Value r, Value d) {
-    return load(e.o, add(rowAt(e.os, r), mul(d, e.os[3])));
-  });
-  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
-    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, it.rows);
-    std::pair<Value, Value> hi = rowCoords(e, it, minI(tid, sub(it.rows, c1)));
-    Value delta = rowDelta(e, x, it.b, hi.first, hi.second);
-    Value lse = load(e.lse, offset4(e.ls, it.b, hi.first, hi.second));
-    store(select(in, lse, e.ninf), fs, tid);
-    store(select(in, delta, e.zeroF), fs, add(tid, cIdx(R)));
-    ifThen(in, [&] {
-      store(delta, x.delta, deltaAt(e, it.b, hi.first, hi.second));
-    });
-  });
+  // Q and dO rows; LSE and delta per row, delta formed here (and stored for
+  // _bwd_kv: the last row's is stored again by the rows past the end).
+  stageQueryTile(
+      e, qS, oS, it.rows,
+      [&](ArrayRef<Value> st, Value r) {
+        std::pair<Value, Value> hi = rowCoords(e, it, r);
+        return offset4(st, it.b, hi.first, hi.second);
+      },
+      [&](Value r) {
+        std::pair<Value, Value> hi = rowCoords(e, it, r);
+        Value delta = rowDelta(e, x, it.b, hi.first, hi.second);
+        store(delta, x.delta, deltaAt(e, it.b, hi.first, hi.second));
+        return std::pair<Value, Value>{
+            load(e.lse, offset4(e.ls, it.b, hi.first, hi.second)), delta};
+      });
   gpu::BarrierOp::create(b_);
   // This thread's rows g and g + 8 of its warp's 16.
   SmallVector<Value> live(2), h(2), i(2), hI32(2), qpos(2), lse(2), delta(2),
@@ -366,23 +383,17 @@ LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
         return ifYield(t.visit, acc, [&] {
           // Every warp is done with the previous Q tile.
           gpu::BarrierOp::create(b_);
-          auto qRow = [&](const SmallVector<Value> &st, Value r) {
-            return offset4(st, kt.b, h, add(it.r0, r));
-          };
-          stage(qS, ldQ, D, it.rows, [&](Value r, Value d) {
-            return load(e.q, add(qRow(e.qs, r), mul(d, e.qs[3])));
-          });
-          stage(oS, ldO, DV, it.rows, [&](Value r, Value d) {
-            return load(e.o, add(qRow(e.os, r), mul(d, e.os[3])));
-          });
-          ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
-            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, it.rows);
-            Value row = add(it.r0, minI(tid, sub(it.rows, c1)));
-            Value l = load(e.lse, offset4(e.ls, kt.b, h, row));
-            Value dl = load(x.delta, deltaAt(e, kt.b, h, row));
-            store(select(in, l, e.ninf), fs, tid);
-            store(select(in, dl, e.zeroF), fs, add(tid, cIdx(R)));
-          });
+          stageQueryTile(
+              e, qS, oS, it.rows,
+              [&](ArrayRef<Value> st, Value r) {
+                return offset4(st, kt.b, h, add(it.r0, r));
+              },
+              [&](Value r) {
+                Value row = add(it.r0, r);
+                return std::pair<Value, Value>{
+                    load(e.lse, offset4(e.ls, kt.b, h, row)),
+                    load(x.delta, deltaAt(e, kt.b, h, row))};
+              });
           gpu::BarrierOp::create(b_);
           SmallVector<Value> s = flatten(rowsByCols(kS, ldQ, D / 16, qS, ldQ, R));
           SmallVector<Value> dp =

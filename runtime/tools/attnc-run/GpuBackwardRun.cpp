@@ -109,7 +109,6 @@ int runGpuBackwardCheck(const Context &ctx,
 int runGpuBackwardBench(const Context &ctx,
                         const std::vector<const rt::PackageVariant *> &variants,
                         const Options &o, const std::vector<Shape> &shapes) {
-  const rt::cuda::DriverApi &api = ctx.driver().api();
   KernelPairs kernels(ctx);
   if (!o.json)
     std::cout << fmt::format("{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9} "
@@ -143,27 +142,9 @@ int runGpuBackwardBench(const Context &ctx,
       rt::ParamGradients params;
       for (int i = 0; st && i < o.warmup; ++i)
         st = bwd->run(mirror.args(), &params);
-      rt::cuda::CUevent a = nullptr, b = nullptr;
       if (st)
-        st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
-      if (st)
-        st = ctx.driver().check(api.cuEventCreate(&b, 0), "cuEventCreate");
-      for (int i = 0; st && i < o.iters; ++i) {
-        api.cuEventRecord(a, nullptr);
-        st = bwd->run(mirror.args(), nullptr);
-        api.cuEventRecord(b, nullptr);
-        float t = 0;
-        if (st)
-          st = ctx.driver().check(api.cuEventSynchronize(b), "cuEventSynchronize");
-        if (st)
-          st = ctx.driver().check(api.cuEventElapsedTime(&t, a, b),
-                                  "cuEventElapsedTime");
-        ms.push_back(t);
-      }
-      if (a)
-        api.cuEventDestroy(a);
-      if (b)
-        api.cuEventDestroy(b);
+        st = timeCalls(ctx, o.iters,
+                       [&] { return bwd->run(mirror.args(), nullptr); }, ms);
       if (st)
         st = mirror.downloadGradients(c.args);
       // No timing for gradients that are not finite (the fp64 check is
@@ -179,7 +160,6 @@ int runGpuBackwardBench(const Context &ctx,
         fail(st ? "no timed iterations" : st.message());
         continue;
       }
-      std::sort(ms.begin(), ms.end());
       double med = ms[ms.size() / 2], sec = med * 1e-3;
       double dense =
           2.0 * p.B * p.Hq * p.Lq * double(p.Lkv) * (3 * p.Dqk + 2 * p.Dv);

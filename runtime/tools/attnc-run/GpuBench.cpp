@@ -44,7 +44,6 @@ rt::Status timeKernel(const Context &ctx, const GpuKernel &k,
                       const rt::AttentionArgs &host, int warmup, int iters,
                       rt::cuda::DeviceMirror &mirror, std::vector<float> &ms,
                       double &blockMaskMs) {
-  const rt::cuda::DriverApi &api = ctx.driver().api();
   ms.clear();
   blockMaskMs = 0;
   rt::Status st = rt::cuda::DeviceMirror::create(ctx, host, mirror);
@@ -61,14 +60,23 @@ rt::Status timeKernel(const Context &ctx, const GpuKernel &k,
     st = k.run(dev);
   if (st)
     st = ctx.synchronize();
-  rt::cuda::CUevent a = nullptr, b = nullptr;
   if (st)
-    st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
+    st = timeCalls(ctx, iters, [&] { return k.run(dev); }, ms);
+  return st;
+}
+
+rt::Status timeCalls(const Context &ctx, int iters,
+                     const std::function<rt::Status()> &call,
+                     std::vector<float> &ms) {
+  const rt::cuda::DriverApi &api = ctx.driver().api();
+  ms.clear();
+  rt::cuda::CUevent a = nullptr, b = nullptr;
+  rt::Status st = ctx.driver().check(api.cuEventCreate(&a, 0), "cuEventCreate");
   if (st)
     st = ctx.driver().check(api.cuEventCreate(&b, 0), "cuEventCreate");
   for (int i = 0; st && i < iters; ++i) {
     api.cuEventRecord(a, nullptr);
-    st = k.run(dev);
+    st = call();
     api.cuEventRecord(b, nullptr);
     float t = 0;
     if (st)

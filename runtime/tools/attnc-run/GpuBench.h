@@ -7,6 +7,7 @@
 #include "attnc/runtime/Package.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
 
+#include <functional>
 #include <vector>
 
 namespace attnc::tools {
@@ -27,6 +28,12 @@ rt::Status timeKernel(const rt::cuda::Context &ctx,
                       const rt::AttentionArgs &host, int warmup, int iters,
                       rt::cuda::DeviceMirror &mirror, std::vector<float> &ms,
                       double &blockMaskMs);
+
+/// Times `call` with CUDA events on the null stream, `iters` calls one by
+/// one (the caller warms up); `ms` comes back sorted.
+rt::Status timeCalls(const rt::cuda::Context &ctx, int iters,
+                     const std::function<rt::Status()> &call,
+                     std::vector<float> &ms);
 
 /// Times each variant's kernel over `shapes` with CUDA events (o.warmup
 /// launches, then o.iters, each timed alone: median, min, max) and prints
