@@ -179,28 +179,14 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
     why = fmt::format("kernel '{}' has an invalid configuration", k.kernel);
     return false;
   }
-  if (jk.contains("mask_builder")) {
-    if (!stringField(jk, "mask_builder", k.maskBuilder, why, 256) ||
-        !paramSizes(jk, "mask_builder_params", k.maskBuilderParams, why))
-      return false;
-    if (k.maskBuilder != k.kernel + "_block_mask") {
-      why = fmt::format("kernel '{}' names the block-mask builder '{}'",
-                        k.kernel, k.maskBuilder);
-      return false;
-    }
-  }
+  if (!maskBuilderFields(jk, info, "kernel '" + k.kernel + "'", k.kernel,
+                         k.maskBuilder, k.maskBuilderParams, why))
+    return false;
   if (!checkKernelName(k, info.name, why))
     return false;
   if (k.merge != k.kernel + "_merge") {
     why = fmt::format("kernel '{}' names the merge entry '{}'", k.kernel,
                       k.merge);
-    return false;
-  }
-  if ((info.maskKind == MaskKind::Data) == k.maskBuilder.empty()) {
-    why = "kernel '" + k.kernel + "' of variant '" + info.name + "' " +
-          (k.maskBuilder.empty()
-               ? "lacks the block-mask builder its data-dependent mask needs"
-               : "has a block-mask builder but no data-dependent mask");
     return false;
   }
   // The PTX is for the manifest's target, and declares the entries with

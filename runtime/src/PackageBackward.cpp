@@ -95,23 +95,9 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
                       k.query, k.keyValue);
     return false;
   }
-  if (j.contains("mask_builder")) {
-    if (!stringField(j, "mask_builder", k.maskBuilder, why, 256) ||
-        !paramSizes(j, "mask_builder_params", k.maskBuilderParams, why))
-      return false;
-    if (k.maskBuilder != stem + "_block_mask") {
-      why = fmt::format("backward kernel '{}' names the block-mask builder "
-                        "'{}'", k.query, k.maskBuilder);
-      return false;
-    }
-  }
-  if ((info.maskKind == MaskKind::Data) == k.maskBuilder.empty()) {
-    why = "backward kernel '" + k.query + "' of variant '" + info.name + "' " +
-          (k.maskBuilder.empty()
-               ? "lacks the block-mask builder its data-dependent mask needs"
-               : "has a block-mask builder but no data-dependent mask");
+  if (!maskBuilderFields(j, info, "backward kernel '" + k.query + "'", stem,
+                         k.maskBuilder, k.maskBuilderParams, why))
     return false;
-  }
   return checkPtx(k.ptx, k.target,
                   {{&k.query, &k.queryParams},
                    {&k.keyValue, &k.keyValueParams},

@@ -115,6 +115,32 @@ inline bool checkPtx(
   return true;
 }
 
+/// An image's optional "mask_builder" entry and its "mask_builder_params":
+/// present exactly when the variant's mask is data-dependent, and named
+/// `stem` + "_block_mask". `what` names the image in errors.
+inline bool maskBuilderFields(const json &j, const VariantInfo &info,
+                              const std::string &what, const std::string &stem,
+                              std::string &name, std::vector<int> &params,
+                              std::string &why) {
+  if (j.contains("mask_builder")) {
+    if (!stringField(j, "mask_builder", name, why, 256) ||
+        !paramSizes(j, "mask_builder_params", params, why))
+      return false;
+    if (name != stem + "_block_mask") {
+      why = fmt::format("{} names the block-mask builder '{}'", what, name);
+      return false;
+    }
+  }
+  if ((info.maskKind == MaskKind::Data) == name.empty()) {
+    why = what + " of variant '" + info.name + "' " +
+          (name.empty()
+               ? "lacks the block-mask builder its data-dependent mask needs"
+               : "has a block-mask builder but no data-dependent mask");
+    return false;
+  }
+  return true;
+}
+
 /// Of `images` (forward or backward), the one for a device of compute
 /// capability `cc` and these inputs: the highest target not above `cc`
 /// (PTX is JIT-compiled forward), of several for one target the first;
