@@ -92,17 +92,23 @@ struct PackageFile {
     return out;
   }
 
+  /// A dtype's name, parsed.
+  static rt::DType dtypeNamed(const std::string &dtype) {
+    auto t = rt::parseDType(dtype);
+    if (!t)
+      throw Error("unknown dtype '" + dtype + "'");
+    return *t;
+  }
+
   /// Picks the package's kernel for the device and the inputs, and loads it.
   std::unique_ptr<DeviceKernel> loadGpu(const std::string &variant,
                                         const std::string &dtype, int64_t d,
                                         int64_t dv, int device) const {
     const rt::PackageVariant &v = find(variant);
-    auto t = rt::parseDType(dtype);
-    if (!t)
-      throw Error("unknown dtype '" + dtype + "'");
+    rt::DType t = dtypeNamed(dtype);
     const rt::cuda::Context &ctx = contextFor(device);
     const rt::GpuKernelImage *image = nullptr;
-    check(rt::selectKernel(v, ctx.device().computeCapability(), *t, d, dv, image));
+    check(rt::selectKernel(v, ctx.device().computeCapability(), t, d, dv, image));
     auto k = std::make_unique<DeviceKernel>();
     k->device = device;
     nb::gil_scoped_release release;
@@ -116,12 +122,10 @@ struct PackageFile {
   loadGpuBackward(const std::string &variant, const std::string &dtype,
                   int64_t d, int64_t dv, int device) const {
     const rt::PackageVariant &v = find(variant);
-    auto t = rt::parseDType(dtype);
-    if (!t)
-      throw Error("unknown dtype '" + dtype + "'");
+    rt::DType t = dtypeNamed(dtype);
     const rt::cuda::Context &ctx = contextFor(device);
     const rt::GpuBackwardImage *image = nullptr;
-    check(rt::selectBackward(v, ctx.device().computeCapability(), *t, d, dv,
+    check(rt::selectBackward(v, ctx.device().computeCapability(), t, d, dv,
                              image));
     auto k = std::make_unique<DeviceBackwardKernel>();
     k->device = device;

@@ -249,8 +249,8 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
   const int64_t qS = 0, oS = R * ldQ, kS = R * (ldQ + ldO),
                 vS = R * (2 * ldQ + ldO);
   Item it = decodeItem(e, blockItem(x));
-  // Q and dO rows; LSE and delta per row, delta formed here (and stored for
-  // _bwd_kv: the last row's is stored again by the rows past the end).
+  // Q and dO rows; LSE and delta per row, delta formed here and stored for
+  // _bwd_kv by the row's own thread.
   stageQueryTile(
       e, qS, oS, it.rows,
       [&](ArrayRef<Value> st, Value r) {
@@ -260,7 +260,11 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
       [&](Value r) {
         std::pair<Value, Value> hi = rowCoords(e, it, r);
         Value delta = rowDelta(e, x, it.b, hi.first, hi.second);
-        store(delta, x.delta, deltaAt(e, it.b, hi.first, hi.second));
+        ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid,
+                                     it.rows),
+               [&] {
+                 store(delta, x.delta, deltaAt(e, it.b, hi.first, hi.second));
+               });
         return std::pair<Value, Value>{
             load(e.lse, offset4(e.ls, it.b, hi.first, hi.second)), delta};
       });

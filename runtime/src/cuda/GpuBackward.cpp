@@ -90,11 +90,10 @@ Status GpuBackwardKernel::load(const Context &ctx, const VariantInfo &variant,
                                k->keyValue_);
       !s)
     return s;
-  if (!image.maskBuilder.empty())
-    if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
-                                 "block-mask builder", k->maskBuilder_);
-        !s)
-      return s;
+  if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
+                               "block-mask builder", k->maskBuilder_);
+      !s)
+    return s;
   out = std::move(k);
   return Status::ok();
 }

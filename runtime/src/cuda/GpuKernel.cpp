@@ -217,11 +217,10 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
                                   k->merge_);
       !s)
     return s;
-  if (!image.maskBuilder.empty())
-    if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
-                                    "block-mask builder", k->maskBuilder_);
-        !s)
-      return s;
+  if (Status s = ptx::getEntry(ctx, k->module_, image.maskBuilder,
+                               "block-mask builder", k->maskBuilder_);
+      !s)
+    return s;
   out = std::move(k);
   return Status::ok();
 }

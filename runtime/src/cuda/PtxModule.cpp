@@ -58,6 +58,9 @@ Status loadPtx(const Context &ctx, const std::string &ptx,
 
 Status getEntry(const Context &ctx, CUmodule module, const std::string &name,
                 const char *role, CUfunction &out) {
+  out = nullptr;
+  if (name.empty())
+    return Status::ok(); // an optional entry the image does not have
   const Driver &drv = ctx.driver();
   if (Status s = drv.check(drv.api().cuModuleGetFunction(&out, module,
                                                          name.c_str()),

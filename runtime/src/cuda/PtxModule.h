@@ -30,7 +30,8 @@ Status loadPtx(const Context &ctx, const std::string &ptx,
                CUmodule &out);
 
 /// The entry `name` of `module`; `role` names it in messages ("kernel",
-/// "merge entry", ...).
+/// "merge entry", ...). An empty name (an optional entry the image does
+/// not have, such as a block-mask builder) gives a null `out`.
 Status getEntry(const Context &ctx, CUmodule module, const std::string &name,
                 const char *role, CUfunction &out);
 
