@@ -38,13 +38,20 @@ case "$target" in
     maxlen=4096 ;;
   package)
     "$cxx" "${flags[@]}" -I"$src/runtime/include" \
-      "$src/runtime/fuzz/PackageFuzzer.cpp" "$rt/Package.cpp" "$rt/ModProgram.cpp" \
+      "$src/runtime/fuzz/PackageFuzzer.cpp" "$rt/Package.cpp" "$rt/PackageBackward.cpp" \
+      "$rt/ModProgram.cpp" \
       "$rt/DType.cpp" "$rt/Status.cpp" "$rt/FileIO.cpp" "$rt/TensorView.cpp" \
       -lfmt -o "$out/fuzzer"
-    # Real packages, one kernel each (their PTX makes them large).
+    # Real packages, one kernel each (their PTX makes them large), and
+    # two with the backward images of format 5.
     for n in causal document_mask synaptic; do
       "$build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
         --target=sm_80 --dtypes=f16 --head-dims=64 -o "$out/corpus/$n.json"
+    done
+    for n in causal synaptic; do
+      "$build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+        --backward --target=sm_80 --dtypes=bf16 --head-dims=64 \
+        -o "$out/corpus/$n-backward.json"
     done
     maxlen=200000 ;;
   npy)

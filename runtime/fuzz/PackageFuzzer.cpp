@@ -22,9 +22,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!Package::parse(std::string(reinterpret_cast<const char *>(data), size),
                       "fuzz.json", p))
     return 0;
+  // What the reader accepted, the writer must write back readably.
+  Package again;
+  if (!Package::parse(p.serialize(), "again.json", again))
+    __builtin_trap();
   for (const PackageVariant &v : p.variants) {
     const GpuKernelImage *k = nullptr;
     (void)selectKernel(v, 90, DType::F16, 64, 64, k);
+    const GpuBackwardImage *b = nullptr;
+    (void)selectBackward(v, 90, DType::BF16, 64, 64, b);
     // Bind every parameter: scalars to 3, tensors to 2 elements per dim.
     std::vector<BoundParam> params(v.info.params.size());
     std::vector<std::vector<double>> storage;
