@@ -19,6 +19,11 @@
 //                  dV += P^T dO and dK += dX^T Q; score_grad's accumulates
 //                  are atomic adds, per kept pair.
 //
+// Both kernels take a tile's R columns C = 16 at a time: S, dP, P and dX
+// of one chunk are live at once beside the accumulators, not of all R
+// (at D = 64, R = 64: _bwd_q 242 -> 168 registers, and the spills of
+// _bwd_kv gone but for synaptic's; it costs a third more ldmatrix, the
+// first products' A fragments reloaded per chunk).
 // P and dX are rounded to the element type as the second products' A
 // operands, as FlashAttention-2 rounds P and dS; everything else is f32.
 // The operands, items and the order of the two kernels are the SIMT form's
@@ -37,7 +42,7 @@ public:
   TensorCoreBackward(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
                      const FlashConfig &cfg)
       : GpuBackwardBuilder(m, v, mask, cfg), R(cfg.spec.blockM), TH(2 * R),
-        ldQ(D + 8), ldO(DV + 8) {}
+        C(16), ldQ(D + 8), ldO(DV + 8) {}
 
   LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
   LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
@@ -67,6 +72,12 @@ private:
   /// element type), B the tile at `bBase` ([kCols][n], by ldmatrix.trans).
   void accumulate(Frags &acc, ArrayRef<Value> x, int64_t kCols, int64_t bBase,
                   int64_t ldb, int64_t n);
+  /// _bwd_kv's work on the Q tile's rows [c0, c0 + C) (staged): the
+  /// warp's keys get S^T and dP^T, P and dX per element, then dV += P^T dO
+  /// and dK += dX^T Q.
+  void keyValueChunk(const Entry &e, const Item &it, const Tile &t,
+                     int64_t c0, ArrayRef<Value> keyLive, ArrayRef<Value> kv,
+                     Value bI32, Value hI32, Frags &dk, Frags &dv);
   /// The keep flags of the thread's elements (row k = c / 2, column 8 nt +
   /// 2 tig + c % 2): `base` where the tile skips the mask, else `base` and
   /// mask_mod(b, h, qpos(elem), kv(elem)).
@@ -74,9 +85,10 @@ private:
                                function_ref<std::pair<Value, Value>(int64_t)>
                                    posAndKey,
                                Value bI32, Value hI32);
-  /// The column (within the tile) of element `at` of the accumulators.
-  Value colOf(int64_t at) {
-    return add(tig2, cIdx(8 * (at / 4) + (at & 1)));
+  /// The column (within the tile) of element `at` of the accumulators
+  /// of the column chunk starting at `c0`.
+  Value colOf(int64_t c0, int64_t at) {
+    return add(tig2, cIdx(c0 + 8 * (at / 4) + (at & 1)));
   }
   SmallVector<Value> flatten(const Frags &f) {
     SmallVector<Value> out;
@@ -94,7 +106,17 @@ private:
                  function_ref<Value(int64_t)> rowOffset,
                  ArrayRef<Value> live);
 
-  int64_t R, TH, ldQ, ldO;
+  // R rows per tile; TH threads; C columns per chunk; tile pitches.
+  int64_t R, TH, C, ldQ, ldO;
+  /// Where the four tiles start in shared memory (elements): _bwd_q
+  /// stages Q and dO first, _bwd_kv K and V; Q and K have pitch ldQ, dO
+  /// and V ldO.
+  struct TileLayout {
+    int64_t q, dO, k, v;
+  };
+  TileLayout keyValueLayout() const {
+    return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
+  }
   Value smem, fs, tid, warp, g, tig2, zeroE;
   // The lane's (row, column) in the A, B and B.trans fragments (begin()).
   Value aLane, aCol, bLane, bCol, tLane;
@@ -303,35 +325,40 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
                              mul(d, e.vs[3])));
       });
       gpu::BarrierOp::create(b_);
-      SmallVector<Value> s = flatten(rowsByCols(qS, ldQ, D / 16, kS, ldQ, R));
-      SmallVector<Value> dp =
-          flatten(rowsByCols(oS, ldO, DV / 16, vS, ldO, R));
-      SmallVector<Value> kv(s.size()), base(s.size());
-      for (size_t at = 0; at < s.size(); ++at) {
-        Value col = colOf(int64_t(at));
-        kv[at] = arith::IndexCastOp::create(b_, i32_, add(t.kv0, col));
-        base[at] = arith::AndIOp::create(
-            b_, rowLive[(at & 3) >> 1],
-            arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col, t.cols));
-      }
-      // One head per item: the rows share h (hI32[0]).
-      SmallVector<Value> keep = keepFlags(
-          t, base,
-          [&](int64_t at) {
-            return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
-          },
-          it.bI32, hI32[0]);
-      SmallVector<Value> dx(s.size());
-      for (size_t at = 0; at < s.size(); ++at) {
-        int64_t k = (at & 3) >> 1;
-        Value xs = arith::MulFOp::create(b_, s[at], e.scale);
-        Value g1 = keyGradient(e, xs, it.bI32, hI32[k], qpos[k], kv[at],
-                               dp[at], lse[k], delta[k], /*accumulate=*/false)
-                       .second;
-        dx[at] = select(keep[at], g1, e.zeroF);
-      }
       Frags dq = unflatten(acc);
-      accumulate(dq, dx, R, kS, ldQ, D);
+      for (int64_t from = 0; from < R; from += C) {
+        SmallVector<Value> s = flatten(
+            rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C));
+        SmallVector<Value> dp = flatten(
+            rowsByCols(oS, ldO, DV / 16, vS + from * ldO, ldO, C));
+        SmallVector<Value> kv(s.size()), base(s.size());
+        for (size_t at = 0; at < s.size(); ++at) {
+          Value col = colOf(from, int64_t(at));
+          kv[at] = arith::IndexCastOp::create(b_, i32_, add(t.kv0, col));
+          base[at] = arith::AndIOp::create(
+              b_, rowLive[(at & 3) >> 1],
+              arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
+                                    t.cols));
+        }
+        // One head per item: the rows share h (hI32[0]).
+        SmallVector<Value> keep = keepFlags(
+            t, base,
+            [&](int64_t at) {
+              return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
+            },
+            it.bI32, hI32[0]);
+        SmallVector<Value> dx(s.size());
+        for (size_t at = 0; at < s.size(); ++at) {
+          int64_t k = (at & 3) >> 1;
+          Value xs = arith::MulFOp::create(b_, s[at], e.scale);
+          Value g1 = keyGradient(e, xs, it.bI32, hI32[k], qpos[k], kv[at],
+                                 dp[at], lse[k], delta[k],
+                                 /*accumulate=*/false)
+                         .second;
+          dx[at] = select(keep[at], g1, e.zeroF);
+        }
+        accumulate(dq, dx, C, kS + from * ldQ, ldQ, D);
+      }
       // Every warp is done with K and V before the next tile's copy.
       gpu::BarrierOp::create(b_);
       return flatten(dq);
@@ -343,6 +370,62 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
   return success();
 }
 
+void TensorCoreBackward::keyValueChunk(const Entry &e, const Item &it,
+                                       const Tile &t, int64_t c0,
+                                       ArrayRef<Value> keyLive,
+                                       ArrayRef<Value> kv, Value bI32,
+                                       Value hI32, Frags &dk, Frags &dv) {
+  const TileLayout l = keyValueLayout();
+  const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
+  SmallVector<Value> s =
+      flatten(rowsByCols(kS, ldQ, D / 16, qS + c0 * ldQ, ldQ, C));
+  SmallVector<Value> dp =
+      flatten(rowsByCols(vS, ldO, DV / 16, oS + c0 * ldO, ldO, C));
+  SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size()),
+      base(s.size());
+  for (size_t at = 0; at < s.size(); ++at) {
+    Value r = colOf(c0, int64_t(at));
+    qpos[at] =
+        arith::IndexCastOp::create(b_, i32_, add(it.qpos0, add(it.r0, r)));
+    lse[at] = load(fs, r);
+    delta[at] = load(fs, add(r, cIdx(R)));
+    // A query with no key (LSE -inf, also rows past the end) has P = 0
+    // everywhere.
+    base[at] = arith::AndIOp::create(
+        b_, keyLive[(at & 3) >> 1],
+        arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at], e.ninf));
+  }
+  SmallVector<Value> keep = keepFlags(
+      t, base,
+      [&](int64_t at) {
+        return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
+      },
+      bI32, hI32);
+  SmallVector<Value> p(s.size()), dx(s.size());
+  for (size_t at = 0; at < s.size(); ++at) {
+    int64_t k = (at & 3) >> 1;
+    Value xs = arith::MulFOp::create(b_, s[at], e.scale);
+    auto grad = [&](bool acc) {
+      std::pair<Value, Value> pd = keyGradient(
+          e, xs, bI32, hI32, qpos[at], kv[k], dp[at], lse[at], delta[at], acc);
+      return SmallVector<Value>{pd.first, pd.second};
+    };
+    if (accumulates()) {
+      // Only kept pairs add into the parameters' gradients.
+      SmallVector<Value> pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
+                                      [&] { return grad(true); });
+      p[at] = pd[0];
+      dx[at] = pd[1];
+    } else {
+      SmallVector<Value> pd = grad(false);
+      p[at] = select(keep[at], pd[0], e.zeroF);
+      dx[at] = select(keep[at], pd[1], e.zeroF);
+    }
+  }
+  accumulate(dv, p, C, oS + c0 * ldO, ldO, DV);
+  accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D);
+}
+
 LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
                                                      StringRef name) {
   OpBuilder::InsertionGuard guard(b_);
@@ -350,10 +433,9 @@ LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
   Extra x;
   begin(module, name, e, x);
   Value c0 = cIdx(0), c1 = cIdx(1);
-  const int64_t kS = 0, vS = R * ldQ, qS = R * (ldQ + ldO),
-                oS = R * (2 * ldQ + ldO);
+  const TileLayout l = keyValueLayout();
+  const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
   KeyTile kt = decodeKeyTile(blockItem(x));
-  const bool atomics = accumulates();
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, kt.cols, c0), [&] {
     Item first = queryItem(e, kt, mul(kt.kvh, e.G), c0);
     auto keyRow = [&](Value base, Value stride, Value c) {
@@ -399,57 +481,10 @@ LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
                     load(x.delta, deltaAt(e, kt.b, h, row))};
               });
           gpu::BarrierOp::create(b_);
-          SmallVector<Value> s = flatten(rowsByCols(kS, ldQ, D / 16, qS, ldQ, R));
-          SmallVector<Value> dp =
-              flatten(rowsByCols(vS, ldO, DV / 16, oS, ldO, R));
-          SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size()),
-              base(s.size());
-          for (size_t at = 0; at < s.size(); ++at) {
-            Value r = colOf(int64_t(at));
-            qpos[at] = arith::IndexCastOp::create(
-                b_, i32_, add(it.qpos0, add(it.r0, r)));
-            lse[at] = load(fs, r);
-            delta[at] = load(fs, add(r, cIdx(R)));
-            // A query with no key (LSE -inf, also rows past the end) has
-            // P = 0 everywhere.
-            base[at] = arith::AndIOp::create(
-                b_, keyLive[(at & 3) >> 1],
-                arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at],
-                                      e.ninf));
-          }
-          SmallVector<Value> keep = keepFlags(
-              t, base,
-              [&](int64_t at) {
-                return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
-              },
-              bI32, hI32);
-          SmallVector<Value> p(s.size()), dx(s.size());
-          for (size_t at = 0; at < s.size(); ++at) {
-            int64_t k = (at & 3) >> 1;
-            Value xs = arith::MulFOp::create(b_, s[at], e.scale);
-            auto grad = [&](bool acc) {
-              std::pair<Value, Value> pd =
-                  keyGradient(e, xs, bI32, hI32, qpos[at], kv[k], dp[at],
-                              lse[at], delta[at], acc);
-              return SmallVector<Value>{pd.first, pd.second};
-            };
-            if (atomics) {
-              // Only kept pairs add into the parameters' gradients.
-              SmallVector<Value> pd =
-                  ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
-                          [&] { return grad(true); });
-              p[at] = pd[0];
-              dx[at] = pd[1];
-            } else {
-              SmallVector<Value> pd = grad(false);
-              p[at] = select(keep[at], pd[0], e.zeroF);
-              dx[at] = select(keep[at], pd[1], e.zeroF);
-            }
-          }
           Frags dk = unflatten(acc.take_front(nK)),
                 dv = unflatten(acc.drop_front(nK));
-          accumulate(dv, p, R, oS, ldO, DV);
-          accumulate(dk, dx, R, qS, ldQ, D);
+          for (int64_t from = 0; from < R; from += C)
+            keyValueChunk(e, it, t, from, keyLive, kv, bI32, hI32, dk, dv);
           SmallVector<Value> next = flatten(dk);
           next.append(flatten(dv));
           return next;
