@@ -114,6 +114,9 @@ private:
   struct TileLayout {
     int64_t q, dO, k, v;
   };
+  TileLayout queryLayout() const {
+    return {0, R * ldQ, R * (ldQ + ldO), R * (2 * ldQ + ldO)};
+  }
   TileLayout keyValueLayout() const {
     return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
   }
@@ -268,8 +271,8 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
   Extra x;
   begin(module, name, e, x);
   Value c1 = cIdx(1);
-  const int64_t qS = 0, oS = R * ldQ, kS = R * (ldQ + ldO),
-                vS = R * (2 * ldQ + ldO);
+  const TileLayout l = queryLayout();
+  const int64_t qS = l.q, oS = l.dO, kS = l.k, vS = l.v;
   Item it = decodeItem(e, blockItem(x));
   // Q and dO rows; LSE and delta per row, delta formed here and stored for
   // _bwd_kv by the row's own thread.
