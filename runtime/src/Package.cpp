@@ -86,6 +86,8 @@ std::string Package::serialize() const {
         jk["mask_builder"] = k.maskBuilder;
         jk["mask_builder_params"] = k.maskBuilderParams;
       }
+      if (k.tileWork.mma)
+        jk["tile_work"] = tileWorkToJson(k.tileWork);
       jk["ptx"] = k.ptx;
       ks.push_back(std::move(jk));
     }
@@ -149,6 +151,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !paramSizes(jk, "kernel_params", k.kernelParams, why) ||
       !stringField(jk, "merge", k.merge, why, 256) ||
       !paramSizes(jk, "merge_params", k.mergeParams, why) ||
+      !tileWorkField(jk, "tile_work", k.tileWork, why) ||
       !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
 

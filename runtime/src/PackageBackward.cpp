@@ -34,6 +34,10 @@ json backwardToJson(const GpuBackwardImage &k) {
     j["mask_builder"] = k.maskBuilder;
     j["mask_builder_params"] = k.maskBuilderParams;
   }
+  if (k.queryTileWork.mma)
+    j["query_tile_work"] = tileWorkToJson(k.queryTileWork);
+  if (k.keyValueTileWork.mma)
+    j["key_value_tile_work"] = tileWorkToJson(k.keyValueTileWork);
   j["ptx"] = k.ptx;
   return j;
 }
@@ -63,6 +67,8 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
       !intField(j, "key_value_shared_bytes", 0, kStatic, k.keyValueSharedBytes,
                 why) ||
       !paramSizes(j, "key_value_params", k.keyValueParams, why) ||
+      !tileWorkField(j, "query_tile_work", k.queryTileWork, why) ||
+      !tileWorkField(j, "key_value_tile_work", k.keyValueTileWork, why) ||
       !stringField(j, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
   k.spec.warps = warps;

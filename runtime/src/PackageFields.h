@@ -82,6 +82,35 @@ inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
   return true;
 }
 
+/// An optional tile-work object {"mma": N, "async_copies": M, "atomics":
+/// A} ("atomics" optional); absent, `out` stays unstated (zero).
+inline bool tileWorkField(const json &j, const char *key, TileWork &out,
+                          std::string &why) {
+  auto it = j.find(key);
+  if (it == j.end())
+    return true;
+  if (!it->is_object()) {
+    why = fmt::format("\"{}\" must be an object", key);
+    return false;
+  }
+  constexpr int64_t kMax = 1 << 20;
+  if (!intField(*it, "mma", 0, kMax, out.mma, why) ||
+      !intField(*it, "async_copies", 0, kMax, out.asyncCopies, why) ||
+      (it->contains("atomics") &&
+       !intField(*it, "atomics", 0, kMax, out.atomics, why))) {
+    why = fmt::format("\"{}\": {}", key, why);
+    return false;
+  }
+  return true;
+}
+
+inline json tileWorkToJson(const TileWork &w) {
+  json j{{"mma", w.mma}, {"async_copies", w.asyncCopies}};
+  if (w.atomics)
+    j["atomics"] = w.atomics;
+  return j;
+}
+
 /// The PTX is for `target` and declares each named entry (an empty name is
 /// skipped) with exactly the given parameter sizes.
 inline bool checkPtx(

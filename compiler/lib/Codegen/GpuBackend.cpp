@@ -299,6 +299,8 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   out.sharedBytes = gpuSharedBytes(out.spec);
   out.dynamicSharedBytes = gpuDynamicSharedBytes(out.spec);
   out.kernel = gpuKernelName(variant.getSymName(), out.spec);
+  if (useTensorCores(out.spec))
+    out.tileWork = tensorCoreTileWork(out.spec);
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);
       !s)
     return rt::Status::internal(s.message());
@@ -352,6 +354,8 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
   out.keyValueThreads = launch.keyValueThreads;
   out.querySharedBytes = launch.querySharedBytes;
   out.keyValueSharedBytes = launch.keyValueSharedBytes;
+  std::tie(out.queryTileWork, out.keyValueTileWork) =
+      tensorCoreBackwardTileWork(variant, out.spec);
   auto params = [&](const std::string &entry, std::vector<int> &sizes) {
     return rt::ptxEntryParams(out.ptx, entry, sizes);
   };

@@ -34,6 +34,37 @@
 
 using namespace mlir;
 
+namespace attnc {
+
+std::pair<rt::TileWork, rt::TileWork>
+tensorCoreBackwardTileWork(attn::VariantOp variant, const rt::KernelSpec &s) {
+  if (!useTensorCoreBackward(s))
+    return {};
+  // score_grad's accumulates per pair: those in its block (one atomic add
+  // each); one inside a sum runs a data-dependent number of times.
+  int64_t perPair = 0;
+  bool counted = true;
+  variant.getGradBlock()->walk([&](attn::AccumulateOp a) {
+    if (a->getParentOfType<attn::SumOp>())
+      counted = false;
+    ++perPair;
+  });
+  // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv
+  // (dP) give 2 MMAs per k-step; each accumulate gives 2 per 16 columns
+  // of its width.
+  const int64_t chunks = s.blockM / 16, d = s.headDim, dv = s.vHeadDim;
+  rt::TileWork q, kv;
+  q.mma = chunks * (d / 8 + dv / 8 + d / 8);
+  kv.mma = chunks * (d / 8 + dv / 8 + dv / 8 + d / 8);
+  // A warp's 16 keys x 16 queries of a chunk: 8 pairs per thread.
+  kv.atomics = chunks * 8 * perPair;
+  if (!counted)
+    kv = rt::TileWork();
+  return {q, kv};
+}
+
+} // namespace attnc
+
 namespace attnc::codegen {
 namespace {
 

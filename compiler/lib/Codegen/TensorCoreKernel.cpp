@@ -49,6 +49,20 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
   return L;
 }
 
+rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s) {
+  TensorCoreLayout L = tensorCoreLayout(s);
+  const int64_t threads = L.warps * 32;
+  auto perThread = [&](int64_t chunks) { return (chunks + threads - 1) / threads; };
+  rt::TileWork w;
+  // QK^T: (block_n / 8) n-tiles x (D / 16) k-steps; PV: (block_n / 16)
+  // k-steps x (Dv / 8) n-tiles; each for every m-tile of the warp.
+  w.mma = L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
+                      s.blockN / 16 * (s.vHeadDim / 8));
+  w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
+                  perThread(s.blockN * s.vHeadDim / 8);
+  return w;
+}
+
 namespace codegen {
 namespace {
 

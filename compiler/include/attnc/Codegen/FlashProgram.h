@@ -68,6 +68,11 @@ struct TensorCoreLayout {
 };
 TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &spec);
 
+/// One iteration of the tensor-core form's loop over KV tiles: the MMAs of
+/// QK^T and PV per warp, and the 16-byte cp.async of the K and V prefetch
+/// per thread (TensorCoreKernel.cpp).
+rt::TileWork tensorCoreTileWork(const rt::KernelSpec &spec);
+
 /// The SIMT GPU form of the same program, added to `module` as the kernel
 /// `@<name>`: one block of blockM threads per work item (b, h, Q tile), one
 /// thread per query row, K^T and V tiles staged in shared memory; modifiers,
@@ -102,6 +107,16 @@ struct GpuBackwardLaunch {
   int64_t querySharedBytes = 0, keyValueSharedBytes = 0;
 };
 GpuBackwardLaunch gpuBackwardLaunch(const rt::KernelSpec &backwardSpec);
+
+/// One iteration of the tensor-core backward's tile loops on a full tile:
+/// _bwd_q per visited KV tile (S, dP, dQ += dX K), _bwd_kv per visited Q
+/// tile (S^T, dP^T, dV, dK, and score_grad's atomic adds per pair); their
+/// copies are element-wise (no cp.async). Unstated for the SIMT form, and
+/// for _bwd_kv when score_grad accumulates inside a sum (a count that
+/// depends on data). (TensorCoreBackwardKernel.cpp)
+std::pair<rt::TileWork, rt::TileWork>
+tensorCoreBackwardTileWork(mlir::attn::VariantOp variant,
+                           const rt::KernelSpec &backwardSpec);
 
 /// The GPU backward pass (SIMT: GpuBackwardKernel.cpp; tensor cores, when
 /// config.spec.warps > 0: TensorCoreBackwardKernel.cpp):

@@ -102,6 +102,9 @@ struct GpuBackwardImage {
   int64_t queryThreads = 0, keyValueThreads = 0; // per block
   int64_t querySharedBytes = 0, keyValueSharedBytes = 0; // static, per block
   std::vector<int> queryParams, keyValueParams, maskBuilderParams; // bytes
+  /// Per visited KV tile of _bwd_q and per visited Q tile of _bwd_kv
+  /// (optional in a package).
+  TileWork queryTileWork, keyValueTileWork;
   std::string ptx;
 };
 

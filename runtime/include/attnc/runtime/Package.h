@@ -33,6 +33,7 @@ struct GpuKernelImage {
   std::string maskBuilder;  // empty unless the mask is data-dependent
   std::string merge;        // `kernel`_merge: combines split-KV partials
   std::vector<int> kernelParams, maskBuilderParams, mergeParams; // bytes each
+  TileWork tileWork; // the kernel's tile loop (optional in a package)
   std::string ptx;
 };
 

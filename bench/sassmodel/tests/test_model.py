@@ -1,0 +1,252 @@
+"""The static SASS model on small hand-written listings in nvdisasm's format:
+operand roles, the control-flow graph, the steady-state walk, the metrics,
+and the baseline gate."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from sassmodel import baseline, disasm, model  # noqa: E402
+from sassmodel.cfg import Cfg, UnsupportedCode  # noqa: E402
+from sassmodel.metrics import path_metrics  # noqa: E402
+from sassmodel.steady_state import TileWork, steady_state  # noqa: E402
+
+
+def listing(body: str, name: str = "k") -> str:
+    """Instructions one per line (`LABEL:` lines kept), offsets added."""
+    out, off = [f".text.{name}:"], 0
+    for line in body.strip().splitlines():
+        line = line.strip()
+        if line.endswith(":"):
+            out.append(line)
+            continue
+        out.append(f"        /*{off:04x}*/                   {line} ;")
+        off += 16
+    return "\n".join(out) + "\n"
+
+
+def func(body: str):
+    return disasm.parse(listing(body))["k"]
+
+
+def test_operand_roles():
+    f = func("""
+        IADD3 R4, P0, R2, R6, RZ
+        IMAD.X R5, RZ, RZ, R3, P0
+        ISETP.GE.U32.AND P1, PT, R6, 0x1, PT
+        HMMA.16816.F32.BF16 R8, R12, R16, R8
+        LDSM.16.M88.4 R20, [R24+UR4]
+        LDGSTS.E.BYPASS.128 [R30+0x100], desc[UR8][R2.64], !P1
+        STG.E.64 desc[UR8][R2.64], R40
+        IMAD.WIDE.U32 R50, R51, R52, R54
+        @P1 FADD R60, R61, -R62
+        EXIT
+    """)
+    ins = f.instructions
+    assert ins[0].defs == ["R4", "P0"] and ins[0].uses == ["R2", "R6"]
+    assert ins[1].defs == ["R5"] and "P0" in ins[1].uses
+    assert ins[2].defs == ["P1"] and ins[2].uses == ["R6"]
+    assert ins[3].defs == ["R8", "R9", "R10", "R11"]
+    assert ins[3].uses == ["R12", "R13", "R14", "R15", "R16", "R17",
+                           "R8", "R9", "R10", "R11"]
+    assert ins[4].defs == ["R20", "R21", "R22", "R23"]
+    assert ins[5].defs == [] and set(ins[5].uses) == {"R30", "UR8", "R2", "R3", "P1"}
+    assert ins[6].defs == [] and set(ins[6].uses) == {"UR8", "R2", "R3", "R40", "R41"}
+    assert ins[7].defs == ["R50", "R51"] and ins[7].uses == ["R51", "R52", "R54", "R55"]
+    assert ins[8].defs == ["R60"] and set(ins[8].uses) == {"R61", "R62", "P1"}
+
+
+# A kernel shaped like attnc's: a tile loop whose body waits, branches to
+# a paged or a contiguous copy (a rolled inner loop of one LDGSTS), then
+# computes (2 MMAs), with a mask branch only partial tiles take and a
+# divergent-warp fallback around a shuffle.
+KERNEL = """
+    MOV R1, RZ
+    MOV R40, RZ
+.L_head:
+    ISETP.GE.AND P0, PT, R40, R41, PT
+    @P0 BRA `(.L_exit)
+    DEPBAR.LE SB0, 0x0
+    BAR.SYNC.DEFER_BLOCKING 0x0
+    ISETP.NE.AND P2, PT, R42, RZ, PT
+    @P2 BRA `(.L_paged)
+    MOV R10, RZ
+.L_copy:
+    LEA R12, P3, R10, R43, 0x4
+    LEA.HI.X R13, R10, R44, RZ, 0x4, P3
+    LDGSTS.E.BYPASS.128 [R45], desc[UR8][R12.64]
+    IADD3 R10, R10, 0x1, RZ
+    ISETP.LT.AND P4, PT, R10, 0x2, PT
+    @P4 BRA `(.L_copy)
+    BRA `(.L_compute)
+.L_paged:
+    LDG.E R20, desc[UR8][R46.64]
+    IMAD R21, R20, R47, RZ
+    IMAD R21, R21, R48, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    IMAD R21, R21, R49, RZ
+    CALL.REL.NOINC `($__internal_1_div)
+    LDGSTS.E.BYPASS.128 [R45], desc[UR8][R20.64]
+    LDGSTS.E.BYPASS.128 [R45+0x10], desc[UR8][R20.64+0x10]
+.L_compute:
+    LDGDEPBAR
+    HMMA.16816.F32.BF16 R24, R28, R32, R24
+    ISETP.NE.AND P5, PT, R50, RZ, PT
+    @P5 BRA `(.L_mask)
+.L_softmax:
+    BRA.DIV UR5, `(.L_div)
+    SHFL.BFLY PT, R60, R24, 0x1, 0x1f
+.L_back:
+    FMNMX R61, R60, R24, !PT
+    MUFU.EX2 R62, R61
+    HMMA.16816.F32.BF16 R24, R28, R34, R24
+    IADD3 R40, R40, 0x1, RZ
+    BRA `(.L_head)
+.L_mask:
+    FSEL R24, R24, -INF, P6
+    FSEL R25, R25, -INF, P6
+    BRA `(.L_softmax)
+.L_div:
+    WARPSYNC.COLLECTIVE R63, `(.L_back)
+    CALL.REL.NOINC `($__internal_0_shfl)
+    BRA `(.L_back)
+.L_exit:
+    EXIT
+$__internal_1_div:
+    IADD3 R2, R2, 0x1, RZ
+    IADD3 R2, R2, 0x1, RZ
+    IADD3 R2, R2, 0x1, RZ
+    RET.REL.NODEC R4 `(k)
+$__internal_0_shfl:
+    WARPSYNC R3
+    SHFL.BFLY P0, R60, R24, 0x1, 0x1f
+    RET.REL.NODEC R4 `(k)
+"""
+
+
+def test_cfg_loops():
+    g = Cfg(func(KERNEL))
+    loops = g.natural_loops()
+    assert len(loops) == 2  # the copy loop inside the tile loop
+    inner, outer = loops
+    assert inner.body < outer.body
+    # The divergent edge is marked and not a way into the subroutine.
+    assert any(b.divergent for b in g.blocks)
+
+
+def test_steady_state_takes_the_full_tile_path():
+    g = Cfg(func(KERNEL))
+    walk = steady_state(g, TileWork(mma=2, async_copies=2))
+    ops = [x.opcode for x in walk.instructions]
+    # The copy loop twice, never the paged copy, the mask or the fallback.
+    assert ops.count("LDGSTS.E.BYPASS.128") == 2
+    assert "LDG.E" not in ops and "FSEL" not in ops and "WARPSYNC.COLLECTIVE" not in ops
+    assert ops.count("HMMA.16816.F32.BF16") == 2
+    m = path_metrics(g, walk)
+    assert m.mma == 2 and m.async_copies == 2
+    # 6 (header, wait) + 1 + 2 x 6 (copy loop) + 1 + 4 (MMA, mask test) + 2 + 5
+    assert m.instructions == len(walk.instructions) == 31
+    assert m.mma_flop_per_instruction == round(2 * 4096 / 31, 1)
+    # The copy loop's address math, counter (its initial MOV too) and
+    # branch serve the copies: 13 instructions for 2.
+    assert m.instructions_per_async_copy == 6.5
+    assert m.int64_ops == 4  # LEA + LEA.HI.X, twice
+    assert m.global_loads == 0 and m.sfu == 1 and m.shuffles == 1
+    # Read in the tile loop and never written there.
+    assert m.loop_invariant_registers >= 8
+
+
+def test_work_that_no_iteration_issues_is_an_error():
+    g = Cfg(func(KERNEL))
+    with pytest.raises(UnsupportedCode,
+                       match="no loop iteration issues exactly 2 MMA, 2 LDGSTS and 1 atomics"):
+        steady_state(g, TileWork(mma=2, async_copies=2, atomics=1))
+    with pytest.raises(UnsupportedCode, match="fewer than"):
+        steady_state(g, TileWork(mma=8, async_copies=0))
+
+
+def test_the_stated_work_picks_the_branch():
+    # A branch with the atomics costs more than the one without; a full
+    # tile keeps every pair, so the work the generator states (2 atomics)
+    # sends the walk through them.
+    body = """
+    .L_head:
+        HMMA.16816.F32.BF16 R24, R28, R32, R24
+        @P0 BRA `(.L_skip1)
+        FMUL R3, R24, R5
+        RED.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR8][R6.64], R3
+    .L_skip1:
+        @P1 BRA `(.L_skip2)
+        FMUL R3, R25, R5
+        RED.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR8][R6.64], R3
+    .L_skip2:
+        BRA `(.L_head)
+    """
+    g = Cfg(func(body))
+    assert path_metrics(g, steady_state(g, TileWork(1, 0))).atomics == 0
+    m = path_metrics(g, steady_state(g, TileWork(1, 0, atomics=2)))
+    assert m.atomics == 2 and m.instructions == 8
+
+
+def test_subroutine_and_local_jump():
+    f = func("""
+    .L_head:
+        HMMA.16816.F32.BF16 R24, R28, R32, R24
+        @P1 CALL.REL.NOINC `(.L_out)
+        CALL.REL.NOINC `($__internal_1_div)
+        BRA `(.L_head)
+    .L_out:
+        EXIT
+    $__internal_1_div:
+        IADD3 R2, R2, 0x1, RZ
+        IADD3 R2, R2, 0x1, RZ
+        RET.REL.NODEC R4 `(k)
+    """)
+    g = Cfg(f)
+    walk = steady_state(g, TileWork(mma=1, async_copies=0))
+    m = path_metrics(g, walk)
+    # 4 in the loop, 3 in the callee.
+    assert m.instructions == 7 and m.calls == 1
+
+
+def test_prediction_uses_the_calibrated_constant():
+    cal = {"targets": {"sm_90": {"k": 2.0}}}
+    g = Cfg(func(KERNEL))
+    m = path_metrics(g, steady_state(g, TileWork(2, 2)))
+    p = model.predict(m, "sm_90", cal)
+    assert p["predicted_tensor_busy"] == round(2.0 / m.instructions_per_mma, 3)
+    assert model.predict(m, "sm_89", cal)["calibrated_on"] == "sm_90"
+
+
+def _rec(kid, flop, spills=0, instructions=100):
+    return {"id": kid, "entry": "e", "mma_flop_per_instruction": flop,
+            "instructions": instructions, "spill_store_bytes": spills,
+            "spill_load_bytes": 0}
+
+
+def test_baseline_gate():
+    base = {"kernels": {"a": _rec("a", 500.0), "b": _rec("b", 400.0)}}
+    ok, _ = baseline.compare([_rec("a", 495.0), _rec("b", 400.0)], base)
+    assert ok == []
+    bad, _ = baseline.compare([_rec("a", 489.0), _rec("b", 400.0)], base)
+    assert len(bad) == 1 and "below the baseline" in bad[0]
+    bad, _ = baseline.compare([_rec("a", 500.0), _rec("b", 400.0, spills=8)], base)
+    assert len(bad) == 1 and "spills" in bad[0]
+    bad, _ = baseline.compare([_rec("a", 500.0)], base)
+    assert len(bad) == 1 and "not in this run" in bad[0]
+    assert baseline.compare([_rec("a", 500.0)], base, subset=True)[0] == []
+    err = dict(_rec("a", 0.0), error="structure not recognized: x")
+    bad, _ = baseline.compare([err, _rec("b", 400.0)], base)
+    assert len(bad) == 1 and "not recognized" in bad[0]
+    _, notes = baseline.compare([_rec("a", 600.0), _rec("b", 400.0)], base)
+    assert any("update the baseline" in n for n in notes)
