@@ -30,9 +30,12 @@ def write(records: list[dict], ptxas_version: str, nvdisasm_version: str,
     p.parent.mkdir(parents=True, exist_ok=True)
     kernels = {r["id"]: {k: r[k] for k in KEPT if k in r}
                for r in sorted(records, key=lambda r: r["id"]) if "error" not in r}
-    p.write_text(json.dumps({"ptxas": ptxas_version, "nvdisasm": nvdisasm_version,
-                             "commit": commit, "kernels": kernels},
-                            indent=1, sort_keys=True) + "\n")
+    # One line per kernel: a change to the baseline reads as a diff of the
+    # kernels it moved.
+    head = json.dumps({"ptxas": ptxas_version, "nvdisasm": nvdisasm_version,
+                       "commit": commit}, sort_keys=True)[:-1]
+    lines = [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in kernels.items()]
+    p.write_text(head + ', "kernels": {\n' + ",\n".join(lines) + "\n}}\n")
     return p
 
 

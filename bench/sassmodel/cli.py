@@ -69,7 +69,9 @@ def _run(args) -> tuple[list[dict], str, str]:
             {"ptxas": pv, "nvdisasm": nv, "commit": _commit(), "kernels": records},
             indent=1) + "\n")
     if args.markdown:
-        Path(args.markdown).write_text(tables.markdown(records) + "\n")
+        shown = [r for r in records
+                 if not args.markdown_dtypes or r["dtype"] in _csv(args.markdown_dtypes)]
+        Path(args.markdown).write_text(tables.markdown(shown) + "\n")
     print(f"ptxas {pv}, nvdisasm {nv}, commit {_commit()}: {len(records)} kernels")
     print(tables.summary(records))
     return records, pv, nv
@@ -186,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--jobs", type=int, default=0)
         p.add_argument("--json")
         p.add_argument("--markdown")
+        p.add_argument("--markdown-dtypes", default="",
+                       help="only these dtypes in the Markdown table")
 
     for name, fn in (("run", None), ("check", cmd_check), ("update", cmd_update)):
         p = sub.add_parser(name)
