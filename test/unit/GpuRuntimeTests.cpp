@@ -152,6 +152,8 @@ TEST_CASE("a package round-trips through its JSON form", "[package]") {
   p.source = "docs.attn";
   p.variants.push_back(makeVariant(kDocMask, "sm_80", 1));
   p.variants.push_back(makeVariant(kCausal, "sm_90"));
+  // The generator's tile work (for the static SASS model) is kept.
+  p.variants[1].kernels[0].tileWork = {64, 4, 2};
   Package q;
   REQUIRE(Package::parse(p.serialize(), "mem", q).isOk());
   REQUIRE(q.variants.size() == 2);
@@ -173,6 +175,9 @@ TEST_CASE("a package round-trips through its JSON form", "[package]") {
   CHECK(k.threads == 64);
   CHECK(k.sharedBytes == 32768);
   CHECK(q.find("causal")->kernels.at(0).maskBuilder.empty());
+  const TileWork &w = q.find("causal")->kernels.at(0).tileWork;
+  CHECK((w.mma == 64 && w.asyncCopies == 4 && w.atomics == 2));
+  CHECK(d->kernels.at(0).tileWork.mma == 0); // not stated: none written
   CHECK(q.find("nope") == nullptr);
 
   // Written atomically and read back.
@@ -286,6 +291,13 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
              Catch::Contains("\"shared_bytes\" must be an integer in [0, 232448]"));
   CHECK_THAT(error(edit("\"target\": \"sm_80\"", "\"target\": \"sm_4294967376\"")),
              Catch::Contains("has target 'sm_4294967376' (expected sm_NN)"));
+  // The optional tile work: an object of bounded integers.
+  CHECK_THAT(error(edit("\"ptx\":", "\"tile_work\": 3, \"ptx\":")),
+             Catch::Contains("\"tile_work\" must be an object"));
+  CHECK_THAT(error(edit("\"ptx\":", "\"tile_work\": {\"mma\": -1, \"async_copies\": 0}, \"ptx\":")),
+             Catch::Contains("\"tile_work\": \"mma\" must be an integer in [0, 1048576]"));
+  CHECK_THAT(error(edit("\"ptx\":", "\"tile_work\": {\"mma\": 8, \"async_copies\": 0, \"atomics\": \"x\"}, \"ptx\":")),
+             Catch::Contains("\"atomics\" must be an integer"));
   // The manifest must agree with the entry's name and the PTX.
   CHECK_THAT(error(edit("\"block_n\": 64", "\"block_n\": 128")),
              Catch::Contains("does not match its manifest"));
