@@ -69,6 +69,32 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   return m;
 }
 
+OwningOpRef<ModuleOp> buildBackwardTiledModule(attn::VariantOp variant,
+                                               const FlashConfig &config,
+                                               std::string &error) {
+  if (!variant.getGradBlock() || variant.getGradBlock()->empty()) {
+    error = "variant '" + variant.getSymName().str() +
+            "' has no derivative of its score_mod: the backward cannot be built";
+    return nullptr;
+  }
+  OpBuilder b(variant.getContext());
+  OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
+  b.setInsertionPointToEnd(m->getBody());
+  auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  if (failed(buildBackwardProgram(*m, copy, analyzeMask(copy), config,
+                                  "kernel"))) {
+    error = "cannot build the backward program of '" +
+            variant.getSymName().str() + "'";
+    return nullptr;
+  }
+  if (failed(verify(*m))) {
+    error = "the backward program of '" + variant.getSymName().str() +
+            "' does not verify";
+    return nullptr;
+  }
+  return m;
+}
+
 LogicalResult approximateMath(ModuleOp module, bool hardwareExp2Log2) {
   // exp/log/tanh (and, unless the target has them, exp2 via exp and log2)
   // as polynomials: no libm or libdevice calls, and the results vectorize.
@@ -286,18 +312,10 @@ rt::Status compileBackwardForCpu(attn::VariantOp variant,
   FlashConfig config;
   config.spec = spec;
   config.vectorWidth = hostVectorWidth();
-  OpBuilder b(variant.getContext());
-  OwningOpRef<ModuleOp> module = ModuleOp::create(variant.getLoc());
-  b.setInsertionPointToEnd(module->getBody());
-  auto copy = cast<attn::VariantOp>(b.clone(*variant));
-  if (failed(buildBackwardProgram(*module, copy, analyzeMask(copy), config,
-                                  "kernel")))
-    return rt::Status::internal("cannot build the backward program of '" +
-                                variant.getSymName().str() + "'");
-  if (failed(verify(*module)))
-    return rt::Status::internal("the backward program of '" +
-                                variant.getSymName().str() +
-                                "' does not verify");
+  std::string error;
+  OwningOpRef<ModuleOp> module = buildBackwardTiledModule(variant, config, error);
+  if (!module)
+    return rt::Status::internal(error);
   std::shared_ptr<ExecutionEngine> owner;
   if (rt::Status s = lowerAndJit(*module, "the backward program", owner); !s)
     return s;

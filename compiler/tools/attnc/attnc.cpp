@@ -73,6 +73,7 @@ compile options:
                               and head dims; docs/runtime.md)
   --backward        with --emit=gpu|nvvm|ptx: the GPU backward program
                     (<kernel>_bwd_q, <kernel>_bwd_kv; docs/backward.md);
+                    with --emit=tiled|llvm: the CPU backward program;
                     with --emit=package: the backward's kernels too, one
                     per target, dtype and head dims
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
@@ -334,7 +335,9 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
                              ? attnc::hostVectorWidth()
                              : 8;
     std::string error;
-    auto tiled = attnc::buildTiledModule(v, config, error);
+    auto tiled = o.backward
+                     ? attnc::buildBackwardTiledModule(v, config, error)
+                     : attnc::buildTiledModule(v, config, error);
     if (!tiled) {
       std::cerr << "attnc: error: " << error << "\n";
       return 1;
@@ -473,8 +476,10 @@ int runCompile(const std::vector<std::string> &args) {
                       "' (expected ast, attn, mask, info, tiled, llvm, gpu, "
                       "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
-  if (o.backward && !gpuStage && o.emit != "package")
-    return usageError("--backward is for --emit=gpu, nvvm, ptx or package");
+  if (o.backward && !gpuStage && o.emit != "package" && o.emit != "tiled" &&
+      o.emit != "llvm")
+    return usageError("--backward is for --emit=tiled, llvm, gpu, nvvm, ptx "
+                      "or package");
   if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
     return usageError("--tuning and --tile-candidates are for --emit=package");
   if (!o.tuning.empty() && o.tileCandidates)

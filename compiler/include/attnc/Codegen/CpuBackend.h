@@ -23,6 +23,13 @@ mlir::OwningOpRef<mlir::ModuleOp>
 buildTiledModule(mlir::attn::VariantOp variant, const FlashConfig &config,
                  std::string &error);
 
+/// The CPU backward program for one variant (which needs its score_grad
+/// region): a new module holding `@kernel_bwd_kv`, `@kernel_bwd_q` (and
+/// `@kernel_block_mask` for data-dependent masks).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildBackwardTiledModule(mlir::attn::VariantOp variant,
+                         const FlashConfig &config, std::string &error);
+
 /// Replaces exp/log/tanh (and exp2/log2, unless `hardwareExp2Log2`: the
 /// GPU has ex2/lg2 instructions) by polynomial approximations.
 mlir::LogicalResult approximateMath(mlir::ModuleOp module,
