@@ -27,7 +27,7 @@ ptxas = shutil.which("ptxas") or next(
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
-# The GPU emulator (test/emucuda): a stand-in libcuda that executes the
+# The GPU emulator (emulator): a stand-in libcuda that executes the
 # PTX with memcheck, so the CUDA path runs end to end without a GPU.
 config.substitutions.append(("%emucuda",
                              os.path.join(config.attnc_obj_root, "lib",

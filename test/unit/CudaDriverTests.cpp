@@ -1,5 +1,5 @@
 // The CUDA Driver API loader without a GPU: a missing library, a library
-// that is not libcuda, and the emulator (test/emucuda), whose device the
+// that is not libcuda, and the emulator (emulator/), whose device the
 // environment controls.
 #include "attnc/runtime/cuda/CudaDriver.h"
 

@@ -1,4 +1,4 @@
-// Compiled GPU kernels run end to end on the GPU emulator (test/emucuda),
+// Compiled GPU kernels run end to end on the GPU emulator (emulator/),
 // through the public API: Session::compileGpu (compiler) -> GpuKernel
 // (runtime) -> runFromHost, checked against the fp64 reference. Cases the
 // parity matrix does not reach: empty sequences, explicit query offsets, a

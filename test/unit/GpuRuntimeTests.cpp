@@ -1,6 +1,6 @@
 // Packages and the CUDA launcher without a GPU: packages round-trip and
 // refuse what does not match, and GpuKernel validates, loads and launches
-// against the emulator (test/emucuda), whose device memory is host memory
+// against the emulator (emulator/), whose device memory is host memory
 // and whose launch log keeps the parameters each launch received. The
 // kernels here are stubs (`ret`): what they compute is tested where the
 // compiler builds real ones (GpuCompileTests.cpp, ctest gpu-parity).
