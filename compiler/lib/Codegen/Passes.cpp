@@ -1,5 +1,10 @@
-//===- Passes.cpp - The compiler's stages as mlir passes -----------------===//
-#include "attnc/Codegen/Passes.h"
+//===- Passes.cpp - The kernel-building and lowering passes -------------===//
+//
+// Passes.td declares them; the mask analysis and the derivative are in
+// their own libraries (Analysis/, Autodiff/).
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/Passes.h"
 #include "attnc/Autodiff/ScoreModDerivative.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
@@ -19,242 +24,154 @@ using namespace mlir;
 
 namespace attnc {
 
+#define GEN_PASS_DEF_ATTNBUILDTILED
+#define GEN_PASS_DEF_ATTNBUILDBACKWARD
+#define GEN_PASS_DEF_ATTNBUILDGPU
+#define GEN_PASS_DEF_ATTNBUILDGPUBACKWARD
+#define GEN_PASS_DEF_ATTNLOWERTOLLVM
+#define GEN_PASS_DEF_ATTNLOWERTONVVM
+#include "attnc/Passes.h.inc"
+
 namespace {
 
-/// The kernel configuration options shared by the build passes.
-template <typename Derived>
-struct ConfiguredPass : PassWrapper<Derived, OperationPass<ModuleOp>> {
-  ConfiguredPass() = default;
-  ConfiguredPass(const ConfiguredPass &other)
-      : PassWrapper<Derived, OperationPass<ModuleOp>>(other) {}
-  Pass::Option<std::string> dtype{*this, "dtype",
-                                  llvm::cl::desc("f32, f16 or bf16"),
-                                  llvm::cl::init("f32")};
-  Pass::Option<int64_t> headDim{*this, "head-dim", llvm::cl::init(64)};
-  Pass::Option<int64_t> vHeadDim{*this, "v-head-dim", llvm::cl::init(64)};
-  Pass::Option<int64_t> blockM{*this, "block-m", llvm::cl::init(64)};
-  Pass::Option<int64_t> blockN{*this, "block-n", llvm::cl::init(64)};
-
-  /// The configuration, or failure (with an error on the module).
-  FailureOr<rt::KernelSpec> spec() {
-    rt::KernelSpec s;
-    auto t = rt::parseDType(dtype.getValue());
-    ModuleOp m = this->getOperation();
-    if (!t || (*t != rt::DType::F32 && *t != rt::DType::F16 &&
-               *t != rt::DType::BF16))
-      return m.emitError("dtype must be f32, f16 or bf16, got '")
-             << dtype.getValue() << "'";
-    if (headDim <= 0 || headDim % 8 || vHeadDim <= 0 || vHeadDim % 8 ||
-        blockM <= 0 || blockN <= 0)
-      return m.emitError("head dims must be positive multiples of 8 and "
-                         "tile sizes positive");
-    s.dtype = *t;
-    s.headDim = headDim;
-    s.vHeadDim = vHeadDim;
-    s.blockM = blockM;
-    s.blockN = blockN;
-    return s;
-  }
+/// The kernel configuration a build pass's options give, or failure with
+/// an error on the module.
+struct ConfigOptions {
+  std::string dtype;
+  int64_t headDim, vHeadDim, blockM, blockN;
 };
+FailureOr<rt::KernelSpec> configuredSpec(const ConfigOptions &o, ModuleOp m) {
+  rt::KernelSpec s;
+  auto t = rt::parseDType(o.dtype);
+  if (!t || (*t != rt::DType::F32 && *t != rt::DType::F16 &&
+             *t != rt::DType::BF16))
+    return m.emitError("dtype must be f32, f16 or bf16, got '") << o.dtype << "'";
+  if (o.headDim <= 0 || o.headDim % 8 || o.vHeadDim <= 0 || o.vHeadDim % 8 ||
+      o.blockM <= 0 || o.blockN <= 0)
+    return m.emitError("head dims must be positive multiples of 8 and "
+                       "tile sizes positive");
+  s.dtype = *t;
+  s.headDim = o.headDim;
+  s.vHeadDim = o.vHeadDim;
+  s.blockM = o.blockM;
+  s.blockN = o.blockN;
+  return s;
+}
 
-struct MaskAnalysisPass
-    : PassWrapper<MaskAnalysisPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MaskAnalysisPass)
-  StringRef getArgument() const final { return "attn-mask-analysis"; }
-  StringRef getDescription() const final {
-    return "Annotate each attn.variant with its mask's kind and closed form";
-  }
+#define ATTNC_CONFIG_OPTIONS                                                  \
+  ConfigOptions { dtype, headDim, vHeadDim, blockM, blockN }
+
+/// Builds a CPU program of every variant into the module with
+/// `build(module, variant, mask, config)`.
+LogicalResult buildCpuPrograms(
+    ModuleOp m, const ConfigOptions &o, int64_t vectorWidth,
+    function_ref<LogicalResult(ModuleOp, attn::VariantOp, const MaskAnalysis &,
+                               const FlashConfig &)>
+        build) {
+  FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
+  if (failed(s))
+    return failure();
+  FlashConfig config;
+  config.spec = *s;
+  config.vectorWidth = vectorWidth;
+  for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+    if (failed(build(m, v, analyzeMask(v), config)))
+      return failure();
+  return success();
+}
+
+/// Builds a GPU program of every variant into a new `gpu.module
+/// @attnc_kernels` (the module becomes a GPU container) with
+/// `build(gpuModule, variant, mask, config, kernelName)`, the tiles of
+/// `tiles(spec)`.
+LogicalResult buildGpuPrograms(
+    ModuleOp m, const ConfigOptions &o,
+    function_ref<rt::KernelSpec(const rt::KernelSpec &)> tiles,
+    function_ref<LogicalResult(gpu::GPUModuleOp, attn::VariantOp,
+                               const MaskAnalysis &, const FlashConfig &,
+                               StringRef)>
+        build) {
+  FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
+  if (failed(s))
+    return failure();
+  OpBuilder b(m.getContext());
+  m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+  b.setInsertionPointToEnd(m.getBody());
+  auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+  FlashConfig config;
+  config.spec = tiles(*s);
+  for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
+    if (failed(build(gm, v, analyzeMask(v), config,
+                     gpuKernelName(v.getSymName(), config.spec))))
+      return failure();
+  return success();
+}
+
+struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
+  using AttnBuildTiledBase::AttnBuildTiledBase;
   void runOnOperation() override {
-    Builder b(&getContext());
-    for (auto v : getOperation().getOps<attn::VariantOp>()) {
-      MaskAnalysis m = analyzeMask(v);
-      const char *kind = m.kind == rt::MaskKind::None     ? "none"
-                         : m.kind == rt::MaskKind::Closed ? "closed"
-                                                          : "data";
-      v->setAttr("attn.mask_kind", b.getStringAttr(kind));
-      v->setAttr("attn.mask", b.getStringAttr(m.describe()));
-    }
+    if (failed(buildCpuPrograms(
+            getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
+            [](ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+               const FlashConfig &config) {
+              return buildFlashProgram(m, v, mask, config,
+                                       (v.getSymName() + "_kernel").str());
+            })))
+      signalPassFailure();
   }
 };
 
-struct DifferentiatePass
-    : PassWrapper<DifferentiatePass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DifferentiatePass)
-  StringRef getArgument() const final { return "attn-differentiate"; }
-  StringRef getDescription() const final {
-    return "Build the score_grad region (score_mod's reverse-mode "
-           "derivative) of each attn.variant";
-  }
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<arith::ArithDialect, math::MathDialect>();
-  }
+struct BuildBackwardPass : impl::AttnBuildBackwardBase<BuildBackwardPass> {
+  using AttnBuildBackwardBase::AttnBuildBackwardBase;
   void runOnOperation() override {
-    for (auto v : getOperation().getOps<attn::VariantOp>())
-      if (failed(buildScoreGrad(v)))
-        return signalPassFailure();
+    if (failed(buildCpuPrograms(
+            getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
+            [](ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+               const FlashConfig &config) {
+              return buildBackwardProgram(m, v, mask, config, v.getSymName());
+            })))
+      signalPassFailure();
   }
 };
 
-/// A pass building a CPU program of every variant into the module:
-/// `Derived::build(module, variant, mask, config)`.
-template <typename Derived>
-struct CpuBuildPass : ConfiguredPass<Derived> {
-  CpuBuildPass() = default;
-  CpuBuildPass(const CpuBuildPass &other) : ConfiguredPass<Derived>(other) {}
-  Pass::Option<int64_t> vectorWidth{*this, "vector-width",
-                                    llvm::cl::desc("f32 lanes (8 or 16)"),
-                                    llvm::cl::init(8)};
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
-             vector::VectorDialect, arith::ArithDialect, math::MathDialect>();
-  }
+struct BuildGpuPass : impl::AttnBuildGpuBase<BuildGpuPass> {
+  using AttnBuildGpuBase::AttnBuildGpuBase;
   void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = this->spec();
-    if (failed(s))
-      return this->signalPassFailure();
-    FlashConfig config;
-    config.spec = *s;
-    config.vectorWidth = vectorWidth;
-    ModuleOp m = this->getOperation();
-    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(Derived::build(m, v, analyzeMask(v), config)))
-        return this->signalPassFailure();
+    if (failed(buildGpuPrograms(
+            getOperation(), ATTNC_CONFIG_OPTIONS,
+            [](const rt::KernelSpec &s) { return gpuSpec(s, "sm_80"); },
+            [](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask,
+               const FlashConfig &config, StringRef name) {
+              return buildGpuFlashProgram(gm, v, mask, config, name);
+            })))
+      signalPassFailure();
   }
 };
 
-struct BuildTiledPass : CpuBuildPass<BuildTiledPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildTiledPass)
-  BuildTiledPass() = default;
-  BuildTiledPass(const BuildTiledPass &other) : CpuBuildPass(other) {}
-  StringRef getArgument() const final { return "attn-build-tiled"; }
-  StringRef getDescription() const final {
-    return "Build the tiled flash program (CPU form) of every attn.variant";
-  }
-  static LogicalResult build(ModuleOp m, attn::VariantOp v,
-                             const MaskAnalysis &mask,
-                             const FlashConfig &config) {
-    return buildFlashProgram(m, v, mask, config,
-                             (v.getSymName() + "_kernel").str());
-  }
-};
-
-struct BuildBackwardPass : CpuBuildPass<BuildBackwardPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildBackwardPass)
-  BuildBackwardPass() = default;
-  BuildBackwardPass(const BuildBackwardPass &other) : CpuBuildPass(other) {}
-  StringRef getArgument() const final { return "attn-build-backward"; }
-  StringRef getDescription() const final {
-    return "Build the CPU backward program (<variant>_bwd_kv, "
-           "<variant>_bwd_q) of every differentiated attn.variant";
-  }
-  static LogicalResult build(ModuleOp m, attn::VariantOp v,
-                             const MaskAnalysis &mask,
-                             const FlashConfig &config) {
-    return buildBackwardProgram(m, v, mask, config, v.getSymName());
-  }
-};
-
-/// A pass building a GPU program of every variant into a new
-/// `gpu.module @attnc_kernels` (the module becomes a GPU container):
-/// `Derived::build(gpuModule, variant, mask, config, kernelName)` with the
-/// tiles of `Derived::tiles(spec)`.
-template <typename Derived>
-struct GpuBuildPass : ConfiguredPass<Derived> {
-  GpuBuildPass() = default;
-  GpuBuildPass(const GpuBuildPass &other) : ConfiguredPass<Derived>(other) {}
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
-             vector::VectorDialect, arith::ArithDialect, math::MathDialect,
-             NVVM::NVVMDialect, nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
-  }
+struct BuildGpuBackwardPass
+    : impl::AttnBuildGpuBackwardBase<BuildGpuBackwardPass> {
+  using AttnBuildGpuBackwardBase::AttnBuildGpuBackwardBase;
   void runOnOperation() override {
-    FailureOr<rt::KernelSpec> s = this->spec();
-    if (failed(s))
-      return this->signalPassFailure();
-    ModuleOp m = this->getOperation();
-    OpBuilder b(m.getContext());
-    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-    b.setInsertionPointToEnd(m.getBody());
-    auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
-    FlashConfig config;
-    config.spec = Derived::tiles(*s);
-    for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-      if (failed(Derived::build(gm, v, analyzeMask(v), config,
-                                gpuKernelName(v.getSymName(), config.spec))))
-        return this->signalPassFailure();
+    if (failed(buildGpuPrograms(
+            getOperation(), ATTNC_CONFIG_OPTIONS,
+            [](const rt::KernelSpec &s) { return gpuBackwardSpec(s); },
+            [](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask,
+               const FlashConfig &config, StringRef name) {
+              return buildGpuBackwardProgram(gm, v, mask, config, name);
+            })))
+      signalPassFailure();
   }
 };
 
-struct BuildGpuPass : GpuBuildPass<BuildGpuPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuPass)
-  BuildGpuPass() = default;
-  BuildGpuPass(const BuildGpuPass &other) : GpuBuildPass(other) {}
-  StringRef getArgument() const final { return "attn-build-gpu"; }
-  StringRef getDescription() const final {
-    return "Build the GPU program (tensor-core or SIMT form) of every "
-           "attn.variant in gpu.module @attnc_kernels";
-  }
-  static rt::KernelSpec tiles(const rt::KernelSpec &s) {
-    return gpuSpec(s, "sm_80");
-  }
-  static LogicalResult build(gpu::GPUModuleOp gm, attn::VariantOp v,
-                             const MaskAnalysis &mask,
-                             const FlashConfig &config, StringRef name) {
-    return buildGpuFlashProgram(gm, v, mask, config, name);
-  }
-};
-
-struct BuildGpuBackwardPass : GpuBuildPass<BuildGpuBackwardPass> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(BuildGpuBackwardPass)
-  BuildGpuBackwardPass() = default;
-  BuildGpuBackwardPass(const BuildGpuBackwardPass &other)
-      : GpuBuildPass(other) {}
-  StringRef getArgument() const final { return "attn-build-gpu-backward"; }
-  StringRef getDescription() const final {
-    return "Build the GPU backward program (<name>_bwd_q, <name>_bwd_kv) of "
-           "every differentiated attn.variant in gpu.module @attnc_kernels";
-  }
-  static rt::KernelSpec tiles(const rt::KernelSpec &s) {
-    return gpuBackwardSpec(s);
-  }
-  static LogicalResult build(gpu::GPUModuleOp gm, attn::VariantOp v,
-                             const MaskAnalysis &mask,
-                             const FlashConfig &config, StringRef name) {
-    return buildGpuBackwardProgram(gm, v, mask, config, name);
-  }
-};
-
-struct LowerToLLVMPass
-    : PassWrapper<LowerToLLVMPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerToLLVMPass)
-  StringRef getArgument() const final { return "attn-lower-to-llvm"; }
-  StringRef getDescription() const final {
-    return "Lower the tiled CPU program to the LLVM dialect";
-  }
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<LLVM::LLVMDialect>();
-  }
+struct LowerToLLVMPass : impl::AttnLowerToLLVMBase<LowerToLLVMPass> {
   void runOnOperation() override {
     if (failed(lowerToLLVMDialect(getOperation())))
       signalPassFailure();
   }
 };
 
-struct LowerToNVVMPass
-    : PassWrapper<LowerToNVVMPass, OperationPass<ModuleOp>> {
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LowerToNVVMPass)
-  LowerToNVVMPass() = default;
-  LowerToNVVMPass(const LowerToNVVMPass &other) : PassWrapper(other) {}
-  Pass::Option<std::string> chip{*this, "chip",
-                                 llvm::cl::desc("sm_80, sm_86, sm_89, sm_90"),
-                                 llvm::cl::init("sm_80")};
-  StringRef getArgument() const final { return "attn-lower-to-nvvm"; }
-  StringRef getDescription() const final {
-    return "Lower the GPU program to the NVVM dialect (drops the variants)";
-  }
-  void getDependentDialects(DialectRegistry &r) const override {
-    r.insert<LLVM::LLVMDialect, NVVM::NVVMDialect>();
-  }
+struct LowerToNVVMPass : impl::AttnLowerToNVVMBase<LowerToNVVMPass> {
+  using AttnLowerToNVVMBase::AttnLowerToNVVMBase;
   void runOnOperation() override {
     if (!isGpuTarget(chip)) {
       getOperation().emitError("unknown chip '") << chip.getValue() << "'";
@@ -266,16 +183,4 @@ struct LowerToNVVMPass
 };
 
 } // namespace
-
-void registerAttncPasses() {
-  PassRegistration<MaskAnalysisPass>();
-  PassRegistration<DifferentiatePass>();
-  PassRegistration<BuildTiledPass>();
-  PassRegistration<BuildBackwardPass>();
-  PassRegistration<BuildGpuPass>();
-  PassRegistration<BuildGpuBackwardPass>();
-  PassRegistration<LowerToLLVMPass>();
-  PassRegistration<LowerToNVVMPass>();
-}
-
 } // namespace attnc

@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attn/AttnDialect.h"
-#include "attnc/Codegen/Passes.h"
+#include "attnc/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
