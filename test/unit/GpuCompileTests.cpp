@@ -2,6 +2,7 @@
 // out with the tile configuration in their names and the runtime's ABI, and
 // go through the kernel cache, whose entries are recompiled, never loaded,
 // when they are corrupt.
+#include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/TileConfigTable.h"
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/KernelCache.h"
@@ -133,21 +134,26 @@ TEST_CASE("the configuration table covers every tensor-core head dim",
           req.dtype = dt;
           req.headDim = d;
           req.vHeadDim = dv;
-          KernelSpec s = gpuSpec(req, target);
-          CHECK(gpuDynamicSharedBytes(s) > 0);
-          CHECK(gpuDynamicSharedBytes(s) <= gpuSharedOptIn(target));
-          CHECK(gpuThreads(s) == s.warps * 32);
+          FormChoice c = formFor(req, target, Direction::Forward);
+          REQUIRE(c);
+          CHECK(c.form->name() == "mma-sync");
+          KernelSpec s = c.spec;
+          LaunchFacts launch = c.form->entries(s, nullptr).at(0).launch;
+          CHECK(launch.dynamicSharedBytes > 0);
+          CHECK(launch.dynamicSharedBytes <= gpuSharedOptIn(target));
+          CHECK(launch.threads == s.warps * 32);
           // The table's rows: 64 x 64 tiles of 4 warps on sm_90 up to
           // D=64 (timed on an H100), 128 rows of 8 warps elsewhere.
           bool small = std::string(target) == "sm_90" && std::max(d, dv) <= 64;
           CHECK(s.blockM == (small ? 64 : 128));
           CHECK(s.warps == (small ? 4 : 8));
           CHECK(s.blockN >= 16);
-          std::vector<KernelSpec> cands = gpuTileCandidates(req, target);
+          std::vector<KernelSpec> cands = c.form->tileCandidates(req, target);
           REQUIRE(!cands.empty());
-          CHECK(gpuTileConfig(cands[0]) == gpuTileConfig(s));
-          for (const KernelSpec &c : cands)
-            CHECK(gpuDynamicSharedBytes(c) <= gpuSharedOptIn(target));
+          CHECK(c.form->tileConfig(cands[0]) == c.form->tileConfig(s));
+          for (const KernelSpec &k : cands)
+            CHECK(c.form->entries(k, nullptr).at(0).launch.dynamicSharedBytes <=
+                  gpuSharedOptIn(target));
         }
   // Not multiples of 16, above 256, or f32: the SIMT form, no candidates.
   for (auto [dt, d] : {std::pair{DType::BF16, int64_t(72)},
@@ -156,7 +162,10 @@ TEST_CASE("the configuration table covers every tensor-core head dim",
     KernelSpec req;
     req.dtype = dt;
     req.headDim = req.vHeadDim = d;
-    CHECK(gpuDynamicSharedBytes(gpuSpec(req, "sm_90")) == 0);
-    CHECK(gpuTileCandidates(req, "sm_90").empty());
+    FormChoice c = formFor(req, "sm_90", Direction::Forward);
+    REQUIRE(c);
+    CHECK(c.form->name() == "simt");
+    CHECK(c.form->entries(c.spec, nullptr).at(0).launch.dynamicSharedBytes == 0);
+    CHECK(c.form->tileCandidates(req, "sm_90").empty());
   }
 }

@@ -1,7 +1,7 @@
 //===- BackwardBuilder.h - What the backward's kernel forms share ---------===//
 //
-// The builder of the backward kernels (CPU: CpuBackwardKernel.cpp, GPU:
-// GpuBackwardKernel.cpp): where each float parameter's gradient lives, and
+// The builder of the backward kernels (CPU/CpuBackwardKernel.cpp, and the
+// GPU forms in NVIDIA/): where each float parameter's gradient lives, and
 // the per-(query, key) recomputation both forms run on their own tiles
 // (ScoreGradEmission.cpp):
 //

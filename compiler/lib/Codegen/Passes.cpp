@@ -8,6 +8,7 @@
 #include "attnc/Autodiff/ScoreModDerivative.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
+#include "attnc/Codegen/KernelForm.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -61,62 +62,54 @@ FailureOr<rt::KernelSpec> configuredSpec(const ConfigOptions &o, ModuleOp m) {
 #define ATTNC_CONFIG_OPTIONS                                                  \
   ConfigOptions { dtype, headDim, vHeadDim, blockM, blockN }
 
-/// Builds a CPU program of every variant into the module with
-/// `build(module, variant, mask, config)`.
-LogicalResult buildCpuPrograms(
-    ModuleOp m, const ConfigOptions &o, int64_t vectorWidth,
-    function_ref<LogicalResult(ModuleOp, attn::VariantOp, const MaskAnalysis &,
-                               const FlashConfig &)>
-        build) {
+/// Builds the program of `direction` of every variant into the module on
+/// `target` ("cpu": funcs in the module; a GPU: a new `gpu.module
+/// @attnc_kernels`, the module becoming a GPU container), with the form the
+/// request gets there.
+LogicalResult buildPrograms(ModuleOp m, const ConfigOptions &o,
+                            int64_t vectorWidth, StringRef target,
+                            Direction direction) {
   FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
   if (failed(s))
     return failure();
+  FormChoice choice = formFor(*s, target, direction);
+  if (!choice)
+    return m.emitError("no kernel form takes the configuration on ") << target;
   FlashConfig config;
-  config.spec = *s;
+  config.spec = choice.spec;
   config.vectorWidth = vectorWidth;
-  for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-    if (failed(build(m, v, analyzeMask(v), config)))
+  Operation *container = m;
+  bool gpu = target != "cpu";
+  if (gpu) {
+    OpBuilder b(m.getContext());
+    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
+    b.setInsertionPointToEnd(m.getBody());
+    container = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
+  }
+  for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>())) {
+    // CPU programs are named after the variant; GPU kernels carry their
+    // configuration.
+    std::string name = !gpu ? (direction == Direction::Forward
+                                   ? (v.getSymName() + "_kernel").str()
+                                   : v.getSymName().str())
+                            : kernelName(v.getSymName(), *choice.form,
+                                         config.spec);
+    MaskAnalysis mask = analyzeMask(v);
+    if (failed(direction == Direction::Forward
+                   ? buildForwardProgram(*choice.form, container, m, v, mask,
+                                         config, name)
+                   : buildBackwardProgram(*choice.form, container, m, v, mask,
+                                          config, name)))
       return failure();
-  return success();
-}
-
-/// Builds a GPU program of every variant into a new `gpu.module
-/// @attnc_kernels` (the module becomes a GPU container) with
-/// `build(gpuModule, variant, mask, config, kernelName)`, the tiles of
-/// `tiles(spec)`.
-LogicalResult buildGpuPrograms(
-    ModuleOp m, const ConfigOptions &o,
-    function_ref<rt::KernelSpec(const rt::KernelSpec &)> tiles,
-    function_ref<LogicalResult(gpu::GPUModuleOp, attn::VariantOp,
-                               const MaskAnalysis &, const FlashConfig &,
-                               StringRef)>
-        build) {
-  FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
-  if (failed(s))
-    return failure();
-  OpBuilder b(m.getContext());
-  m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-  b.setInsertionPointToEnd(m.getBody());
-  auto gm = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
-  FlashConfig config;
-  config.spec = tiles(*s);
-  for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>()))
-    if (failed(build(gm, v, analyzeMask(v), config,
-                     gpuKernelName(v.getSymName(), config.spec))))
-      return failure();
+  }
   return success();
 }
 
 struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
   using AttnBuildTiledBase::AttnBuildTiledBase;
   void runOnOperation() override {
-    if (failed(buildCpuPrograms(
-            getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
-            [](ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
-               const FlashConfig &config) {
-              return buildFlashProgram(m, v, mask, config,
-                                       (v.getSymName() + "_kernel").str());
-            })))
+    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
+                             "cpu", Direction::Forward)))
       signalPassFailure();
   }
 };
@@ -124,12 +117,8 @@ struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
 struct BuildBackwardPass : impl::AttnBuildBackwardBase<BuildBackwardPass> {
   using AttnBuildBackwardBase::AttnBuildBackwardBase;
   void runOnOperation() override {
-    if (failed(buildCpuPrograms(
-            getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
-            [](ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
-               const FlashConfig &config) {
-              return buildBackwardProgram(m, v, mask, config, v.getSymName());
-            })))
+    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
+                             "cpu", Direction::Backward)))
       signalPassFailure();
   }
 };
@@ -137,13 +126,8 @@ struct BuildBackwardPass : impl::AttnBuildBackwardBase<BuildBackwardPass> {
 struct BuildGpuPass : impl::AttnBuildGpuBase<BuildGpuPass> {
   using AttnBuildGpuBase::AttnBuildGpuBase;
   void runOnOperation() override {
-    if (failed(buildGpuPrograms(
-            getOperation(), ATTNC_CONFIG_OPTIONS,
-            [](const rt::KernelSpec &s) { return gpuSpec(s, "sm_80"); },
-            [](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask,
-               const FlashConfig &config, StringRef name) {
-              return buildGpuFlashProgram(gm, v, mask, config, name);
-            })))
+    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, 8, "sm_80",
+                             Direction::Forward)))
       signalPassFailure();
   }
 };
@@ -152,13 +136,8 @@ struct BuildGpuBackwardPass
     : impl::AttnBuildGpuBackwardBase<BuildGpuBackwardPass> {
   using AttnBuildGpuBackwardBase::AttnBuildGpuBackwardBase;
   void runOnOperation() override {
-    if (failed(buildGpuPrograms(
-            getOperation(), ATTNC_CONFIG_OPTIONS,
-            [](const rt::KernelSpec &s) { return gpuBackwardSpec(s); },
-            [](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask,
-               const FlashConfig &config, StringRef name) {
-              return buildGpuBackwardProgram(gm, v, mask, config, name);
-            })))
+    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, 8, "sm_80",
+                             Direction::Backward)))
       signalPassFailure();
   }
 };

@@ -1,8 +1,9 @@
 //===- ProgramBuilder.h - The kernel forms' shared vocabulary ---------------===//
 //
-// The builder every kernel form (CPU, SIMT, tensor cores, block-mask
-// builder) is a member of: IR helpers, the ABI entry, work items, tiles and
-// their classes, modifier emission. Each form lives in its own file.
+// What every kernel form (CPU, SIMT, mma.sync, the block-mask builder, the
+// split-KV merge) builds with: IR helpers, the ABI entry, work items, tiles
+// and their classes, modifier emission, vector micro-kernels. Target-neutral:
+// the forms live in CPU/ and NVIDIA/ (KernelForm.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CODEGEN_PROGRAMBUILDER_H
@@ -14,9 +15,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -72,21 +71,6 @@ public:
     D = cfg.spec.headDim;
     DV = cfg.spec.vHeadDim;
     VW = cfg.vectorWidth;
-    // Register blocking: RB rows at a time; CB vectors of keys (QK^T) and
-    // CBP vectors of value dims (P.V), as many as the register file holds
-    // (32 vector registers with AVX-512, 16 otherwise) and as divide the
-    // tile evenly.
-    RB = BM % 4 == 0 ? 4 : 1;
-    int64_t cap = VW == 16 ? 4 : 2;
-    auto fit = [&](int64_t n) {
-      for (int64_t c : {4, 2, 1})
-        if (c <= cap && n % c == 0)
-          return c;
-      return int64_t(1);
-    };
-    CB = fit(BN / VW);
-    VWP = VW == 16 && DV % 16 == 0 ? 16 : 8;
-    CBP = fit(DV / VWP);
 
     // The ABI's parameter layout, from the same code the runtime uses.
     for (Attribute a : v.getParams()) {
@@ -108,14 +92,10 @@ public:
     layout_ = abi::computeLayout(info_);
   }
 
-  LogicalResult buildKernel(StringRef name);
   /// The block-mask builder: a func over [begin, end) items, or with
   /// `gpuModule` a gpu.func with one block per item.
   LogicalResult buildMaskBuilder(StringRef name,
                                  gpu::GPUModuleOp gpuModule = nullptr);
-  /// The SIMT GPU form: a gpu.func with one block per work item and one
-  /// thread per query row; K and V tiles are staged in shared memory.
-  LogicalResult buildGpuKernel(gpu::GPUModuleOp module, StringRef name);
   /// The entry of a program over a range of items (the block-mask builder,
   /// the merge): `args`, then on the CPU a func.func's first and end item,
   /// or with `gpuModule` a gpu.func kernel's first item (one block each).
@@ -314,29 +294,13 @@ protected:
   /// classify() finds them all computed at a point that dominates its uses.
   void materializeMaskInvariants(IRMapping &inv);
 
-  // ---- tensor-core fragments (MmaFragments.cpp) ----
-  /// Four registers of an mma.sync operand or accumulator.
-  using Frag = SmallVector<Value, 4>;
-  /// An mma.sync operand pair: vector<2xf16> for f16, an i32 for bf16.
-  Value asMmaOperand(Value pair);
-  Value packPair(Value x0, Value x1);
-  /// Two f32 values rounded to the element type, as one operand pair.
-  Value packF32Pair(Value x0, Value x1);
-  /// D = A B + C on mma.sync m16n8k16 (A row-major, B column-major, f32 C).
-  Frag mmaSync(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c);
-  /// ldmatrix x4 at element `idx` of the shared buffer `smem`: lane l
-  /// addresses row l % 8 of matrix l / 8; the four matrices' pairs.
-  Frag ldMatrix(Value smem, Value idx, bool trans);
-  /// gpu.shuffle xor by `off` across the warp.
-  Value shflXor(Value x, int64_t off);
-
   MLIRContext *ctx_;
   ImplicitLocOpBuilder b_;
   attn::VariantOp v_;
   const MaskAnalysis &mask_;
   const FlashConfig &cfg_;
   Type f32_, i32_, i64_, elem_;
-  int64_t BM, BN, D, DV, VW, RB = 1, CB = 1, VWP = 8, CBP = 1;
+  int64_t BM, BN, D, DV, VW;
   rt::VariantInfo info_;
   abi::Layout layout_;
 
@@ -346,12 +310,6 @@ protected:
   SmallVector<SmallVector<Value>> capDims_, capStrides_;
   SmallVector<Value> scalars_;                // per param (null for tensors)
 };
-
-/// The tensor-core form (TensorCoreKernel.cpp): adds the kernel `name` for
-/// `cfg` (useTensorCores(cfg.spec)) to `module`.
-LogicalResult buildTensorCoreKernel(gpu::GPUModuleOp module, ModuleOp parent,
-                                    attn::VariantOp v, const MaskAnalysis &mask,
-                                    const FlashConfig &cfg, StringRef name);
 
 } // namespace attnc::codegen
 

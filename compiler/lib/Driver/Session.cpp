@@ -164,7 +164,8 @@ rt::Status Session::compileGpu(const std::string &variant,
        << ATTNC_CODEGEN_ID << "\ntarget "
        << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
        << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
-       << " n " << spec.blockN << "\n";
+       << " n " << spec.blockN << " w " << spec.warps << " form '"
+       << spec.form << "'\n";
     v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
     if (auto hit = impl_->cache->lookup(key)) {
       rt::Package p;

@@ -12,6 +12,7 @@
 #include "attnc/Analysis/MaskAnalysis.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
+#include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/VariantInfo.h"
 #include "attnc/Frontend/Parser.h"
 #include "attnc/Frontend/Sema.h"
@@ -219,7 +220,8 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
           // runtime picks).
           std::vector<rt::KernelSpec> specs;
           if (o.tileCandidates)
-            specs = attnc::gpuTileCandidates(spec, t);
+            if (attnc::FormChoice c = attnc::formFor(spec, t, attnc::Direction::Forward))
+              specs = c.form->tileCandidates(spec, t);
           if (specs.empty()) {
             rt::KernelSpec chosen;
             if (rt::Status s = attnc::applyTuning(spec, t, tuning, chosen); !s) {
@@ -238,7 +240,7 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
             pv.kernels.push_back(std::move(img));
           }
           if (o.backward) {
-            // The backward's tiles are its own (gpuBackwardSpec).
+            // The backward's tiles are its own (its form's).
             rt::GpuBackwardImage img;
             if (rt::Status s = attnc::compileBackwardForGpu(v, spec, t, img);
                 !s) {
@@ -304,7 +306,7 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     if (o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx") {
       std::string error;
       auto m = o.backward
-                   ? attnc::buildGpuBackwardModule(v, config, error)
+                   ? attnc::buildGpuBackwardModule(v, config, o.target, error)
                    : attnc::buildGpuModule(v, config, o.target, error);
       if (!m) {
         std::cerr << "attnc: error: " << error << "\n";

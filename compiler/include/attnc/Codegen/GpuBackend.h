@@ -14,9 +14,9 @@
 namespace attnc {
 
 /// A module holding the variant and `gpu.module @attnc_kernels` with the
-/// kernel named by gpuKernelName(gpuSpec(config.spec, target)) (and its
-/// block-mask builder, `<name>_block_mask`, for data-dependent masks)
-/// (`attnc compile --emit=gpu`).
+/// forward program of the form the request gets on `target` (formFor): the
+/// kernel named kernelName(...), its merge and, for data-dependent masks,
+/// its block-mask builder (`attnc compile --emit=gpu`).
 mlir::OwningOpRef<mlir::ModuleOp>
 buildGpuModule(mlir::attn::VariantOp variant, const FlashConfig &config,
                const std::string &target, std::string &error);
@@ -33,12 +33,12 @@ rt::Status compileForGpu(mlir::attn::VariantOp variant,
                          const rt::KernelSpec &spec, const std::string &target,
                          rt::GpuKernelImage &out);
 
-/// The backward's module: `gpu.module @attnc_kernels` with the entries of
-/// buildGpuBackwardProgram for gpuBackwardSpec(config.spec)
-/// (`attnc compile --emit=gpu-backward`).
+/// The backward's module: `gpu.module @attnc_kernels` with the backward
+/// program of the backward form the request gets on `target`
+/// (`attnc compile --emit=gpu --backward`).
 mlir::OwningOpRef<mlir::ModuleOp>
 buildGpuBackwardModule(mlir::attn::VariantOp variant, const FlashConfig &config,
-                       std::string &error);
+                       const std::string &target, std::string &error);
 
 /// The backward pass of `variant` (which needs its score_grad region) for
 /// `target`, down to PTX, described for cuda::GpuBackwardKernel.

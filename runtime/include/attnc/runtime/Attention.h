@@ -33,6 +33,8 @@ struct KernelSpec {
   int64_t blockN = 64;      // keys per tile
   int64_t warps = 0;        // GPU tensor-core form: warps per block (0: the
                             // configuration table's choice for blockM)
+  std::string form;         // compiler: the kernel form asked for ("simt",
+                            // "mma-sync"; empty: the registry's choice)
 };
 
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as

@@ -1,4 +1,4 @@
-//===- TensorCoreKernel.cpp - The tensor-core GPU form (mma.sync) ----------===//
+//===- MmaSyncKernel.cpp - The mma.sync GPU form (tensor cores) -----------===//
 //
 // f16/bf16 on sm_80+: a CTA of `warps` warps takes block_m query rows, each
 // warp 16 x m-tiles of them. Q, K and V go through dynamic shared memory
@@ -12,6 +12,9 @@
 // the row max folded into one FMA before ex2.approx.ftz.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
+#include "MmaFragments.h"
 #include "ProgramBuilder.h"
 
 #include <algorithm>
@@ -19,6 +22,24 @@
 using namespace mlir;
 
 namespace attnc {
+namespace {
+
+/// The form's threads and shared-memory layout for a spec. Offsets and
+/// pitches are in elements of the input dtype (2 bytes). Stage s holds K
+/// rows at s * stageElems and V rows after them; shared rows are
+/// XOR-swizzled by 16-byte chunk (conflict-free ldmatrix and cp.async)
+/// where the row has 2, 4 or a multiple of 8 chunks, else padded by one
+/// chunk.
+struct TensorCoreLayout {
+  int64_t warps = 0, mTiles = 0, stages = 2;
+  /// Q fragments loaded once per work item and held in registers; else
+  /// re-read from shared memory for every KV tile (fewer registers).
+  bool qInRegisters = true;
+  int64_t ldQ = 0, ldK = 0, ldV = 0;
+  bool swizzleQ = false, swizzleK = false, swizzleV = false;
+  int64_t stageElems = 0, qOffset = 0, totalElems = 0;
+  int64_t sharedBytes() const { return totalElems * 2; }
+};
 
 TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
   TensorCoreLayout L;
@@ -62,6 +83,8 @@ rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s) {
                   perThread(s.blockN * s.vHeadDim / 8);
   return w;
 }
+
+} // namespace
 
 namespace codegen {
 namespace {
@@ -111,11 +134,13 @@ private:
                     int64_t chunkC = 0);
 
   // ---- fragments (the mma helpers are ProgramBuilder's) ----
+  using Frag = MmaFragments::Frag;
   Frag mma(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c) {
-    return mmaSync(a, b, c);
+    return mf.mma(a, b, c);
   }
-  Frag ldmatrix(Value idx, bool trans) { return ldMatrix(smem, idx, trans); }
-  Value shfl(Value x, int64_t off) { return shflXor(x, off); }
+  Frag ldmatrix(Value idx, bool trans) { return mf.ldMatrix(smem, idx, trans); }
+  Value shfl(Value x, int64_t off) { return mf.shflXor(x, off); }
+  Value packF32Pair(Value x0, Value x1) { return mf.packF32Pair(x0, x1); }
   Value ex2(Value x);
 
   // ---- stages of the kernel ----
@@ -129,6 +154,7 @@ private:
   void epilogue(ValueRange fin);
 
   TensorCoreLayout L;
+  MmaFragments mf{b_, elem_};
   int64_t MT, NT, KS, DT, KP, TH;
   Entry e;
   Item it;
@@ -632,12 +658,155 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
 
 } // namespace
 
-LogicalResult buildTensorCoreKernel(gpu::GPUModuleOp module, ModuleOp parent,
-                                    attn::VariantOp v, const MaskAnalysis &mask,
-                                    const FlashConfig &cfg, StringRef name) {
-  TensorCoreKernel k(parent, v, mask, cfg);
-  return k.build(module, name);
+} // namespace codegen
+
+namespace {
+
+/// The configuration table of the mma.sync form: block_m, block_n and warps
+/// per head-dim class, the first row that matches. Off sm_90, 128-row tiles
+/// of 8 warps x 16 rows: the largest that ptxas assembles with no spills
+/// for every example (block_n 32 above D=64, where synaptic spills at 64;
+/// block_n 16 above D=192 before sm_90, where softcap and synaptic spill at
+/// 32 at D=256, and above D=224 on sm_90, where relative_bias spills at 32
+/// at D=240; 2 m-tiles per warp, which halve the shared-memory reads per
+/// row, spill at block_n 64). On sm_90 up to D=64, 64-row tiles of 4 warps:
+/// timed on an H100 (bf16, causal and document mask, prefill 2k/8k and
+/// decode 8k; docs/performance.md) they took 1.16x the best candidate's
+/// time against 1.41x for 128x64 with 8 warps; the fastest there (64x128,
+/// 128x64 with 4 warps) spill for synaptic. Other rows: ptxas's figures,
+/// not yet timed on a device (docs/kernels.md).
+struct TileChoice {
+  int64_t maxDim, blockM, blockN, warps;
+  bool sm90Only;
+};
+constexpr TileChoice kTable[] = {
+    {64, 64, 64, 4, true},
+    {64, 128, 64, 8, false},
+    {192, 128, 32, 8, false},
+    {224, 128, 32, 8, true},
+    {256, 128, 16, 8, false},
+};
+
+/// The tuner's candidates besides the table's: (block_m, warps) x block_n.
+constexpr std::pair<int64_t, int64_t> kCandidateRows[] = {{64, 4}, {128, 8}, {128, 4}};
+constexpr int64_t kCandidateBlockN[] = {32, 64, 128};
+
+/// Up to 256: the O accumulator is Dv / 2 registers per thread and m-tile
+/// (128 at 256); above 128, Q is re-read from shared memory per KV tile.
+constexpr int64_t kMaxDim = 256;
+
+/// f16/bf16, head dims multiples of 16 up to 256, block_m = 16 x warps x
+/// m-tiles per warp with 1 or 2 m-tiles, block_n a multiple of 16.
+bool isMmaSyncShape(const rt::KernelSpec &s) {
+  if ((s.dtype != rt::DType::F16 && s.dtype != rt::DType::BF16) ||
+      s.headDim % 16 || s.vHeadDim % 16 || s.headDim > kMaxDim ||
+      s.vHeadDim > kMaxDim || s.blockN % 16 || s.blockN < 16 ||
+      s.blockM < 16 || s.warps < 0 || s.warps > 16)
+    return false;
+  TensorCoreLayout L = tensorCoreLayout(s);
+  return (L.mTiles == 1 || L.mTiles == 2) && L.warps * 16 * L.mTiles == s.blockM;
 }
 
-} // namespace codegen
+/// The mma.sync form (tensor cores, sm_80+): f16/bf16 with mma.sync
+/// m16n8k16, ldmatrix operands, Q, K and V through dynamic shared memory
+/// with cp.async, two stages.
+class MmaSyncForm final : public KernelForm {
+public:
+  StringRef name() const override { return "mma-sync"; }
+  Direction direction() const override { return Direction::Forward; }
+  bool runsOn(StringRef target) const override {
+    return isGpuTarget(target.str());
+  }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef target) const override {
+    rt::KernelSpec tc = request;
+    if (requestsDefaultTiles(request)) {
+      int64_t d = std::max(request.headDim, request.vHeadDim);
+      for (const TileChoice &c : kTable)
+        if (d <= c.maxDim && (!c.sm90Only || target == "sm_90")) {
+          tc.blockM = c.blockM;
+          tc.blockN = c.blockN;
+          tc.warps = c.warps;
+          break;
+        }
+    }
+    // The largest KV tile (a multiple of 16, at most the request) whose
+    // stages fit the target's shared memory.
+    tc.blockN = tc.blockN / 16 * 16;
+    while (tc.blockN > 16 && tensorCoreLayout(tc).sharedBytes() >
+                                 gpuSharedOptIn(target.str()))
+      tc.blockN -= 16;
+    if (accepts(tc, target))
+      return tc;
+    return std::nullopt;
+  }
+  bool accepts(const rt::KernelSpec &s, StringRef target) const override {
+    return isMmaSyncShape(s) &&
+           tensorCoreLayout(s).sharedBytes() <= gpuSharedOptIn(target.str());
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    TensorCoreLayout L = tensorCoreLayout(s);
+    return rt::TileConfig{s.blockM, s.blockN, L.warps, L.stages};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
+                                   attn::VariantOp) const override {
+    TensorCoreLayout L = tensorCoreLayout(s);
+    LaunchFacts l;
+    l.threads = L.warps * 32;
+    l.dynamicSharedBytes = L.sharedBytes();
+    return {KernelEntry{"", l, tensorCoreTileWork(s)}};
+  }
+  std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,
+                                             StringRef target) const override {
+    std::vector<rt::KernelSpec> out;
+    auto add = [&](const rt::KernelSpec &r) {
+      std::optional<rt::KernelSpec> s = configure(r, target);
+      if (!s)
+        return;
+      s->warps = tensorCoreLayout(*s).warps;
+      for (const rt::KernelSpec &o : out)
+        if (o.blockM == s->blockM && o.blockN == s->blockN && o.warps == s->warps)
+          return;
+      out.push_back(*s);
+    };
+    rt::KernelSpec defaults = request;
+    defaults.blockM = rt::KernelSpec().blockM;
+    defaults.blockN = rt::KernelSpec().blockN;
+    defaults.warps = rt::KernelSpec().warps;
+    add(defaults);
+    if (out.empty())
+      return out; // not a tensor-core shape
+    for (auto [blockM, warps] : kCandidateRows)
+      for (int64_t blockN : kCandidateBlockN) {
+        rt::KernelSpec s = request;
+        s.blockM = blockM;
+        s.blockN = blockN;
+        s.warps = warps;
+        // Only configurations that fit whole (configure would shrink
+        // block_n into another candidate).
+        if (tensorCoreLayout(s).sharedBytes() <= gpuSharedOptIn(target.str()))
+          add(s);
+      }
+    return out;
+  }
+  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
+                      const MaskAnalysis &mask, const FlashConfig &config,
+                      StringRef name) const override {
+    parent->getContext()
+        ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                      arith::ArithDialect, math::MathDialect,
+                      vector::VectorDialect, NVVM::NVVMDialect,
+                      nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
+    codegen::TensorCoreKernel k(parent, v, mask, config);
+    return k.build(cast<gpu::GPUModuleOp>(container), name);
+  }
+};
+
+} // namespace
+
+const KernelForm &mmaSyncForm() {
+  static const MmaSyncForm form;
+  return form;
+}
+
 } // namespace attnc

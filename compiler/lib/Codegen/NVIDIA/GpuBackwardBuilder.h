@@ -4,9 +4,10 @@
 // dK and dV rows each have one writer: `_bwd_q` (delta and dQ, items (b,
 // head, Q tile)) runs first, then `_bwd_kv` (dK, dV and the parameters'
 // gradients by atomic adds, items (b, KV head, KV tile)). Two forms build
-// them: SIMT (GpuBackwardKernel.cpp, f32, a thread per row or key) and
-// tensor cores (TensorCoreBackwardKernel.cpp, f16/bf16 mma.sync, a warp per
-// 16 rows or keys). This is their entry, work items and shared epilogues.
+// them: SIMT (SimtBackwardKernel.cpp, a thread per row or key) and mma.sync
+// (MmaSyncBackwardKernel.cpp, f16/bf16 on tensor cores, a warp per 16 rows
+// or keys). This is their entry, work items and shared epilogues
+// (GpuBackwardBuilder.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CODEGEN_GPUBACKWARDBUILDER_H
@@ -68,13 +69,6 @@ protected:
   /// it is past the sequence's length but within the K/V capacity.
   void zeroKeyPastLength(const KeyTile &k, const Extra &x, Value c);
 };
-
-/// The tensor-core form (TensorCoreBackwardKernel.cpp): `<name>_bwd_q` and
-/// `<name>_bwd_kv` for cfg.spec = gpuBackwardSpec's with warps > 0.
-LogicalResult buildTensorCoreBackward(gpu::GPUModuleOp module, ModuleOp parent,
-                                      attn::VariantOp v,
-                                      const MaskAnalysis &mask,
-                                      const FlashConfig &cfg, StringRef name);
 
 } // namespace attnc::codegen
 

@@ -5,14 +5,43 @@
 // matrix products, scalar modifiers and softmax that LLVM vectorizes.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
 #include "ProgramBuilder.h"
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
 
 namespace attnc::codegen {
+namespace {
 
-LogicalResult ProgramBuilder::buildKernel(StringRef name) {
+class CpuKernel : public ProgramBuilder {
+public:
+  CpuKernel(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
+            const FlashConfig &cfg)
+      : ProgramBuilder(module, v, mask, cfg) {
+    // Register blocking: RB rows at a time; CB vectors of keys (QK^T) and
+    // CBP vectors of value dims (P.V), as many as the register file holds
+    // (32 vector registers with AVX-512, 16 otherwise) and as divide the
+    // tile evenly.
+    RB = BM % 4 == 0 ? 4 : 1;
+    int64_t cap = VW == 16 ? 4 : 2;
+    auto fit = [&](int64_t n) {
+      for (int64_t c : {4, 2, 1})
+        if (c <= cap && n % c == 0)
+          return c;
+      return int64_t(1);
+    };
+    CB = fit(BN / VW);
+    VWP = VW == 16 && DV % 16 == 0 ? 16 : 8;
+    CBP = fit(DV / VWP);
+  }
+  LogicalResult build(StringRef name);
+
+private:
+  int64_t RB = 1, CB = 1, VWP = 8, CBP = 1;
+};
+
+LogicalResult CpuKernel::build(StringRef name) {
   SmallVector<Type> args = kernelArgs(); // ..., begin
   args.push_back(i64_);                   // end
   auto fn = func::FuncOp::create(b_, name, b_.getFunctionType(args, {}));
@@ -271,56 +300,53 @@ LogicalResult ProgramBuilder::buildKernel(StringRef name) {
   return success();
 }
 
-SmallVector<Value> ProgramBuilder::outerProduct(Value A, int64_t aStride, Value B,
-                                          int64_t bStride, Value r, Value col0,
-                                          int64_t depth, int64_t rb, int64_t cb,
-                                          VectorType vt, ValueRange init) {
-  int64_t W = vt.getNumElements();
-  auto l = loop(cIdx(0), cIdx(depth), 1, init, [&](Value x, ValueRange acc) {
-    SmallVector<Value> a, bv, next;
-    for (int64_t i = 0; i < rb; ++i)
-      a.push_back(vector::BroadcastOp::create(
-          b_, vt, load(A, add(mul(add(r, cIdx(i)), cIdx(aStride)), x))));
-    for (int64_t j = 0; j < cb; ++j)
-      bv.push_back(vector::LoadOp::create(
-          b_, vt, B, ValueRange{add(mul(x, cIdx(bStride)), add(col0, cIdx(j * W)))}));
-    for (int64_t i = 0; i < rb; ++i)
-      for (int64_t j = 0; j < cb; ++j)
-        next.push_back(vector::FMAOp::create(b_, a[i], bv[j], acc[i * cb + j]));
-    return next;
-  });
-  return SmallVector<Value>(l.getResults());
-}
-
-void ProgramBuilder::forTileRow(Value mem, Value row, Value stride, int64_t n,
-                          Value keep, function_ref<void(Value, Value)> put,
-                          function_ref<void(Value, Value)> put8) {
-  Value zeroF = cF32(0.0);
-  Value unit = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, stride,
-                                     cIdx(1));
-  auto ifUnit = scf::IfOp::create(b_, unit, /*withElse=*/true);
-  OpBuilder::InsertionGuard g(b_);
-  b_.setInsertionPoint(ifUnit.thenBlock()->getTerminator());
-  VectorType v8 = VectorType::get({8}, f32_);
-  Value zero8 = vector::BroadcastOp::create(b_, v8, zeroF);
-  loop0(cIdx(0), cIdx(n), 8, [&](Value d) {
-    Value x = vector::LoadOp::create(b_, VectorType::get({8}, elem_), mem,
-                                     ValueRange{add(row, d)});
-    if (elem_ != f32_)
-      x = arith::ExtFOp::create(b_, v8, x);
-    x = select(keep, x, zero8);
-    if (put8) {
-      put8(d, x);
-      return;
-    }
-    for (int64_t lane = 0; lane < 8; ++lane)
-      put(add(d, cIdx(lane)),
-          vector::ExtractOp::create(b_, x, ArrayRef<int64_t>{lane}));
-  });
-  b_.setInsertionPoint(ifUnit.elseBlock()->getTerminator());
-  loop0(cIdx(0), cIdx(n), 1, [&](Value d) {
-    put(d, select(keep, toF32(load(mem, add(row, mul(d, stride)))), zeroF));
-  });
-}
-
+} // namespace
 } // namespace attnc::codegen
+
+namespace attnc {
+namespace {
+
+/// The host CPU's forward form: every request, its tiles as asked.
+class CpuForm final : public KernelForm {
+public:
+  StringRef name() const override { return "cpu"; }
+  Direction direction() const override { return Direction::Forward; }
+  bool runsOn(StringRef target) const override { return target == "cpu"; }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef) const override {
+    return request;
+  }
+  bool accepts(const rt::KernelSpec &, StringRef) const override {
+    return true;
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    return rt::TileConfig{s.blockM, s.blockN, 0, 1};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &,
+                                   attn::VariantOp) const override {
+    return {KernelEntry{"", {}, {}}};
+  }
+  LogicalResult build(Operation *, ModuleOp parent, attn::VariantOp v,
+                      const MaskAnalysis &mask, const FlashConfig &config,
+                      StringRef name) const override {
+    const rt::KernelSpec &s = config.spec;
+    if (s.blockN % config.vectorWidth)
+      return v.emitError("invalid kernel configuration: blockN must be a "
+                         "multiple of the vector width");
+    parent->getContext()
+        ->loadDialect<func::FuncDialect, memref::MemRefDialect,
+                      scf::SCFDialect, vector::VectorDialect,
+                      arith::ArithDialect, math::MathDialect>();
+    codegen::CpuKernel kernel(parent, v, mask, config);
+    return kernel.build(name);
+  }
+};
+
+} // namespace
+
+const KernelForm &cpuForm() {
+  static const CpuForm form;
+  return form;
+}
+
+} // namespace attnc

@@ -5,14 +5,25 @@
 // not take.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
 #include "ProgramBuilder.h"
+
+#include <algorithm>
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
 
 namespace attnc::codegen {
+namespace {
 
-LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef name) {
+class SimtKernel : public ProgramBuilder {
+public:
+  using ProgramBuilder::ProgramBuilder;
+  LogicalResult build(gpu::GPUModuleOp module, StringRef name);
+};
+
+LogicalResult SimtKernel::build(gpu::GPUModuleOp module, StringRef name) {
   SmallVector<Type> args = kernelArgs();
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
@@ -156,4 +167,62 @@ LogicalResult ProgramBuilder::buildGpuKernel(gpu::GPUModuleOp module, StringRef 
   return success();
 }
 
+} // namespace
 } // namespace attnc::codegen
+
+namespace attnc {
+namespace {
+
+constexpr int64_t kStaticShared = 48 * 1024;
+
+/// The SIMT form: every request on a GPU; the KV tile shrinks until the K^T
+/// and V tiles (f32) fit static shared memory.
+class SimtForm final : public KernelForm {
+public:
+  StringRef name() const override { return "simt"; }
+  Direction direction() const override { return Direction::Forward; }
+  bool runsOn(StringRef target) const override {
+    return isGpuTarget(target.str());
+  }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef) const override {
+    rt::KernelSpec s = request;
+    s.warps = 0;
+    int64_t perKey = (s.headDim + s.vHeadDim) * 4;
+    s.blockN = std::max<int64_t>(
+        8, std::min<int64_t>(s.blockN, (kStaticShared / perKey) / 8 * 8));
+    return s;
+  }
+  bool accepts(const rt::KernelSpec &s, StringRef) const override {
+    return (s.headDim + s.vHeadDim) * 4 * s.blockN <= kStaticShared;
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    return rt::TileConfig{s.blockM, s.blockN, (s.blockM + 31) / 32, 1};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
+                                   attn::VariantOp) const override {
+    LaunchFacts l;
+    l.threads = s.blockM; // a thread per query row
+    l.staticSharedBytes = (s.headDim + s.vHeadDim) * s.blockN * 4;
+    return {KernelEntry{"", l, {}}};
+  }
+  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
+                      const MaskAnalysis &mask, const FlashConfig &config,
+                      StringRef name) const override {
+    parent->getContext()
+        ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                      arith::ArithDialect, math::MathDialect,
+                      vector::VectorDialect>();
+    codegen::SimtKernel kernel(parent, v, mask, config);
+    return kernel.build(cast<gpu::GPUModuleOp>(container), name);
+  }
+};
+
+} // namespace
+
+const KernelForm &simtForm() {
+  static const SimtForm form;
+  return form;
+}
+
+} // namespace attnc

@@ -1,4 +1,4 @@
-//===- GpuBackwardKernel.cpp - The SIMT GPU form of the backward pass ------===//
+//===- SimtBackwardKernel.cpp - The SIMT GPU form of the backward pass -----===//
 //
 // Two gpu.funcs, one block per work item, FlashAttention-2's backward split
 // as on the CPU (CpuBackwardKernel.cpp) so that dQ, dK and dV rows each have
@@ -21,6 +21,8 @@
 // Operands: KernelABI.h (the GPU backward entries); `_bwd_q` runs first.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
 #include "GpuBackwardBuilder.h"
 
 using namespace mlir;
@@ -55,120 +57,6 @@ private:
 };
 
 } // namespace
-
-gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
-                                               StringRef name,
-                                               ArrayRef<SharedBuffer> shared,
-                                               Entry &e, Extra &x) {
-  SmallVector<Type> args = kernelArgs();
-  args.pop_back(); // the forward's first item
-  unsigned first = args.size();
-  auto dyn = [&](Type t) { return MemRefType::get({ShapedType::kDynamic}, t); };
-  args.append({dyn(elem_), dyn(f32_), dyn(f32_), dyn(elem_), dyn(elem_),
-               dyn(elem_), dyn(f32_), i64_});
-  b_.setInsertionPointToEnd(module.getBody());
-  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
-  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
-  auto space = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
-  for (const SharedBuffer &buf : shared) {
-    fn.addWorkgroupAttribution(
-        MemRefType::get({buf.n}, buf.type, MemRefLayoutAttrInterface(), space),
-        fn.getLoc());
-    fn.setWorkgroupAttributionAttr(fn.getNumWorkgroupAttributions() - 1,
-                                   b_.getStringAttr("llvm.align"),
-                                   b_.getI64IntegerAttr(16));
-  }
-  b_.setInsertionPointToStart(&fn.getBody().front());
-  e = loadEntry(fn.getArguments());
-  auto arg = [&](unsigned i) { return fn.getArgument(first + i); };
-  x.fwdO = arg(0);
-  x.dLse = arg(1);
-  x.delta = arg(2);
-  x.dq = arg(3);
-  x.dk = arg(4);
-  x.dv = arg(5);
-  x.grads = arg(6);
-  x.first = toIdx(arg(7));
-  bindGradients(x.grads, /*atomic=*/true);
-  Value base = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
-  auto slot = [&](int64_t s) { return ipAt(add(base, cIdx(s))); };
-  for (int d = 0; d < 4; ++d) {
-    x.os.push_back(slot(abi::kBwdOStride + d));
-    x.dqs.push_back(slot(abi::kBwdDqStride + d));
-    x.dks.push_back(slot(abi::kBwdDkStride + d));
-    x.dvs.push_back(slot(abi::kBwdDvStride + d));
-  }
-  for (int d = 0; d < 3; ++d)
-    x.dls.push_back(slot(abi::kBwdDLseStride + d));
-  x.hasDLse = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
-                                    slot(abi::kBwdHasDLse), cIdx(0));
-  return fn;
-}
-
-Value GpuBackwardBuilder::blockItem(const Extra &x) {
-  return add(x.first, gpu::BlockIdOp::create(b_, gpu::Dimension::x));
-}
-
-Value GpuBackwardBuilder::rowDelta(const Entry &e, const Extra &x, Value b,
-                                   Value h, Value i,
-                                   function_ref<void(Value, Value)> onGrad) {
-  Value oRow = offset4(e.os, b, h, i), fRow = offset4(x.os, b, h, i);
-  auto rowSum = loop(cIdx(0), cIdx(DV), 1, {e.zeroF}, [&](Value d, ValueRange acc) {
-    Value g = toF32(load(e.o, add(oRow, mul(d, e.os[3]))));
-    if (onGrad)
-      onGrad(d, g);
-    Value o = toF32(load(x.fwdO, add(fRow, mul(d, x.os[3]))));
-    return SmallVector<Value>{
-        arith::AddFOp::create(b_, acc[0], arith::MulFOp::create(b_, g, o))};
-  });
-  Value delta = rowSum.getResult(0);
-  return ifYield(x.hasDLse, ValueRange{delta}, [&] {
-    Value g = load(x.dLse, offset4(x.dls, b, h, i));
-    return SmallVector<Value>{arith::SubFOp::create(b_, delta, g)};
-  })[0];
-}
-
-GpuBackwardBuilder::KeyTile GpuBackwardBuilder::decodeKeyTile(Value item) {
-  KeyTile k;
-  Value nKT = ipAt(abi::kNumKTiles), Hkv = ipAt(abi::kHkv);
-  k.kt = arith::RemUIOp::create(b_, item, nKT);
-  Value rest = arith::DivUIOp::create(b_, item, nKT);
-  k.kvh = arith::RemUIOp::create(b_, rest, Hkv);
-  k.b = arith::DivUIOp::create(b_, rest, Hkv);
-  k.kvLen = ipAt(add(cIdx(layout_.seqBase), k.b));
-  k.kv0 = mul(k.kt, cIdx(BN));
-  k.cols = minI(cIdx(BN), sub(k.kvLen, k.kv0));
-  return k;
-}
-
-IRMapping GpuBackwardBuilder::maskInvariants(const KeyTile &k, Value hI32) {
-  IRMapping inv;
-  inv.map(v_.getMaskBlock().getArgument(0),
-          arith::IndexCastOp::create(b_, i32_, k.b));
-  inv.map(v_.getMaskBlock().getArgument(1), hI32);
-  materializeMaskInvariants(inv);
-  return inv;
-}
-
-void GpuBackwardBuilder::zeroKeyPastLength(const KeyTile &k, const Extra &x,
-                                           Value c) {
-  Value key = add(k.kv0, c);
-  Value past = arith::AndIOp::create(
-      b_, arith::CmpIOp::create(b_, arith::CmpIPredicate::sge, c, k.cols),
-      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, key,
-                            ipAt(abi::kLkv)));
-  ifThen(past, [&] {
-    Value zero = fromF32(cF32(0.0)), c0 = cIdx(0);
-    Value kAt = offset4(x.dks, k.b, k.kvh, key),
-          vAt = offset4(x.dvs, k.b, k.kvh, key);
-    loop0(c0, cIdx(D), 1, [&](Value d) {
-      store(zero, x.dk, add(kAt, mul(d, x.dks[3])));
-    });
-    loop0(c0, cIdx(DV), 1, [&](Value d) {
-      store(zero, x.dv, add(vAt, mul(d, x.dvs[3])));
-    });
-  });
-}
 
 namespace {
 
@@ -403,97 +291,67 @@ LogicalResult SimtBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
 } // namespace attnc::codegen
 
 namespace attnc {
-
 namespace {
-/// The tensor-core form's shared memory for R rows: four element tiles
-/// (pitch width + 8) and LSE and delta per row (TensorCoreBackwardKernel.cpp).
-int64_t tensorCoreBackwardShared(const rt::KernelSpec &s, int64_t R) {
-  int64_t elem = rt::dtypeSize(s.dtype);
-  return 2 * R * (s.headDim + 8 + s.vHeadDim + 8) * elem + 2 * R * 4;
-}
+
 constexpr int64_t kStaticShared = 48 * 1024;
-} // namespace
 
-bool useTensorCoreBackward(const rt::KernelSpec &s) {
-  return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
-         s.headDim % 16 == 0 && s.vHeadDim % 16 == 0 && s.headDim > 0 &&
-         s.vHeadDim > 0 && s.headDim <= 256 && s.vHeadDim <= 256 &&
-         s.warps >= 0;
-}
-
-rt::KernelSpec gpuBackwardSpec(const rt::KernelSpec &spec) {
-  rt::KernelSpec s = spec;
-  if (useTensorCoreBackward(spec)) {
-    // A warp per 16 rows; the most rows whose tiles fit.
-    s.blockM = 16;
-    for (int64_t R : {64, 32})
-      if (tensorCoreBackwardShared(s, R) <= kStaticShared) {
-        s.blockM = R;
-        break;
-      }
-    s.blockN = s.blockM;
-    s.warps = s.blockM / 16;
+/// The SIMT backward: every request on a GPU. One f32 tile of Q and dO
+/// rows (or K and V rows) in static shared memory (48 KiB): 32 rows when
+/// they fit, else 16; a thread per row or key.
+class SimtBackwardForm final : public KernelForm {
+public:
+  StringRef name() const override { return "simt"; }
+  Direction direction() const override { return Direction::Backward; }
+  bool runsOn(StringRef target) const override {
+    return isGpuTarget(target.str());
+  }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef) const override {
+    rt::KernelSpec s = request;
+    int64_t rowBytes = (s.headDim + s.vHeadDim) * 4 + 8;
+    s.blockM = s.blockN = rowBytes * 32 <= kStaticShared ? 32 : 16;
+    s.warps = 0;
     return s;
   }
-  // One f32 tile of Q and dO rows (or K and V rows) in static shared memory
-  // (48 KiB): 32 rows when they fit, else 16.
-  int64_t rowBytes = (s.headDim + s.vHeadDim) * 4 + 8;
-  s.blockM = s.blockN = rowBytes * 32 <= kStaticShared ? 32 : 16;
-  s.warps = spec.warps < 0 ? spec.warps : 0;
-  return s;
-}
-
-GpuBackwardLaunch gpuBackwardLaunch(const rt::KernelSpec &s) {
-  GpuBackwardLaunch l;
-  if (s.warps > 0) {
-    l.queryThreads = l.keyValueThreads = s.warps * 32;
-    l.querySharedBytes = l.keyValueSharedBytes =
-        tensorCoreBackwardShared(s, s.blockM);
-    return l;
+  bool accepts(const rt::KernelSpec &s, StringRef) const override {
+    return s.blockM == s.blockN &&
+           ((s.headDim + s.vHeadDim) * 4 + 8) * s.blockM <= kStaticShared;
   }
-  l.queryThreads = s.blockM;
-  l.keyValueThreads = s.blockN;
-  int64_t row = (s.headDim + s.vHeadDim) * 4;
-  l.querySharedBytes = s.blockN * row;
-  l.keyValueSharedBytes = s.blockM * (row + 8);
-  return l;
-}
-
-LogicalResult buildGpuBackwardProgram(gpu::GPUModuleOp module,
-                                      attn::VariantOp variant,
-                                      const MaskAnalysis &mask,
-                                      const FlashConfig &config,
-                                      StringRef name) {
-  if (!variant.getGradBlock())
-    return variant.emitError("the variant has no score_grad region; run "
-                             "-attn-differentiate first");
-  module->getContext()
-      ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
-                    arith::ArithDialect, math::MathDialect,
-                    vector::VectorDialect>();
-  ModuleOp parent = module->getParentOfType<ModuleOp>();
-  if (config.spec.warps > 0) {
-    module->getContext()
-        ->loadDialect<NVVM::NVVMDialect, nvgpu::NVGPUDialect,
-                      LLVM::LLVMDialect>();
-    if (failed(codegen::buildTensorCoreBackward(module, parent, variant, mask,
-                                                config, name)))
-      return failure();
-  } else {
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    return rt::TileConfig{s.blockM, s.blockN, (s.blockM + 31) / 32, 1};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
+                                   attn::VariantOp) const override {
+    int64_t row = (s.headDim + s.vHeadDim) * 4;
+    LaunchFacts q, kv;
+    q.threads = s.blockM;
+    q.staticSharedBytes = s.blockN * row;
+    kv.threads = s.blockN;
+    kv.staticSharedBytes = s.blockM * (row + 8);
+    return {KernelEntry{"_bwd_q", q, {}}, KernelEntry{"_bwd_kv", kv, {}}};
+  }
+  LogicalResult build(Operation *container, ModuleOp parent,
+                      attn::VariantOp variant, const MaskAnalysis &mask,
+                      const FlashConfig &config,
+                      StringRef name) const override {
+    parent->getContext()
+        ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                      arith::ArithDialect, math::MathDialect,
+                      vector::VectorDialect>();
+    auto module = cast<gpu::GPUModuleOp>(container);
     codegen::SimtBackward q(parent, variant, mask, config);
     if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
       return failure();
     codegen::SimtBackward kv(parent, variant, mask, config);
-    if (failed(kv.buildKeyValueGrads(module, (name + "_bwd_kv").str())))
-      return failure();
+    return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
   }
-  if (mask.kind == rt::MaskKind::Data) {
-    codegen::ProgramBuilder builder(module->getParentOfType<ModuleOp>(),
-                                    variant, mask, config);
-    if (failed(builder.buildMaskBuilder((name + "_block_mask").str(), module)))
-      return failure();
-  }
-  return success();
+};
+
+} // namespace
+
+const KernelForm &simtBackwardForm() {
+  static const SimtBackwardForm form;
+  return form;
 }
 
 } // namespace attnc

@@ -9,6 +9,7 @@
 #include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/KernelForm.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -83,34 +84,49 @@ OwningOpRef<ModuleOp> buildGpuModuleWith(
   }
   return m;
 }
+
+/// The module of the form a request gets on `target` (in `direction`).
+OwningOpRef<ModuleOp> buildGpuModuleOf(attn::VariantOp variant,
+                                       const FlashConfig &config,
+                                       const std::string &target,
+                                       Direction direction,
+                                       std::string &error) {
+  FormChoice choice = formFor(config.spec, target, direction);
+  if (!choice) {
+    error = "no GPU kernel form takes the configuration" +
+            (config.spec.form.empty() ? std::string()
+                                      : " (form '" + config.spec.form + "')");
+    return nullptr;
+  }
+  FlashConfig cfg = config;
+  cfg.spec = choice.spec;
+  std::string name = kernelName(variant.getSymName(), *choice.form, cfg.spec);
+  return buildGpuModuleWith(
+      variant, error,
+      [&](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask) {
+        ModuleOp parent = gm->getParentOfType<ModuleOp>();
+        return direction == Direction::Forward
+                   ? buildForwardProgram(*choice.form, gm, parent, v, mask,
+                                         cfg, name)
+                   : buildBackwardProgram(*choice.form, gm, parent, v, mask,
+                                          cfg, name);
+      });
+}
+
 } // namespace
 
 OwningOpRef<ModuleOp> buildGpuModule(attn::VariantOp variant,
                                      const FlashConfig &config,
                                      const std::string &target,
                                      std::string &error) {
-  // The tiles the target's shared memory holds.
-  FlashConfig cfg = config;
-  cfg.spec = gpuSpec(config.spec, target);
-  return buildGpuModuleWith(
-      variant, error,
-      [&](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask) {
-        return buildGpuFlashProgram(
-            gm, v, mask, cfg, gpuKernelName(variant.getSymName(), cfg.spec));
-      });
+  return buildGpuModuleOf(variant, config, target, Direction::Forward, error);
 }
 
 OwningOpRef<ModuleOp> buildGpuBackwardModule(attn::VariantOp variant,
                                              const FlashConfig &config,
+                                             const std::string &target,
                                              std::string &error) {
-  FlashConfig cfg = config;
-  cfg.spec = gpuBackwardSpec(config.spec);
-  return buildGpuModuleWith(
-      variant, error,
-      [&](gpu::GPUModuleOp gm, attn::VariantOp v, const MaskAnalysis &mask) {
-        return buildGpuBackwardProgram(
-            gm, v, mask, cfg, gpuKernelName(variant.getSymName(), cfg.spec));
-      });
+  return buildGpuModuleOf(variant, config, target, Direction::Backward, error);
 }
 
 namespace {
@@ -279,6 +295,10 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
     return rt::Status::invalidArgument("unknown GPU target '" + target +
                                        "' (expected sm_80, sm_86, sm_89 or "
                                        "sm_90)");
+  FormChoice choice = formFor(spec, target, Direction::Forward);
+  if (!choice)
+    return rt::Status::invalidArgument("no GPU kernel form takes the "
+                                       "configuration");
   FlashConfig config;
   config.spec = spec;
   std::string error;
@@ -294,13 +314,13 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (out.ptx.empty())
     return rt::Status::internal(error);
   out.target = target;
-  out.spec = gpuSpec(spec, target);
-  out.threads = gpuThreads(out.spec);
-  out.sharedBytes = gpuSharedBytes(out.spec);
-  out.dynamicSharedBytes = gpuDynamicSharedBytes(out.spec);
-  out.kernel = gpuKernelName(variant.getSymName(), out.spec);
-  if (useTensorCores(out.spec))
-    out.tileWork = tensorCoreTileWork(out.spec);
+  out.spec = choice.spec;
+  KernelEntry entry = choice.form->entries(out.spec, variant).at(0);
+  out.threads = entry.launch.threads;
+  out.sharedBytes = entry.launch.staticSharedBytes;
+  out.dynamicSharedBytes = entry.launch.dynamicSharedBytes;
+  out.kernel = kernelName(variant.getSymName(), *choice.form, out.spec);
+  out.tileWork = entry.work;
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);
       !s)
     return rt::Status::internal(s.message());
@@ -330,10 +350,15 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
     return rt::Status::invalidArgument(
         "variant '" + variant.getSymName().str() +
         "' has no derivative of its score_mod: the backward cannot be built");
+  FormChoice choice = formFor(spec, target, Direction::Backward);
+  if (!choice)
+    return rt::Status::invalidArgument("no GPU backward form takes the "
+                                       "configuration");
   FlashConfig config;
   config.spec = spec;
   std::string error;
-  OwningOpRef<ModuleOp> m = buildGpuBackwardModule(variant, config, error);
+  OwningOpRef<ModuleOp> m =
+      buildGpuBackwardModule(variant, config, target, error);
   if (!m)
     return rt::Status::internal(error);
   if (failed(lowerToNVVM(*m, target)))
@@ -345,17 +370,18 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
   if (out.ptx.empty())
     return rt::Status::internal(error);
   out.target = target;
-  out.spec = gpuBackwardSpec(spec);
-  std::string name = gpuKernelName(variant.getSymName(), out.spec);
-  out.query = name + "_bwd_q";
-  out.keyValue = name + "_bwd_kv";
-  GpuBackwardLaunch launch = gpuBackwardLaunch(out.spec);
-  out.queryThreads = launch.queryThreads;
-  out.keyValueThreads = launch.keyValueThreads;
-  out.querySharedBytes = launch.querySharedBytes;
-  out.keyValueSharedBytes = launch.keyValueSharedBytes;
-  std::tie(out.queryTileWork, out.keyValueTileWork) =
-      tensorCoreBackwardTileWork(variant, out.spec);
+  out.spec = choice.spec;
+  std::string name = kernelName(variant.getSymName(), *choice.form, out.spec);
+  std::vector<KernelEntry> entries = choice.form->entries(out.spec, variant);
+  const KernelEntry &q = entries.at(0), &kv = entries.at(1);
+  out.query = name + q.suffix;
+  out.keyValue = name + kv.suffix;
+  out.queryThreads = q.launch.threads;
+  out.keyValueThreads = kv.launch.threads;
+  out.querySharedBytes = q.launch.staticSharedBytes;
+  out.keyValueSharedBytes = kv.launch.staticSharedBytes;
+  out.queryTileWork = q.work;
+  out.keyValueTileWork = kv.work;
   auto params = [&](const std::string &entry, std::vector<int> &sizes) {
     return rt::ptxEntryParams(out.ptx, entry, sizes);
   };

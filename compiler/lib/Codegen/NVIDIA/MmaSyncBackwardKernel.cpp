@@ -1,4 +1,4 @@
-//===- TensorCoreBackwardKernel.cpp - The GPU backward on tensor cores ----===//
+//===- MmaSyncBackwardKernel.cpp - The GPU backward on tensor cores -------===//
 //
 // The tensor-core form of the GPU backward (f16/bf16, mma.sync m16n8k16,
 // f32 accumulators), for head dims that are multiples of 16. A block has
@@ -30,40 +30,12 @@
 // (GpuBackwardBuilder.h).
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
 #include "GpuBackwardBuilder.h"
+#include "MmaFragments.h"
 
 using namespace mlir;
-
-namespace attnc {
-
-std::pair<rt::TileWork, rt::TileWork>
-tensorCoreBackwardTileWork(attn::VariantOp variant, const rt::KernelSpec &s) {
-  if (!useTensorCoreBackward(s))
-    return {};
-  // score_grad's accumulates per pair: those in its block (one atomic add
-  // each); one inside a sum runs a data-dependent number of times.
-  int64_t perPair = 0;
-  bool counted = true;
-  variant.getGradBlock()->walk([&](attn::AccumulateOp a) {
-    if (a->getParentOfType<attn::SumOp>())
-      counted = false;
-    ++perPair;
-  });
-  // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv
-  // (dP) give 2 MMAs per k-step; each accumulate gives 2 per 16 columns
-  // of its width.
-  const int64_t chunks = s.blockM / 16, d = s.headDim, dv = s.vHeadDim;
-  rt::TileWork q, kv;
-  q.mma = chunks * (d / 8 + dv / 8 + d / 8);
-  kv.mma = chunks * (d / 8 + dv / 8 + dv / 8 + d / 8);
-  // A warp's 16 keys x 16 queries of a chunk: 8 pairs per thread.
-  kv.atomics = chunks * 8 * perPair;
-  if (!counted)
-    kv = rt::TileWork();
-  return {q, kv};
-}
-
-} // namespace attnc
 
 namespace attnc::codegen {
 namespace {
@@ -79,7 +51,16 @@ public:
   LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
 
 private:
+  using Frag = MmaFragments::Frag;
   using Frags = SmallVector<Frag>;
+  Frag mmaSync(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c) {
+    return mf.mma(a, b, c);
+  }
+  Frag ldMatrix(Value buf, Value idx, bool trans) {
+    return mf.ldMatrix(buf, idx, trans);
+  }
+  Value packF32Pair(Value x0, Value x1) { return mf.packF32Pair(x0, x1); }
+  MmaFragments mf{b_, elem_};
   /// The entry with its two buffers (the four tiles; LSE and delta per
   /// row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
@@ -543,15 +524,112 @@ LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
 
 } // namespace
 
-LogicalResult buildTensorCoreBackward(gpu::GPUModuleOp module, ModuleOp parent,
-                                      attn::VariantOp v,
-                                      const MaskAnalysis &mask,
-                                      const FlashConfig &cfg, StringRef name) {
-  TensorCoreBackward q(parent, v, mask, cfg);
-  if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
-    return failure();
-  TensorCoreBackward kv(parent, v, mask, cfg);
-  return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
+} // namespace attnc::codegen
+
+namespace attnc {
+namespace {
+
+constexpr int64_t kStaticShared = 48 * 1024;
+
+/// Shared memory for R rows: four element tiles (pitch width + 8) and LSE
+/// and delta per row.
+int64_t sharedBytes(const rt::KernelSpec &s, int64_t R) {
+  int64_t elem = rt::dtypeSize(s.dtype);
+  return 2 * R * (s.headDim + 8 + s.vHeadDim + 8) * elem + 2 * R * 4;
 }
 
-} // namespace attnc::codegen
+/// f16 or bf16, head dims multiples of 16 up to 256.
+bool isMmaSyncShape(const rt::KernelSpec &s) {
+  return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
+         s.headDim % 16 == 0 && s.vHeadDim % 16 == 0 && s.headDim > 0 &&
+         s.vHeadDim > 0 && s.headDim <= 256 && s.vHeadDim <= 256;
+}
+
+/// The tensor-core backward: a warp per 16 rows (or keys), R = blockM =
+/// blockN of 64, 32 or 16 rows, the most whose four tiles fit 48 KiB of
+/// static shared memory.
+class MmaSyncBackwardForm final : public KernelForm {
+public:
+  StringRef name() const override { return "mma-sync"; }
+  Direction direction() const override { return Direction::Backward; }
+  bool runsOn(StringRef target) const override {
+    return isGpuTarget(target.str());
+  }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef) const override {
+    if (!isMmaSyncShape(request))
+      return std::nullopt;
+    rt::KernelSpec s = request;
+    s.blockM = 16;
+    for (int64_t R : {64, 32})
+      if (sharedBytes(s, R) <= kStaticShared) {
+        s.blockM = R;
+        break;
+      }
+    s.blockN = s.blockM;
+    s.warps = s.blockM / 16;
+    return s;
+  }
+  bool accepts(const rt::KernelSpec &s, StringRef) const override {
+    return isMmaSyncShape(s) && s.blockM == s.blockN && s.blockM % 16 == 0 &&
+           s.warps == s.blockM / 16 && sharedBytes(s, s.blockM) <= kStaticShared;
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    // Named as the forward's tiles of the same shape would be (two stages).
+    return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, 2};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
+                                   attn::VariantOp variant) const override {
+    LaunchFacts l;
+    l.threads = s.warps * 32;
+    l.staticSharedBytes = sharedBytes(s, s.blockM);
+    // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv
+    // (dP) give 2 MMAs per k-step; each accumulate gives 2 per 16 columns
+    // of its width.
+    const int64_t chunks = s.blockM / 16, d = s.headDim, dv = s.vHeadDim;
+    rt::TileWork q, kv;
+    q.mma = chunks * (d / 8 + dv / 8 + d / 8);
+    kv.mma = chunks * (d / 8 + dv / 8 + dv / 8 + d / 8);
+    // score_grad's accumulates per pair: those in its block (one atomic add
+    // each; a warp's 16 keys x 16 queries of a chunk are 8 pairs per
+    // thread). One inside a sum runs a data-dependent number of times: the
+    // work is then not stated.
+    if (variant) {
+      int64_t perPair = 0;
+      bool counted = true;
+      variant.getGradBlock()->walk([&](attn::AccumulateOp a) {
+        if (a->getParentOfType<attn::SumOp>())
+          counted = false;
+        ++perPair;
+      });
+      kv.atomics = chunks * 8 * perPair;
+      if (!counted)
+        kv = rt::TileWork();
+    }
+    return {KernelEntry{"_bwd_q", l, q}, KernelEntry{"_bwd_kv", l, kv}};
+  }
+  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
+                      const MaskAnalysis &mask, const FlashConfig &config,
+                      StringRef name) const override {
+    parent->getContext()
+        ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                      arith::ArithDialect, math::MathDialect,
+                      vector::VectorDialect, NVVM::NVVMDialect,
+                      nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
+    auto module = cast<gpu::GPUModuleOp>(container);
+    codegen::TensorCoreBackward q(parent, v, mask, config);
+    if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+      return failure();
+    codegen::TensorCoreBackward kv(parent, v, mask, config);
+    return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
+  }
+};
+
+} // namespace
+
+const KernelForm &mmaSyncBackwardForm() {
+  static const MmaSyncBackwardForm form;
+  return form;
+}
+
+} // namespace attnc

@@ -25,6 +25,7 @@
 // Matrix products use the forward's register-blocked micro-kernel.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
 #include "BackwardBuilder.h"
 
 using namespace mlir;
@@ -389,34 +390,53 @@ LogicalResult CpuBackwardBuilder::buildQueryGrads(StringRef name) {
 } // namespace attnc::codegen
 
 namespace attnc {
+namespace {
 
-LogicalResult buildBackwardProgram(ModuleOp module, attn::VariantOp variant,
-                                   const MaskAnalysis &mask,
-                                   const FlashConfig &config, StringRef name) {
-  const rt::KernelSpec &s = config.spec;
-  if (!variant.getGradBlock())
-    return variant.emitError("the variant has no score_grad region; run "
-                             "-attn-differentiate first");
-  if (s.headDim % 8 || s.vHeadDim % 8 || s.blockN % 8 || s.blockM <= 0 ||
-      s.headDim <= 0 || s.vHeadDim <= 0)
-    return variant.emitError("invalid kernel configuration: head dims and "
-                             "blockN must be multiples of 8");
-  module->getContext()
-      ->loadDialect<func::FuncDialect, memref::MemRefDialect, scf::SCFDialect,
-                    vector::VectorDialect, arith::ArithDialect,
-                    math::MathDialect>();
-  codegen::CpuBackwardBuilder kv(module, variant, mask, config);
-  if (failed(kv.buildKeyValueGrads((name + "_bwd_kv").str())))
-    return failure();
-  codegen::CpuBackwardBuilder q(module, variant, mask, config);
-  if (failed(q.buildQueryGrads((name + "_bwd_q").str())))
-    return failure();
-  if (mask.kind == rt::MaskKind::Data) {
-    codegen::ProgramBuilder builder(module, variant, mask, config);
-    if (failed(builder.buildMaskBuilder((name + "_block_mask").str())))
-      return failure();
+/// The host CPU's backward form: every request, its tiles as asked.
+class CpuBackwardForm final : public KernelForm {
+public:
+  StringRef name() const override { return "cpu"; }
+  Direction direction() const override { return Direction::Backward; }
+  bool runsOn(StringRef target) const override { return target == "cpu"; }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef) const override {
+    return request;
   }
-  return success();
+  bool accepts(const rt::KernelSpec &, StringRef) const override {
+    return true;
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    return rt::TileConfig{s.blockM, s.blockN, 0, 1};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &,
+                                   attn::VariantOp) const override {
+    return {KernelEntry{"_bwd_q", {}, {}}, KernelEntry{"_bwd_kv", {}, {}}};
+  }
+  LogicalResult build(Operation *, ModuleOp parent, attn::VariantOp variant,
+                      const MaskAnalysis &mask, const FlashConfig &config,
+                      StringRef name) const override {
+    const rt::KernelSpec &s = config.spec;
+    if (s.headDim % 8 || s.vHeadDim % 8 || s.blockN % 8 || s.blockM <= 0 ||
+        s.headDim <= 0 || s.vHeadDim <= 0)
+      return variant.emitError("invalid kernel configuration: head dims and "
+                               "blockN must be multiples of 8");
+    parent->getContext()
+        ->loadDialect<func::FuncDialect, memref::MemRefDialect,
+                      scf::SCFDialect, vector::VectorDialect,
+                      arith::ArithDialect, math::MathDialect>();
+    codegen::CpuBackwardBuilder kv(parent, variant, mask, config);
+    if (failed(kv.buildKeyValueGrads((name + "_bwd_kv").str())))
+      return failure();
+    codegen::CpuBackwardBuilder q(parent, variant, mask, config);
+    return q.buildQueryGrads((name + "_bwd_q").str());
+  }
+};
+
+} // namespace
+
+const KernelForm &cpuBackwardForm() {
+  static const CpuBackwardForm form;
+  return form;
 }
 
 } // namespace attnc

@@ -1,6 +1,7 @@
 //===- CpuBackend.cpp - Lowering and JIT for the host CPU ----------------===//
 #include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/VariantInfo.h"
 #include "attnc/runtime/Backward.h"
 
@@ -54,7 +55,11 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   MaskAnalysis mask = analyzeMask(copy);
-  if (failed(buildFlashProgram(*m, copy, mask, config, "kernel"))) {
+  FormChoice choice = formFor(config.spec, "cpu", Direction::Forward);
+  FlashConfig cfg = config;
+  cfg.spec = choice.spec;
+  if (!choice || failed(buildForwardProgram(*choice.form, *m, *m, copy, mask,
+                                            cfg, "kernel"))) {
     error = "cannot build the tiled program for variant '" +
             variant.getSymName().str() + "'";
     return nullptr;
@@ -81,8 +86,11 @@ OwningOpRef<ModuleOp> buildBackwardTiledModule(attn::VariantOp variant,
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
-  if (failed(buildBackwardProgram(*m, copy, analyzeMask(copy), config,
-                                  "kernel"))) {
+  FormChoice choice = formFor(config.spec, "cpu", Direction::Backward);
+  FlashConfig cfg = config;
+  cfg.spec = choice.spec;
+  if (!choice || failed(buildBackwardProgram(*choice.form, *m, *m, copy,
+                                             analyzeMask(copy), cfg, "kernel"))) {
     error = "cannot build the backward program of '" +
             variant.getSymName().str() + "'";
     return nullptr;
