@@ -18,6 +18,38 @@ KernelForm::tileCandidates(const rt::KernelSpec &, llvm::StringRef) const {
   return {};
 }
 
+mlir::LogicalResult KernelForm::build(mlir::Operation *container,
+                                      mlir::ModuleOp parent,
+                                      mlir::attn::VariantOp variant,
+                                      const MaskAnalysis &mask,
+                                      const FlashConfig &config,
+                                      llvm::StringRef name) const {
+  if (direction() == Direction::Forward)
+    return lower(buildForwardKernel(parent, variant, this->name(), config, name),
+                 mask, container);
+  auto [q, kv] =
+      buildBackwardKernels(parent, variant, this->name(), config, name);
+  if (mlir::failed(lower(q, mask, container)))
+    return mlir::failure();
+  return lower(kv, mask, container);
+}
+
+mlir::LogicalResult KernelForm::lower(mlir::flash::KernelOp kernel,
+                                      const MaskAnalysis &,
+                                      mlir::Operation *) const {
+  return kernel.emitOpError("the form '")
+         << name() << "' does not lower flash IR";
+}
+
+const KernelForm *formOf(mlir::flash::KernelOp kernel) {
+  Direction d = kernel.getKind() == "forward" ? Direction::Forward
+                                              : Direction::Backward;
+  for (const KernelForm *f : kernelForms())
+    if (f->direction() == d && f->name() == kernel.getForm())
+      return f;
+  return nullptr;
+}
+
 llvm::ArrayRef<const KernelForm *> kernelForms() {
   static const KernelForm *const kForms[] = {
       &mmaSyncForm(),          // NVIDIA, f16/bf16 on tensor cores

@@ -235,6 +235,49 @@ Value ProgramBuilder::gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W
   }
 }
 
+Value ProgramBuilder::emitMapBody(
+    Block &body, ValueRange args,
+    function_ref<Value(Operation &, ArrayRef<Value>)> custom) {
+  int64_t W = 0;
+  for (Value a : args)
+    if (auto vt = dyn_cast<VectorType>(a.getType()))
+      W = vt.getNumElements();
+  IRMapping map;
+  for (auto [a, x] : llvm::zip(body.getArguments(), args))
+    map.map(a, x);
+  auto widen = [&](Value x) -> Value {
+    if (!W || isa<VectorType>(x.getType()))
+      return x;
+    return vector::BroadcastOp::create(
+        b_, VectorType::get({W}, x.getType()), x);
+  };
+  for (Operation &op : body.without_terminator()) {
+    SmallVector<Value> operands;
+    for (Value v : op.getOperands())
+      operands.push_back(widen(map.lookup(v)));
+    if (custom)
+      if (Value r = custom(op, operands)) {
+        map.map(op.getResult(0), r);
+        continue;
+      }
+    if (!W || op.getNumOperands() == 0) {
+      // Scalars, and constants (broadcast where a vector op uses them).
+      Operation *c = b_.clone(op, map);
+      map.map(op.getResult(0), c->getResult(0));
+      continue;
+    }
+    // arith/math ops are elementwise-mappable: the same op on vectors.
+    OperationState st(op.getLoc(), op.getName());
+    st.addOperands(operands);
+    st.addAttributes(op.getAttrs());
+    for (Type t : op.getResultTypes())
+      st.addTypes(VectorType::get({W}, t));
+    map.map(op.getResult(0), b_.create(st)->getResult(0));
+  }
+  Value y = map.lookup(body.getTerminator()->getOperand(0));
+  return widen(y);
+}
+
 Value ProgramBuilder::emitModifierVec(Block &block,
                                 const llvm::DenseMap<Value, Value> &vecArgs,
                                 const llvm::DenseSet<Value> &uniformSet,

@@ -272,6 +272,13 @@ protected:
                         const llvm::DenseSet<Value> &uniformSet,
                         IRMapping &uniform, int64_t W);
   Value gatherVec(attn::GatherOp g, ArrayRef<Value> idx, int64_t W);
+  /// A flash map's body (flash.rows_map, flash.scores_map: arith and math)
+  /// on `args`, scalars or vectors of one width (the body's scalar
+  /// constants are broadcast); `custom`, when given, may emit an op itself
+  /// from its mapped operands (a null result clones it).
+  Value emitMapBody(Block &body, ValueRange args,
+                    function_ref<Value(Operation &, ArrayRef<Value>)> custom =
+                        nullptr);
   /// Reads elements [0, n) of a K or V row starting at `row` (stride
   /// `stride`) as f32, zero where `keep` is false, and hands each to
   /// `put(d, x)`; with unit stride, 8 at a time, to `put8(d, x8)` when given

@@ -14,6 +14,7 @@
 #define ATTNC_CODEGEN_FLASHPROGRAM_H
 
 #include "attnc/Analysis/MaskAnalysis.h"
+#include "attnc/Tiled/TiledProgram.h"
 #include "attnc/runtime/Attention.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -21,11 +22,6 @@
 namespace attnc {
 
 class KernelForm;
-
-struct FlashConfig {
-  rt::KernelSpec spec;
-  int64_t vectorWidth = 8; // f32 lanes of the target's SIMD registers (CPU)
-};
 
 /// Adds the forward program of `form` for `config` (configured by the
 /// form) to `container` (the module on the CPU, a gpu.module inside

@@ -70,14 +70,24 @@ public:
   virtual std::vector<rt::KernelSpec>
   tileCandidates(const rt::KernelSpec &request, llvm::StringRef target) const;
   /// Adds the entries `name` + suffix for `config.spec` (configured) to
-  /// `container`: the module (CPU) or a gpu.module inside `parent`.
+  /// `container` (the module on the CPU, a gpu.module inside `parent` on a
+  /// GPU): the tiled program's kernels of its direction (TiledProgram.h),
+  /// each lowered by the form.
   virtual mlir::LogicalResult build(mlir::Operation *container,
                                     mlir::ModuleOp parent,
                                     mlir::attn::VariantOp variant,
                                     const MaskAnalysis &mask,
                                     const FlashConfig &config,
-                                    llvm::StringRef name) const = 0;
+                                    llvm::StringRef name) const;
+  /// Lowers one flash.kernel of this form (its config and variant are on
+  /// it) into an entry of the same name in `container`, and erases it.
+  virtual mlir::LogicalResult lower(mlir::flash::KernelOp kernel,
+                                    const MaskAnalysis &mask,
+                                    mlir::Operation *container) const;
 };
+
+/// The form a flash.kernel names (its `form` and kind), or null.
+const KernelForm *formOf(mlir::flash::KernelOp kernel);
 
 /// Every form, in order of preference.
 llvm::ArrayRef<const KernelForm *> kernelForms();

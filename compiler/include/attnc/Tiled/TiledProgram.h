@@ -1,0 +1,55 @@
+//===- TiledProgram.h - The flash algorithm, written once ------*- C++ -*-===//
+//
+// Builds the tile-level program of a variant's kernels in the `flash`
+// dialect: the forward (the visited-tile loop, QK^T, the modifiers, the
+// online softmax in one unit convention, P V and the epilogue) and the
+// backward's two kernels (P recomputed from the LSE, dP, dS, score_grad,
+// dQ, dK, dV). Every kernel form lowers this IR (KernelForm.h); nothing
+// else writes the algorithm.
+//
+// The softmax's convention: the running maximum m is in the scores' own
+// units (after the modifiers), and exponentials are taken in base 2 with
+// log2(e) folded into one FMA, p = 2^(s log2(e) - m log2(e)); LSE = m +
+// ln(l), -inf (and O = 0) for a row with no key.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_TILED_TILEDPROGRAM_H
+#define ATTNC_TILED_TILEDPROGRAM_H
+
+#include "attn/AttnDialect.h"
+#include "flash/FlashDialect.h"
+#include "attnc/runtime/Attention.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace attnc {
+
+/// A kernel's configuration as a form builds it.
+struct FlashConfig {
+  rt::KernelSpec spec;
+  int64_t vectorWidth = 8; // f32 lanes of the target's SIMD registers (CPU)
+};
+
+/// The forward kernel `name` of `variant` for the form named `form`.
+mlir::flash::KernelOp buildForwardKernel(mlir::ModuleOp module,
+                                         mlir::attn::VariantOp variant,
+                                         llvm::StringRef form,
+                                         const FlashConfig &config,
+                                         llvm::StringRef name);
+
+/// The backward's kernels `<name>_bwd_q` and `<name>_bwd_kv` (the variant
+/// needs its score_grad region).
+std::pair<mlir::flash::KernelOp, mlir::flash::KernelOp>
+buildBackwardKernels(mlir::ModuleOp module, mlir::attn::VariantOp variant,
+                     llvm::StringRef form, const FlashConfig &config,
+                     llvm::StringRef name);
+
+/// The configuration a flash.kernel records.
+FlashConfig configOf(mlir::flash::KernelOp kernel);
+
+/// The variant a flash.kernel is of.
+mlir::attn::VariantOp variantOf(mlir::flash::KernelOp kernel);
+
+} // namespace attnc
+
+#endif
