@@ -83,7 +83,7 @@ private:
   Item it;
   Tile tile;
   Value Qs, Kt, Vs, Acc, rowsUp;
-  Block *entryBlock = nullptr;
+  Operation *allocAnchor = nullptr;
   DenseMap<Value, ScoreTile> scores;
   DenseMap<Value, SmallVector<Operation *>> applied; // buffer -> its ops
   func::FuncOp fn_;
@@ -97,7 +97,7 @@ Value CpuKernel::rowBuffer(Value v) {
   // One buffer per value, made at the function's entry and zeroed there:
   // rows past an item's end are never written and stay finite.
   OpBuilder::InsertionGuard g(b_);
-  b_.setInsertionPoint(entryBlock->getTerminator());
+  b_.setInsertionPoint(allocAnchor);
   Value buf = alloca(BM);
   loop0(cIdx(0), cIdx(BM), 1, [&](Value r) { store(cF32(0.0), buf, r); });
   buffers[v] = buf;
@@ -113,17 +113,13 @@ LogicalResult CpuKernel::lower(flash::KernelOp kernel) {
                                  b_.getFunctionType(args, {}));
   fn_ = fn;
   Block *entry = fn.addEntryBlock();
-  // Allocations go to a block of their own at the entry (rowBuffer), ahead
-  // of the loops.
+  // Allocations (rowBuffer) go before this marker, ahead of the loops.
   b_.setInsertionPointToStart(entry);
-  auto allocs = scf::ExecuteRegionOp::create(b_, TypeRange{});
-  entryBlock = b_.createBlock(&allocs.getRegion());
-  scf::YieldOp::create(b_);
-  b_.setInsertionPointToEnd(entry);
+  allocAnchor = cIdx(0).getDefiningOp();
   e = loadEntry(fn.getArguments());
   {
     OpBuilder::InsertionGuard g(b_);
-    b_.setInsertionPoint(entryBlock->getTerminator());
+    b_.setInsertionPoint(allocAnchor);
     Qs = alloca(BM * D);
     Kt = alloca(D * BN);
     Vs = alloca(BN * DV);
@@ -178,7 +174,7 @@ LogicalResult CpuKernel::lowerOp(Operation &op, Block::iterator &next,
   if (auto z = dyn_cast<flash::ZeroAccOp>(op)) {
     {
       OpBuilder::InsertionGuard g(b_);
-      b_.setInsertionPoint(entryBlock->getTerminator());
+      b_.setInsertionPoint(allocAnchor);
       Acc = alloca(BM * DV);
     }
     buffers[z] = Acc;
@@ -337,7 +333,7 @@ void CpuKernel::product(Value result) {
   Value S;
   {
     OpBuilder::InsertionGuard g(b_);
-    b_.setInsertionPoint(entryBlock->getTerminator());
+    b_.setInsertionPoint(allocAnchor);
     S = alloca(BM * BN);
   }
   scores[result] = ScoreTile{S, {}};

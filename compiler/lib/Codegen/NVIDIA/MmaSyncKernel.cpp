@@ -101,7 +101,7 @@ public:
     KP = BN / 16;
     TH = L.warps * 32;
   }
-  LogicalResult build(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult lower(flash::KernelOp kernel, gpu::GPUModuleOp module);
 
 private:
   /// This thread's query rows: m-tile mt, half k (row g or g + 8).
@@ -149,9 +149,23 @@ private:
   Frag qFragment(int64_t mt, int64_t ks);
   void loadTile(Value j, Value base);
   Value nextVisited(Value from, Value nKT, IRMapping &inv);
-  SmallVector<Value> computeTile(Value j, Value kBase, ValueRange state,
-                                 IRMapping &inv);
-  void epilogue(ValueRange fin);
+  /// The flash ops of a kernel body, in order.
+  LogicalResult lowerOps(Block::iterator from, Block::iterator to);
+  LogicalResult lowerOp(Operation &op);
+  /// The pipelined loop over visited tiles (flash.for_tiles).
+  LogicalResult lowerTileLoop(flash::ForTilesOp loop);
+  /// A map body per register: exp2 on the special-function unit.
+  Value mapBody(Block &body, ValueRange args);
+  void storeOutput(flash::StoreOutputOp op);
+
+  /// Per flash value: a thread's registers (tiles: element (mt, nt, c) at
+  /// (mt * NT + nt) * 4 + c; accumulators: (mt * DT + dt) * 4 + c; per-row
+  /// values: one per row mt * 2 + k).
+  DenseMap<Value, SmallVector<Value>> regs;
+  IRMapping inv;
+  Value nKT;
+  Tile tile;
+  Value stageBase;
 
   TensorCoreLayout L;
   MmaFragments mf{b_, elem_};
@@ -347,159 +361,269 @@ Value TensorCoreKernel::nextVisited(Value from, Value nKT, IRMapping &inv) {
   return w.getResult(0);
 }
 
-SmallVector<Value> TensorCoreKernel::computeTile(Value j, Value kBase,
-                                                 ValueRange state,
-                                                 IRMapping &inv) {
-  Tile t = tileAt(it, j, inv);
-  Value vBase = add(kBase, cIdx(BN * L.ldK));
-  // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
-  // .trans) feeds every m-tile of the warp.
-  SmallVector<SmallVector<Frag>> S(
-      MT, SmallVector<Frag>(NT, Frag(4, e.zeroF)));
-  for (int64_t ks = 0; ks < KS; ++ks) {
-    SmallVector<Frag> a;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
-    for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
-      Value key = add(mul(divu(mat, 2), cIdx(8)), r8);
-      Frag regs = ldmatrix(sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key,
-                                       remu(mat, 2), 16 * nt2, 2 * ks),
-                           false);
-      for (int64_t mt = 0; mt < MT; ++mt)
-        for (int64_t h = 0; h < 2; ++h)
-          S[mt][2 * nt2 + h] =
-              mma(a[mt], {regs[2 * h], regs[2 * h + 1]}, S[mt][2 * nt2 + h]);
-    }
-  }
-  // score_mod(S x scale) on every element; mask_mod on partial tiles and
-  // tails only. Scores stay in natural units: the softmax folds log2(e).
-  SmallVector<Value> kvpos(NT * 2);
-  for (int64_t nt = 0; nt < NT; ++nt)
-    for (int64_t c = 0; c < 2; ++c)
-      kvpos[nt * 2 + c] = arith::IndexCastOp::create(
-          b_, i32_, add(t.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
-  // Element (mt, nt, c) of this thread is at flat index (mt * NT + nt) * 4 + c.
-  SmallVector<Value> sv;
-  for (int64_t mt = 0; mt < MT; ++mt)
-    for (int64_t nt = 0; nt < NT; ++nt)
-      for (int64_t c = 0; c < 4; ++c) {
-        int64_t r = mt * 2 + (c >> 1);
-        Value x = arith::MulFOp::create(b_, S[mt][nt][c], e.scale);
-        sv.push_back(emitModifier(
-            v_.getScoreBlock(),
-            {x, it.bI32, rows[r].hI32, rows[r].qpos, kvpos[nt * 2 + (c & 1)]},
-            &scoreRow[r]));
-      }
-  SmallVector<Value> y = ifYield(
-      arith::XOrIOp::create(b_, t.skipMask,
-                            arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
-      sv, [&] {
-        SmallVector<Value> out;
-        for (int64_t mt = 0; mt < MT; ++mt)
-          for (int64_t nt = 0; nt < NT; ++nt)
-            for (int64_t c = 0; c < 4; ++c) {
-              int64_t r = mt * 2 + (c >> 1);
-              Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
-              Value in = cmp(arith::CmpIPredicate::slt, col, t.cols);
-              Value m = emitModifier(v_.getMaskBlock(),
-                                     {it.bI32, rows[r].hI32, rows[r].qpos,
-                                      kvpos[nt * 2 + (c & 1)]},
-                                     &maskRow[r]);
-              out.push_back(select(andI(in, m),
-                                   sv[(mt * NT + nt) * 4 + c], e.ninf));
-            }
-        return out;
-      });
-  // Online softmax per row; max over the row's 4 lanes (xor 1, 2).
-  const int64_t R = 2 * MT, oN = MT * DT * 4;
-  SmallVector<Value> next(state.begin(), state.end());
-  SmallVector<Value> alpha(R), negM(R);
-  for (int64_t r = 0; r < R; ++r) {
-    int64_t mt = r / 2, half = r % 2;
-    Value mx = e.ninf;
-    for (int64_t nt = 0; nt < NT; ++nt)
-      for (int64_t c = 2 * half; c < 2 * half + 2; ++c)
-        mx = arith::MaximumFOp::create(b_, mx, y[(mt * NT + nt) * 4 + c]);
-    mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
-    mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
-    Value mOld = state[oN + r];
-    Value mNew = arith::MaximumFOp::create(b_, mOld, mx);
-    Value none = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ, mNew,
-                                       e.ninf);
-    Value mUse = select(none, e.zeroF, mNew);
-    negM[r] = arith::NegFOp::create(b_, arith::MulFOp::create(b_, mUse, e.log2e));
-    alpha[r] = ex2(arith::MulFOp::create(
-        b_, arith::SubFOp::create(b_, mOld, mUse), e.log2e));
-    next[oN + r] = mNew;
-  }
-  // p = 2^(y log2(e) - m log2(e)): one FMA per score.
-  SmallVector<Value> P(y.size());
-  SmallVector<Value> sum(R, e.zeroF);
-  for (int64_t mt = 0; mt < MT; ++mt)
-    for (int64_t nt = 0; nt < NT; ++nt)
-      for (int64_t c = 0; c < 4; ++c) {
-        int64_t r = mt * 2 + (c >> 1), at = (mt * NT + nt) * 4 + c;
-        P[at] = ex2(math::FmaOp::create(b_, y[at], e.log2e, negM[r]));
-        sum[r] = arith::AddFOp::create(b_, sum[r], P[at]);
-      }
-  for (int64_t r = 0; r < R; ++r)
-    next[oN + R + r] = arith::AddFOp::create(
-        b_, arith::MulFOp::create(b_, state[oN + R + r], alpha[r]), sum[r]);
-  SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
-  for (int64_t mt = 0; mt < MT; ++mt)
-    for (int64_t dt = 0; dt < DT; ++dt)
-      for (int64_t c = 0; c < 4; ++c)
-        O[mt][dt].push_back(arith::MulFOp::create(
-            b_, state[(mt * DT + dt) * 4 + c], alpha[mt * 2 + (c >> 1)]));
-  // O += P V: P's accumulator fragments are the A fragments of the second
-  // MMA (converted in registers); each V fragment (ldmatrix.trans) feeds
-  // every m-tile.
-  auto packP = [&](int64_t mt, int64_t nt, int64_t c) {
-    int64_t at = (mt * NT + nt) * 4 + c;
-    return packF32Pair(P[at], P[at + 1]);
-  };
-  for (int64_t kk = 0; kk < KP; ++kk) {
-    SmallVector<Frag> a;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      a.push_back({packP(mt, 2 * kk, 0), packP(mt, 2 * kk, 2),
-                   packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
-    for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
-      Value key = add(mul(remu(mat, 2), cIdx(8)), r8);
-      Frag regs = ldmatrix(sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key,
-                                       divu(mat, 2), 16 * kk, 2 * dt2),
-                           true);
-      for (int64_t mt = 0; mt < MT; ++mt)
-        for (int64_t h = 0; h < 2; ++h)
-          O[mt][2 * dt2 + h] =
-              mma(a[mt], {regs[2 * h], regs[2 * h + 1]}, O[mt][2 * dt2 + h]);
-    }
-  }
-  for (int64_t mt = 0; mt < MT; ++mt)
-    for (int64_t dt = 0; dt < DT; ++dt)
-      for (int64_t c = 0; c < 4; ++c)
-        next[(mt * DT + dt) * 4 + c] = O[mt][dt][c];
-  return next;
+Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
+  return emitMapBody(body, args, [&](Operation &op, ArrayRef<Value> x) {
+    return isa<math::Exp2Op>(op) ? ex2(x[0]) : Value();
+  });
 }
 
-/// The row's sum over its 4 lanes, O / l (0 for rows with no key; a NaN l
-/// from non-finite scores propagates), LSE = m + ln l (-inf for those),
-/// written by lane tig 0. O's two adjacent columns go out as one 4-byte
-/// store where strides and alignment allow.
-void TensorCoreKernel::epilogue(ValueRange fin) {
-  const int64_t R = 2 * MT, oN = MT * DT * 4;
+LogicalResult TensorCoreKernel::lowerOps(Block::iterator from,
+                                         Block::iterator to) {
+  for (Block::iterator i = from; i != to; ++i)
+    if (failed(lowerOp(*i)))
+      return failure();
+  return success();
+}
+
+LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
+  const int64_t R = 2 * MT;
+  auto rowsOf = [&](Value v) -> const SmallVector<Value> & { return regs[v]; };
+  if (isa<flash::WorkItemOp>(op))
+    return success(); // one block per item: decoded at the entry
+  if (isa<flash::LoadQueryOp>(op)) {
+    loadQ();
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    return success();
+  }
+  if (auto z = dyn_cast<flash::ZeroAccOp>(op)) {
+    regs[z] = SmallVector<Value>(MT * DT * 4, e.zeroF);
+    return success();
+  }
+  if (auto f = dyn_cast<flash::FillRowsOp>(op)) {
+    regs[f] = SmallVector<Value>(R, cF32(f.getValue().convertToFloat()));
+    return success();
+  }
+  if (auto z = dyn_cast<flash::ZeroPartialsOp>(op)) {
+    regs[z] = SmallVector<Value>(R, e.zeroF);
+    return success();
+  }
+  if (auto l = dyn_cast<flash::ForTilesOp>(op))
+    return lowerTileLoop(l);
+  if (auto l = dyn_cast<flash::LoadKeyValueOp>(op)) {
+    regs[l] = {stageBase}; // the loop staged it
+    return success();
+  }
+  if (auto p = dyn_cast<flash::ProductOp>(op)) {
+    if (p.getWith() != "k")
+      return op.emitOpError("the mma.sync forward form takes Q K^T only");
+    Value kBase = regs[p.getKv()][0];
+    // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
+    // .trans) feeds every m-tile of the warp.
+    SmallVector<SmallVector<Frag>> S(MT, SmallVector<Frag>(NT, Frag(4, e.zeroF)));
+    for (int64_t ks = 0; ks < KS; ++ks) {
+      SmallVector<Frag> a;
+      for (int64_t mt = 0; mt < MT; ++mt)
+        a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
+      for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
+        Value key = add(mul(divu(mat, 2), cIdx(8)), r8);
+        Frag fr = ldmatrix(sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key,
+                                       remu(mat, 2), 16 * nt2, 2 * ks),
+                           false);
+        for (int64_t mt = 0; mt < MT; ++mt)
+          for (int64_t h = 0; h < 2; ++h)
+            S[mt][2 * nt2 + h] =
+                mma(a[mt], {fr[2 * h], fr[2 * h + 1]}, S[mt][2 * nt2 + h]);
+      }
+    }
+    SmallVector<Value> flat;
+    for (auto &m : S)
+      for (auto &f : m)
+        flat.append(f.begin(), f.end());
+    regs[p] = flat;
+    return success();
+  }
+  if (auto a = dyn_cast<flash::ApplyModsOp>(op)) {
+    const SmallVector<Value> &S = regs[a.getScores()];
+    // score_mod(S x scale) on every element; mask_mod on partial tiles and
+    // tails only.
+    SmallVector<Value> kvpos(NT * 2);
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 0; c < 2; ++c)
+        kvpos[nt * 2 + c] = arith::IndexCastOp::create(
+            b_, i32_, add(tile.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
+    SmallVector<Value> sv;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t r = mt * 2 + (c >> 1);
+          Value x = arith::MulFOp::create(b_, S[(mt * NT + nt) * 4 + c], e.scale);
+          sv.push_back(emitModifier(
+              v_.getScoreBlock(),
+              {x, it.bI32, rows[r].hI32, rows[r].qpos, kvpos[nt * 2 + (c & 1)]},
+              &scoreRow[r]));
+        }
+    regs[a] = ifYield(
+        arith::XOrIOp::create(b_, tile.skipMask,
+                              arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
+        sv, [&] {
+          SmallVector<Value> out;
+          for (int64_t mt = 0; mt < MT; ++mt)
+            for (int64_t nt = 0; nt < NT; ++nt)
+              for (int64_t c = 0; c < 4; ++c) {
+                int64_t r = mt * 2 + (c >> 1);
+                Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
+                Value in = cmp(arith::CmpIPredicate::slt, col, tile.cols);
+                Value m = emitModifier(v_.getMaskBlock(),
+                                       {it.bI32, rows[r].hI32, rows[r].qpos,
+                                        kvpos[nt * 2 + (c & 1)]},
+                                       &maskRow[r]);
+                out.push_back(
+                    select(andI(in, m), sv[(mt * NT + nt) * 4 + c], e.ninf));
+              }
+          return out;
+        });
+    return success();
+  }
+  if (auto m = dyn_cast<flash::RowMaxOp>(op)) {
+    // A row's maximum over its 4 lanes (xor 1, 2).
+    const SmallVector<Value> &y = regs[m.getScores()];
+    SmallVector<Value> out(R);
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t mt = r / 2, half = r % 2;
+      Value mx = e.ninf;
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 2 * half; c < 2 * half + 2; ++c)
+          mx = arith::MaximumFOp::create(b_, mx, y[(mt * NT + nt) * 4 + c]);
+      mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
+      out[r] = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
+    }
+    regs[m] = out;
+    return success();
+  }
+  if (auto s = dyn_cast<flash::RowSumOp>(op)) {
+    // This lane's part of each row (flash.complete adds the lanes).
+    const SmallVector<Value> &p = regs[s.getScores()];
+    SmallVector<Value> out(R, e.zeroF);
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t r = mt * 2 + (c >> 1);
+          out[r] = arith::AddFOp::create(b_, out[r], p[(mt * NT + nt) * 4 + c]);
+        }
+    regs[s] = out;
+    return success();
+  }
+  if (auto m = dyn_cast<flash::RowsMapOp>(op)) {
+    SmallVector<Value> out(R);
+    for (int64_t r = 0; r < R; ++r) {
+      SmallVector<Value> args;
+      for (Value in : m.getInputs())
+        args.push_back(rowsOf(in)[r]);
+      out[r] = mapBody(m.getBody().front(), args);
+    }
+    regs[m] = out;
+    return success();
+  }
+  if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
+    SmallVector<Value> out;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t r = mt * 2 + (c >> 1), at = (mt * NT + nt) * 4 + c;
+          SmallVector<Value> args;
+          for (Value t : m.getScores())
+            args.push_back(regs[t][at]);
+          for (Value in : m.getRows())
+            args.push_back(rowsOf(in)[r]);
+          out.push_back(mapBody(m.getBody().front(), args));
+        }
+    regs[m] = out;
+    return success();
+  }
+  if (auto s = dyn_cast<flash::RescaleSumOp>(op)) {
+    SmallVector<Value> out(R);
+    for (int64_t r = 0; r < R; ++r)
+      out[r] = arith::AddFOp::create(
+          b_, arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
+                                    rowsOf(s.getScale())[r]),
+          rowsOf(s.getAdd())[r]);
+    regs[s] = out;
+    return success();
+  }
+  if (auto c = dyn_cast<flash::CompleteOp>(op)) {
+    SmallVector<Value> out(R);
+    for (int64_t r = 0; r < R; ++r) {
+      Value l = rowsOf(c.getSums())[r];
+      l = arith::AddFOp::create(b_, l, shfl(l, 1));
+      out[r] = arith::AddFOp::create(b_, l, shfl(l, 2));
+    }
+    regs[c] = out;
+    return success();
+  }
+  if (auto s = dyn_cast<flash::ScaleAccOp>(op)) {
+    const SmallVector<Value> &o = regs[s.getAcc()];
+    const SmallVector<Value> &alpha = rowsOf(s.getScale());
+    SmallVector<Value> out;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t dt = 0; dt < DT; ++dt)
+        for (int64_t c = 0; c < 4; ++c)
+          out.push_back(arith::MulFOp::create(b_, o[(mt * DT + dt) * 4 + c],
+                                              alpha[mt * 2 + (c >> 1)]));
+    regs[s] = out;
+    return success();
+  }
+  if (auto a = dyn_cast<flash::AccumulateOp>(op)) {
+    if (a.getKind() != "pv")
+      return op.emitOpError("the mma.sync forward form lowers pv only");
+    const SmallVector<Value> &P = regs[a.getScores()];
+    const SmallVector<Value> &o = regs[a.getAcc()];
+    Value vBase = add(regs[a.getWith()][0], cIdx(BN * L.ldK));
+    SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t dt = 0; dt < DT; ++dt)
+        for (int64_t c = 0; c < 4; ++c)
+          O[mt][dt].push_back(o[(mt * DT + dt) * 4 + c]);
+    // O += P V: P's accumulator fragments are the A fragments of the second
+    // MMA (converted in registers); each V fragment (ldmatrix.trans) feeds
+    // every m-tile.
+    auto packP = [&](int64_t mt, int64_t nt, int64_t c) {
+      int64_t at = (mt * NT + nt) * 4 + c;
+      return packF32Pair(P[at], P[at + 1]);
+    };
+    for (int64_t kk = 0; kk < KP; ++kk) {
+      SmallVector<Frag> fa;
+      for (int64_t mt = 0; mt < MT; ++mt)
+        fa.push_back({packP(mt, 2 * kk, 0), packP(mt, 2 * kk, 2),
+                      packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
+      for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
+        Value key = add(mul(remu(mat, 2), cIdx(8)), r8);
+        Frag fr = ldmatrix(sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key,
+                                       divu(mat, 2), 16 * kk, 2 * dt2),
+                           true);
+        for (int64_t mt = 0; mt < MT; ++mt)
+          for (int64_t h = 0; h < 2; ++h)
+            O[mt][2 * dt2 + h] =
+                mma(fa[mt], {fr[2 * h], fr[2 * h + 1]}, O[mt][2 * dt2 + h]);
+      }
+    }
+    SmallVector<Value> out;
+    for (auto &m : O)
+      for (auto &f : m)
+        out.append(f.begin(), f.end());
+    regs[a] = out;
+    return success();
+  }
+  if (auto st = dyn_cast<flash::StoreOutputOp>(op)) {
+    storeOutput(st);
+    return success();
+  }
+  return op.emitOpError("is not lowered by the mma.sync forward form");
+}
+
+/// O = acc * inv_l per row, O's two adjacent columns as one 4-byte store
+/// where strides and alignment allow; LSE written by lane tig 0.
+void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
+  const int64_t R = 2 * MT;
+  const SmallVector<Value> &fin = regs[op.getAcc()];
+  const SmallVector<Value> &invLs = regs[op.getInvL()];
+  const SmallVector<Value> &lses = regs[op.getLse()];
   Value c0 = cIdx(0);
   VectorType pair = VectorType::get({2}, elem_);
   for (int64_t r = 0; r < R; ++r) {
     const Row &row = rows[r];
     int64_t mt = r / 2, half = r % 2;
-    Value l = fin[oN + R + r];
-    l = arith::AddFOp::create(b_, l, shfl(l, 1));
-    l = arith::AddFOp::create(b_, l, shfl(l, 2));
-    Value m = fin[oN + r];
+    Value invL = invLs[r];
     ifThen(row.live, [&] {
-      Value pos =
-          arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, l, e.zeroF);
-      Value invL = select(pos, arith::DivFOp::create(b_, cF32(1.0), l), e.zeroF);
       Value h = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.hI32);
       Value i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.iI32);
       Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])),
@@ -527,22 +651,95 @@ void TensorCoreKernel::epilogue(ValueRange fin) {
               }
           });
       ifThen(andI(e.hasLse, cmp(arith::CmpIPredicate::eq, tig, c0)), [&] {
-        Value mUse = select(pos, m, e.zeroF);
-        Value lg = arith::AddFOp::create(
-            b_, mUse,
-            arith::MulFOp::create(b_, math::Log2Op::create(b_, l), e.ln2));
         Value at = add(add(mul(it.oB, e.ls[0]), mul(h, e.ls[1])),
                        mul(i, e.ls[2]));
-        store(select(pos, lg, e.ninf), e.lse, at);
+        store(lses[r], e.lse, at);
       });
     });
   }
 }
 
-LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
+LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  // Prologue: the first visited tile into stage 0 (Q's copy is already
+  // committed), then Q's fragments once it has landed.
+  Value first = nextVisited(it.jlo, nKT, inv);
+  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT),
+         [&] { loadTile(first, c0); });
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+  if (L.qInRegisters) {
+    NVVM::CpAsyncWaitGroupOp::create(b_, 1);
+    gpu::BarrierOp::create(b_);
+    qf.assign(MT, {});
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t ks = 0; ks < KS; ++ks)
+        qf[mt].push_back(qFragment(mt, ks));
+  }
+
+  // The loop over visited tiles: (j, the stage's first element, the
+  // iteration values' registers), j and the stage as i32 (one register
+  // each across the loop).
+  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  SmallVector<Value> init = {toI32(first), cI32(0)};
+  SmallVector<size_t> widths;
+  for (Value v : loopOp.getInits()) {
+    init.append(regs[v]);
+    widths.push_back(regs[v].size());
+  }
+  SmallVector<Type> types = llvm::to_vector(ValueRange(init).getTypes());
+  auto w = scf::WhileOp::create(b_, types, init);
+  Block &body = loopOp.getBody().front();
+  auto yield = cast<flash::YieldOp>(body.getTerminator());
+  LogicalResult result = success();
+  {
+    OpBuilder::InsertionGuard g2(b_);
+    SmallVector<Location> locs(types.size(), b_.getLoc());
+    Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+    scf::ConditionOp::create(
+        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), toI32(nKT)),
+        before->getArguments());
+    Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+    Value j = toIdx32(after->getArgument(0)), stage = after->getArgument(1);
+    // Tile j has arrived (its group is the only one pending) and every warp
+    // is past the previous tile, whose stage the prefetch now refills.
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    gpu::BarrierOp::create(b_);
+    Value next = nextVisited(add(j, c1), nKT, inv);
+    Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
+    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT),
+           [&] { loadTile(next, toIdx32(other)); });
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    tile = tileAt(it, j, inv);
+    stageBase = toIdx32(stage);
+    size_t at = 2;
+    for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
+      regs[arg] = SmallVector<Value>(after->getArguments().slice(at, n));
+      at += n;
+    }
+    if (failed(lowerOps(body.begin(), Block::iterator(yield))))
+      result = failure();
+    SmallVector<Value> out = {toI32(next), other};
+    for (Value v : yield.getValues())
+      out.append(regs[v]);
+    scf::YieldOp::create(b_, out);
+  }
+  NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+  size_t at = 2;
+  for (auto [res, n] : llvm::zip(loopOp.getResults(), widths)) {
+    regs[res] = SmallVector<Value>(w.getResults().slice(at, n));
+    at += n;
+  }
+  return result;
+}
+
+LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
+                                      gpu::GPUModuleOp module) {
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
-  auto fn = gpu::GPUFuncOp::create(b_, name,
+  auto fn = gpu::GPUFuncOp::create(b_, kernel.getSymName(),
                                    b_.getFunctionType(kernelArgs(), {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
@@ -592,66 +789,14 @@ LogicalResult TensorCoreKernel::build(gpu::GPUModuleOp module, StringRef name) {
                 andI(rowMajor(e.vs, 8), aligned(e.v, 16)));
   fastO = andI(rowMajor(e.os, 2), aligned(e.o, 4));
 
-  IRMapping inv;
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
-  Value nKT = it.jhi; // the end of the item's KV split
+  nKT = it.jhi; // the end of the item's KV split
 
-  // Prologue: Q, then the first visited tile into stage 0.
-  loadQ();
-  NVVM::CpAsyncCommitGroupOp::create(b_);
-  Value first = nextVisited(it.jlo, nKT, inv);
-  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT),
-         [&] { loadTile(first, c0); });
-  NVVM::CpAsyncCommitGroupOp::create(b_);
-  if (L.qInRegisters) {
-    NVVM::CpAsyncWaitGroupOp::create(b_, 1);
-    gpu::BarrierOp::create(b_);
-    qf.assign(MT, {});
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t ks = 0; ks < KS; ++ks)
-        qf[mt].push_back(qFragment(mt, ks));
-  }
-
-  // The loop over visited tiles: (j, the stage's first element, O, m, l),
-  // j and the stage as i32 (one register each across the loop).
-  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
-  auto toIdx32 = [&](Value x) {
-    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
-  };
-  SmallVector<Value> init = {toI32(first), cI32(0)};
-  init.append(MT * DT * 4, e.zeroF);
-  init.append(2 * MT, e.ninf);
-  init.append(2 * MT, e.zeroF);
-  SmallVector<Type> types = llvm::to_vector(ValueRange(init).getTypes());
-  auto loopOp = scf::WhileOp::create(b_, types, init);
-  {
-    OpBuilder::InsertionGuard g2(b_);
-    SmallVector<Location> locs(types.size(), b_.getLoc());
-    Block *before = b_.createBlock(&loopOp.getBefore(), {}, types, locs);
-    scf::ConditionOp::create(
-        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), toI32(nKT)),
-        before->getArguments());
-    Block *after = b_.createBlock(&loopOp.getAfter(), {}, types, locs);
-    Value j = toIdx32(after->getArgument(0)), stage = after->getArgument(1);
-    // Tile j has arrived (its group is the only one pending) and every warp
-    // is past the previous tile, whose stage the prefetch now refills.
-    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
-    gpu::BarrierOp::create(b_);
-    Value next = nextVisited(add(j, c1), nKT, inv);
-    Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
-    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT),
-           [&] { loadTile(next, toIdx32(other)); });
-    NVVM::CpAsyncCommitGroupOp::create(b_);
-    SmallVector<Value> state = computeTile(
-        j, toIdx32(stage), after->getArguments().drop_front(2), inv);
-    SmallVector<Value> yield = {toI32(next), other};
-    yield.append(state);
-    scf::YieldOp::create(b_, yield);
-  }
-  NVVM::CpAsyncWaitGroupOp::create(b_, 0);
-  epilogue(loopOp.getResults().drop_front(2));
+  Block &body = kernel.getBlock();
+  if (failed(lowerOps(body.begin(), body.end())))
+    return failure();
   gpu::ReturnOp::create(b_);
   return success();
 }
@@ -789,16 +934,23 @@ public:
       }
     return out;
   }
-  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
-                      const MaskAnalysis &mask, const FlashConfig &config,
-                      StringRef name) const override {
-    parent->getContext()
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *container) const override {
+    if (kernel.getKind() != "forward")
+      return kernel.emitOpError("the mma.sync forward form lowers forward "
+                                "kernels");
+    kernel->getContext()
         ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                       arith::ArithDialect, math::MathDialect,
                       vector::VectorDialect, NVVM::NVVMDialect,
                       nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
-    codegen::TensorCoreKernel k(parent, v, mask, config);
-    return k.build(cast<gpu::GPUModuleOp>(container), name);
+    codegen::TensorCoreKernel lowering(kernel->getParentOfType<ModuleOp>(),
+                                       variantOf(kernel), mask,
+                                       configOf(kernel));
+    if (failed(lowering.lower(kernel, cast<gpu::GPUModuleOp>(container))))
+      return failure();
+    kernel.erase();
+    return success();
   }
 };
 

@@ -17,154 +17,391 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 namespace {
 
+/// The SIMT form's lowering of a forward flash.kernel: one block per work
+/// item, one thread per query row. K^T and V tiles are staged in f32
+/// shared memory; a thread's per-row values are scalars (in a one-element
+/// buffer across tiles) and its row of scores a local buffer, written as
+/// the reductions read it: the product, the modifiers and the maps of one
+/// key in one pass. Threads past the item's rows stage tiles and reach the
+/// barriers but compute nothing.
 class SimtKernel : public ProgramBuilder {
 public:
   using ProgramBuilder::ProgramBuilder;
-  LogicalResult build(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult lower(flash::KernelOp kernel, gpu::GPUModuleOp module);
+
+private:
+  /// A row of scores: the ops that make it (the product first, then
+  /// element-wise ops), and how many of them its buffer holds.
+  struct ScoreRow {
+    SmallVector<Operation *> chain;
+  };
+  LogicalResult lowerOps(Block::iterator from, Block::iterator to);
+  LogicalResult lowerOp(Operation &op, Block::iterator &next,
+                        Block::iterator end);
+  Value reduceRow(Value s, StringRef kind);
+  Value buffer1(Value init);
+
+  Entry e;
+  Item it;
+  Tile tile;
+  Value Kt, Vs, Qp, Sp, tid, live, qpos, hI32;
+  IRMapping scoreRow, maskRow;
+  SmallVector<Operation *> applied; // what Sp holds
+  DenseMap<Value, ScoreRow> scores;
+  DenseMap<Value, Value> scalar;    // rows and partials values
+  DenseMap<Value, Value> accBuf;    // acc values -> the thread's buffer
+  DenseMap<Value, Value> accScale;  // acc from flash.scale_acc -> scale
+  Operation *allocAnchor = nullptr;
 };
 
-LogicalResult SimtKernel::build(gpu::GPUModuleOp module, StringRef name) {
+Value SimtKernel::buffer1(Value init) {
+  Value buf;
+  {
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(allocAnchor);
+    buf = alloca(1);
+  }
+  store(init, buf, cIdx(0));
+  return buf;
+}
+
+LogicalResult SimtKernel::lower(flash::KernelOp kernel,
+                                gpu::GPUModuleOp module) {
   SmallVector<Type> args = kernelArgs();
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
-  auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
+  auto fn = gpu::GPUFuncOp::create(b_, kernel.getSymName(),
+                                   b_.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   auto shared = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
-  Value Kt = fn.addWorkgroupAttribution(
+  Kt = fn.addWorkgroupAttribution(
       MemRefType::get({D * BN}, f32_, MemRefLayoutAttrInterface(), shared),
       fn.getLoc());
-  Value Vs = fn.addWorkgroupAttribution(
+  Vs = fn.addWorkgroupAttribution(
       MemRefType::get({BN * DV}, f32_, MemRefLayoutAttrInterface(), shared),
       fn.getLoc());
   b_.setInsertionPointToStart(&fn.getBody().front());
-  Entry e = loadEntry(fn.getArguments());
-  Value q = e.q, k = e.k, v = e.v;
+  // Allocations go before this marker, ahead of everything else.
+  allocAnchor = cIdx(0).getDefiningOp();
+  e = loadEntry(fn.getArguments());
   Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
-  Value r = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
-  const SmallVector<Value> &qs = e.qs, &ks = e.ks, &vs = e.vs;
-  Value scale = e.scale, ninf = e.ninf, zeroF = e.zeroF, log2e = e.log2e;
-  Value c0 = cIdx(0), c1 = cIdx(1);
-  // Per-thread state: the query row, one row of scores, the accumulator,
-  // and the running max and sum.
-  Value Qp = alloca(D), Sp = alloca(BN), Acc = alloca(DV), ML = alloca(2);
-
-  Item it = decodeItem(e, item);
-  Value bb = it.b, bI32 = it.bI32, kBase = it.kBase, vBase = it.vBase;
-  Value live =
-      arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
+  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  it = decodeItem(e, item);
+  {
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPoint(allocAnchor);
+    Qp = alloca(D);
+    Sp = alloca(BN);
+  }
+  live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, it.rows);
   // Rows past the end read the last row (their results are not stored).
-  auto [hr, ir] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
-  Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
-  Value hI32 = arith::IndexCastOp::create(b_, i32_, hr);
-  Value qRow = add(add(mul(bb, qs[0]), mul(hr, qs[1])), mul(ir, qs[2]));
-  loop0(c0, cIdx(D), 1, [&](Value d) {
-    Value x = toF32(load(q, add(qRow, mul(d, qs[3]))));
-    store(select(live, x, zeroF), Qp, d);
-  });
-  loop0(c0, cIdx(DV), 1, [&](Value d) { store(zeroF, Acc, d); });
-  store(ninf, ML, c0);
-  store(zeroF, ML, c1);
+  auto [hr, ir] = rowCoords(e, it, minI(tid, sub(it.rows, cIdx(1))));
+  qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
+  hI32 = arith::IndexCastOp::create(b_, i32_, hr);
+  Block &sb = v_.getScoreBlock(), &mb = v_.getMaskBlock();
+  scoreRow = hoistUniform(sb, {0, 4},
+                          {e.zeroF, it.bI32, hI32, qpos, cI32(0)});
+  maskRow = hoistUniform(mb, {3}, {it.bI32, hI32, qpos, cI32(0)});
+  Block &body = kernel.getBlock();
+  if (failed(lowerOps(body.begin(), body.end())))
+    return failure();
+  gpu::ReturnOp::create(b_);
+  return success();
+}
 
-  // The class is the same for every thread of the block, so the barriers
-  // inside are reached by all or none.
-  forEachVisitedTile(it, [&](const Tile &tile) {
-      Value kv0 = tile.kv0, cols = tile.cols, khi = tile.khi,
-            skipMask = tile.skipMask;
-      // The block's threads stage K^T and V (f32) in shared memory.
-      // Contiguous and paged K/V each get their own copy of the loops.
-      Value paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
-                                          ipAt(abi::kPageSize), c0);
-      auto stage = [&](bool pagedRows) {
-        auto rowOffset = [&](Value row, Value base, Value s2, int64_t slot) {
-          return pagedRows ? pagedRowOffset(it, row, base, s2, slot)
-                           : add(base, mul(row, s2));
-        };
-        loop0(r, cIdx(BN * D), BM, [&](Value idx) {
-          Value c = arith::DivUIOp::create(b_, idx, cIdx(D));
-          Value d = arith::RemUIOp::create(b_, idx, cIdx(D));
-          Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
-          Value row = minI(add(kv0, c), khi);
-          Value x = toF32(load(k, add(rowOffset(row, kBase, ks[2], abi::kKStride),
-                                      mul(d, ks[3]))));
-          store(select(in, x, zeroF), Kt, add(mul(d, cIdx(BN)), c));
-        });
-        loop0(r, cIdx(BN * DV), BM, [&](Value idx) {
-          Value c = arith::DivUIOp::create(b_, idx, cIdx(DV));
-          Value d = arith::RemUIOp::create(b_, idx, cIdx(DV));
-          Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
-          Value row = minI(add(kv0, c), khi);
-          Value x = toF32(load(v, add(rowOffset(row, vBase, vs[2], abi::kVStride),
-                                      mul(d, vs[3]))));
-          store(select(in, x, zeroF), Vs, add(mul(c, cIdx(DV)), d));
-        });
-      };
-      ifThenElse(paged, [&] { stage(true); }, [&] { stage(false); });
-      gpu::BarrierOp::create(b_);
-      ifThen(live, [&] {
-        auto mx = loop(c0, cIdx(BN), 1, {ninf}, [&](Value c, ValueRange it) {
-          auto dot = loop(c0, cIdx(D), 1, {zeroF}, [&](Value d, ValueRange a) {
+LogicalResult SimtKernel::lowerOps(Block::iterator from, Block::iterator to) {
+  for (Block::iterator i = from; i != to;) {
+    Operation &op = *i++;
+    if (failed(lowerOp(op, i, to)))
+      return failure();
+  }
+  return success();
+}
+
+Value SimtKernel::reduceRow(Value s, StringRef kind) {
+  ScoreRow &row = scores[s];
+  assert(applied.size() <= row.chain.size() &&
+         std::equal(applied.begin(), applied.end(), row.chain.begin()) &&
+         "a row rewritten by another chain");
+  SmallVector<Operation *> todo(row.chain.begin() + applied.size(),
+                                row.chain.end());
+  applied = row.chain;
+  Block &sb = v_.getScoreBlock(), &mb = v_.getMaskBlock();
+  Value c0 = cIdx(0);
+  Value ident = kind == "max" ? e.ninf : e.zeroF;
+  auto rowLoop = [&](bool withMask) {
+    auto l = loop(c0, cIdx(BN), 1, {ident}, [&](Value c, ValueRange acc) {
+      Value x = load(Sp, c);
+      Value kvpos = arith::IndexCastOp::create(b_, i32_, add(tile.kv0, c));
+      for (Operation *op : todo) {
+        if (isa<flash::ProductOp>(op)) {
+          auto dot = loop(c0, cIdx(D), 1, {e.zeroF}, [&](Value d, ValueRange a) {
             Value prod = arith::MulFOp::create(
                 b_, load(Qp, d), load(Kt, add(mul(d, cIdx(BN)), c)));
             return SmallVector<Value>{arith::AddFOp::create(b_, a[0], prod)};
           });
-          Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
-          Value s = arith::MulFOp::create(b_, dot.getResult(0), scale);
-          s = emitModifier(v_.getScoreBlock(), {s, bI32, hI32, qpos, kvpos});
-          s = arith::MulFOp::create(b_, s, log2e);
-          auto keep = scf::IfOp::create(b_, TypeRange{b_.getI1Type()}, skipMask,
-                                        /*withElse=*/true);
-          {
-            OpBuilder::InsertionGuard g(b_);
-            b_.setInsertionPointToStart(keep.thenBlock());
-            scf::YieldOp::create(
-                b_, Value(arith::ConstantOp::create(b_, b_.getBoolAttr(true))));
-            b_.setInsertionPointToStart(keep.elseBlock());
-            Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
-            Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
-            scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, in, m)));
+          x = dot.getResult(0);
+        } else if (isa<flash::ApplyModsOp>(op)) {
+          x = arith::MulFOp::create(b_, x, e.scale);
+          x = emitModifier(sb, {x, it.bI32, hI32, qpos, kvpos}, &scoreRow);
+          if (withMask) {
+            Value in =
+                arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, tile.cols);
+            Value m = emitModifier(mb, {it.bI32, hI32, qpos, kvpos}, &maskRow);
+            x = select(arith::AndIOp::create(b_, in, m), x, e.ninf);
           }
-          s = select(keep.getResult(0), s, ninf);
-          store(s, Sp, c);
-          return SmallVector<Value>{arith::MaximumFOp::create(b_, it[0], s)};
-        });
-        Value mOld = load(ML, c0);
-        Value mNew = arith::MaximumFOp::create(b_, mOld, mx.getResult(0));
-        Value isNinf = arith::CmpFOp::create(b_, arith::CmpFPredicate::OEQ, mNew, ninf);
-        Value mUse = select(isNinf, zeroF, mNew);
-        Value alpha = math::Exp2Op::create(b_, arith::SubFOp::create(b_, mOld, mUse));
-        auto sum = loop(c0, cIdx(BN), 1, {zeroF}, [&](Value c, ValueRange it) {
-          Value p = math::Exp2Op::create(
-              b_, arith::SubFOp::create(b_, load(Sp, c), mUse));
-          store(p, Sp, c);
-          return SmallVector<Value>{arith::AddFOp::create(b_, it[0], p)};
-        });
-        store(mNew, ML, c0);
-        store(arith::AddFOp::create(
-                  b_, arith::MulFOp::create(b_, load(ML, c1), alpha),
-                  sum.getResult(0)),
-              ML, c1);
-        loop0(c0, cIdx(DV), 1, [&](Value d) {
-          auto pv = loop(c0, cIdx(BN), 1,
-                         {arith::MulFOp::create(b_, load(Acc, d), alpha)},
-                         [&](Value c, ValueRange a) {
-                           Value prod = arith::MulFOp::create(
-                               b_, load(Sp, c), load(Vs, add(mul(c, cIdx(DV)), d)));
-                           return SmallVector<Value>{
-                               arith::AddFOp::create(b_, a[0], prod)};
-                         });
-          store(pv.getResult(0), Acc, d);
-        });
+        } else {
+          auto m = cast<flash::ScoresMapOp>(op);
+          SmallVector<Value> margs = {x};
+          for (Value r : m.getRows())
+            margs.push_back(scalar.lookup(r));
+          x = emitMapBody(m.getBody().front(), margs);
+        }
+      }
+      if (!todo.empty())
+        store(x, Sp, c);
+      if (kind == "max")
+        return SmallVector<Value>{arith::MaximumFOp::create(b_, acc[0], x)};
+      if (kind == "add")
+        return SmallVector<Value>{arith::AddFOp::create(b_, acc[0], x)};
+      return SmallVector<Value>{acc[0]};
+    });
+    return l.getResult(0);
+  };
+  bool mods = llvm::any_of(todo, [](Operation *o) {
+    return isa<flash::ApplyModsOp>(o);
+  });
+  if (!mods)
+    return rowLoop(false);
+  // Full tiles without a tail never evaluate mask_mod.
+  auto branch = scf::IfOp::create(b_, TypeRange{f32_}, tile.skipMask,
+                                  /*withElse=*/true);
+  OpBuilder::InsertionGuard g(b_);
+  b_.setInsertionPointToStart(branch.thenBlock());
+  scf::YieldOp::create(b_, rowLoop(false));
+  b_.setInsertionPointToStart(branch.elseBlock());
+  scf::YieldOp::create(b_, rowLoop(true));
+  return branch.getResult(0);
+}
+
+LogicalResult SimtKernel::lowerOp(Operation &op, Block::iterator &next,
+                                  Block::iterator end) {
+  Value c0 = cIdx(0);
+  if (isa<flash::WorkItemOp>(op))
+    return success(); // one block per item: decoded at the entry
+  if (isa<flash::LoadQueryOp>(op)) {
+    auto [hr, ir] = rowCoords(e, it, minI(tid, sub(it.rows, cIdx(1))));
+    Value qRow = add(add(mul(it.b, e.qs[0]), mul(hr, e.qs[1])),
+                     mul(ir, e.qs[2]));
+    loop0(c0, cIdx(D), 1, [&](Value d) {
+      Value x = toF32(load(e.q, add(qRow, mul(d, e.qs[3]))));
+      store(select(live, x, e.zeroF), Qp, d);
+    });
+    return success();
+  }
+  if (auto z = dyn_cast<flash::ZeroAccOp>(op)) {
+    Value acc;
+    {
+      OpBuilder::InsertionGuard g(b_);
+      b_.setInsertionPoint(allocAnchor);
+      acc = alloca(DV);
+    }
+    loop0(c0, cIdx(DV), 1, [&](Value d) { store(e.zeroF, acc, d); });
+    accBuf[z] = acc;
+    return success();
+  }
+  if (auto f = dyn_cast<flash::FillRowsOp>(op)) {
+    scalar[f] = cF32(f.getValue().convertToFloat());
+    return success();
+  }
+  if (auto z = dyn_cast<flash::ZeroPartialsOp>(op)) {
+    scalar[z] = e.zeroF;
+    return success();
+  }
+  if (auto loopOp = dyn_cast<flash::ForTilesOp>(op)) {
+    // Per-row iteration values cross tiles in one-element buffers;
+    // accumulators are updated in place.
+    Block &body = loopOp.getBody().front();
+    SmallVector<Value> bufs;
+    for (Value init : loopOp.getInits())
+      bufs.push_back(isa<flash::AccType>(init.getType())
+                         ? accBuf.lookup(init)
+                         : buffer1(scalar.lookup(init)));
+    auto y = cast<flash::YieldOp>(body.getTerminator());
+    LogicalResult result = success();
+    // The class is the same for every thread of the block, so the barriers
+    // inside are reached by all or none.
+    forEachVisitedTile(it, [&](const Tile &t) {
+      tile = t;
+      for (auto [arg, buf] :
+           llvm::zip(body.getArguments().drop_front(), bufs)) {
+        if (isa<flash::AccType>(arg.getType()))
+          accBuf[arg] = buf;
+      }
+      // Staging first (every thread), then the live rows' work.
+      Block::iterator i = body.begin();
+      for (; i != Block::iterator(y); ++i)
+        if (isa<flash::LoadKeyValueOp>(*i)) {
+          Block::iterator n = std::next(i);
+          if (failed(lowerOp(*i, n, Block::iterator(y))))
+            result = failure();
+          ++i;
+          break;
+        }
+      ifThen(live, [&] {
+        for (auto [arg, buf] :
+             llvm::zip(body.getArguments().drop_front(), bufs))
+          if (!isa<flash::AccType>(arg.getType()))
+            scalar[arg] = load(buf, c0);
+        if (failed(lowerOps(i, Block::iterator(y))))
+          result = failure();
+        for (auto [v, buf] : llvm::zip(y.getValues(), bufs)) {
+          if (isa<flash::AccType>(v.getType())) {
+            if (accBuf.lookup(v) != buf)
+              result = op.emitOpError("an accumulator not updated in place");
+          } else {
+            store(scalar.lookup(v), buf, c0);
+          }
+        }
       });
       // Everyone is done with this tile before it is overwritten.
       gpu::BarrierOp::create(b_);
-  });
-  ifThen(live, [&] {
-    emitRowEpilogue(e, it, r, load(ML, c0), load(ML, c1),
-                    [&](Value d) { return load(Acc, d); });
-  });
-  gpu::ReturnOp::create(b_);
-  return success();
+    });
+    for (auto [res, buf] : llvm::zip(loopOp.getResults(), bufs)) {
+      if (isa<flash::AccType>(res.getType()))
+        accBuf[res] = buf;
+      else
+        scalar[res] = load(buf, c0);
+    }
+    return result;
+  }
+  if (isa<flash::LoadKeyValueOp>(op)) {
+    // The block's threads stage K^T and V (f32) in shared memory.
+    // Contiguous and paged K/V each get their own copy of the loops.
+    Value paged = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
+                                        ipAt(abi::kPageSize), c0);
+    auto stage = [&](bool pagedRows) {
+      auto rowOffset = [&](Value row, Value base, Value s2, int64_t slot) {
+        return pagedRows ? pagedRowOffset(it, row, base, s2, slot)
+                         : add(base, mul(row, s2));
+      };
+      for (auto [dst, src, width, base, st, slot, transposed] :
+           {std::tuple{Kt, e.k, D, it.kBase, &e.ks, abi::kKStride, true},
+            std::tuple{Vs, e.v, DV, it.vBase, &e.vs, abi::kVStride, false}}) {
+        loop0(tid, cIdx(BN * width), BM, [&](Value idx) {
+          Value c = arith::DivUIOp::create(b_, idx, cIdx(width));
+          Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
+          Value in =
+              arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, tile.cols);
+          Value row = minI(add(tile.kv0, c), tile.khi);
+          Value x = toF32(load(src, add(rowOffset(row, base, (*st)[2], slot),
+                                        mul(d, (*st)[3]))));
+          Value at = transposed ? add(mul(d, cIdx(BN)), c)
+                                : add(mul(c, cIdx(DV)), d);
+          store(select(in, x, e.zeroF), dst, at);
+        });
+      }
+    };
+    ifThenElse(paged, [&] { stage(true); }, [&] { stage(false); });
+    gpu::BarrierOp::create(b_);
+    return success();
+  }
+  if (auto p = dyn_cast<flash::ProductOp>(op)) {
+    scores[p] = ScoreRow{{&op}};
+    applied.clear();
+    return success();
+  }
+  if (auto a = dyn_cast<flash::ApplyModsOp>(op)) {
+    ScoreRow row = scores.lookup(a.getScores());
+    row.chain.push_back(&op);
+    scores[a] = row;
+    return success();
+  }
+  if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
+    if (m.getScores().size() != 1)
+      return op.emitOpError("the SIMT forward form maps one tile at a time");
+    ScoreRow row = scores.lookup(m.getScores()[0]);
+    row.chain.push_back(&op);
+    scores[m] = row;
+    return success();
+  }
+  if (auto m = dyn_cast<flash::RowMaxOp>(op)) {
+    scalar[m] = reduceRow(m.getScores(), "max");
+    return success();
+  }
+  if (auto s = dyn_cast<flash::RowSumOp>(op)) {
+    scalar[s] = reduceRow(s.getScores(), "add");
+    return success();
+  }
+  if (auto m = dyn_cast<flash::RowsMapOp>(op)) {
+    SmallVector<Value> args;
+    for (Value in : m.getInputs())
+      args.push_back(scalar.lookup(in));
+    scalar[m] = emitMapBody(m.getBody().front(), args);
+    return success();
+  }
+  if (auto s = dyn_cast<flash::RescaleSumOp>(op)) {
+    scalar[s] = arith::AddFOp::create(
+        b_,
+        arith::MulFOp::create(b_, scalar.lookup(s.getSum()),
+                              scalar.lookup(s.getScale())),
+        scalar.lookup(s.getAdd()));
+    return success();
+  }
+  if (auto c = dyn_cast<flash::CompleteOp>(op)) {
+    scalar[c] = scalar.lookup(c.getSums()); // a thread holds its whole row
+    return success();
+  }
+  if (auto s = dyn_cast<flash::ScaleAccOp>(op)) {
+    accBuf[s] = accBuf.lookup(s.getAcc());
+    accScale[s] = scalar.lookup(s.getScale());
+    return success();
+  }
+  if (auto a = dyn_cast<flash::AccumulateOp>(op)) {
+    if (a.getKind() != "pv")
+      return op.emitOpError("the SIMT forward form lowers pv only");
+    if (!scores.lookup(a.getScores()).chain.empty() &&
+        applied != scores.lookup(a.getScores()).chain)
+      return op.emitOpError("P V reads a row with pending ops");
+    Value acc = accBuf.lookup(a.getAcc());
+    Value alpha = accScale.lookup(a.getAcc());
+    accBuf[a] = acc;
+    loop0(c0, cIdx(DV), 1, [&](Value d) {
+      Value init = load(acc, d);
+      if (alpha)
+        init = arith::MulFOp::create(b_, init, alpha);
+      auto pv = loop(c0, cIdx(BN), 1, {init}, [&](Value c, ValueRange x) {
+        Value prod = arith::MulFOp::create(b_, load(Sp, c),
+                                           load(Vs, add(mul(c, cIdx(DV)), d)));
+        return SmallVector<Value>{arith::AddFOp::create(b_, x[0], prod)};
+      });
+      store(pv.getResult(0), acc, d);
+    });
+    return success();
+  }
+  if (auto st = dyn_cast<flash::StoreOutputOp>(op)) {
+    Value acc = accBuf.lookup(st.getAcc());
+    Value invL = scalar.lookup(st.getInvL()), lse = scalar.lookup(st.getLse());
+    ifThen(live, [&] {
+      auto [h, i] = rowCoords(e, it, tid);
+      Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])),
+                       mul(i, e.os[2]));
+      loop0(c0, cIdx(DV), 1, [&](Value d) {
+        Value x = arith::MulFOp::create(b_, load(acc, d), invL);
+        store(fromF32(x), e.o, add(oRow, mul(d, e.os[3])));
+      });
+      ifThen(e.hasLse, [&] {
+        Value at = add(add(mul(it.oB, e.ls[0]), mul(h, e.ls[1])),
+                       mul(i, e.ls[2]));
+        store(lse, e.lse, at);
+      });
+    });
+    return success();
+  }
+  (void)next;
+  (void)end;
+  return op.emitOpError("is not lowered by the SIMT forward form");
 }
 
 } // namespace
@@ -206,15 +443,20 @@ public:
     l.staticSharedBytes = (s.headDim + s.vHeadDim) * s.blockN * 4;
     return {KernelEntry{"", l, {}}};
   }
-  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
-                      const MaskAnalysis &mask, const FlashConfig &config,
-                      StringRef name) const override {
-    parent->getContext()
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *container) const override {
+    if (kernel.getKind() != "forward")
+      return kernel.emitOpError("the SIMT forward form lowers forward kernels");
+    kernel->getContext()
         ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                       arith::ArithDialect, math::MathDialect,
                       vector::VectorDialect>();
-    codegen::SimtKernel kernel(parent, v, mask, config);
-    return kernel.build(cast<gpu::GPUModuleOp>(container), name);
+    codegen::SimtKernel lowering(kernel->getParentOfType<ModuleOp>(),
+                                 variantOf(kernel), mask, configOf(kernel));
+    if (failed(lowering.lower(kernel, cast<gpu::GPUModuleOp>(container))))
+      return failure();
+    kernel.erase();
+    return success();
   }
 };
 
