@@ -15,7 +15,29 @@
 
 #include "ProgramBuilder.h"
 
+#include "flash/FlashDialect.h"
+
 namespace attnc::codegen {
+
+/// A backward kernel's tile body as the tiled program writes it
+/// (TiledProgram.cpp): the query-side loads, the two products, the pair
+/// terms P, dS and dX, and what accumulates them. Each backward form runs
+/// the pair terms at its own granularity (a tile, a 16-column chunk, a
+/// pair) and its products its own way.
+struct PairSection {
+  mlir::flash::LoadKeyValueOp kv;          // bwd_q: in the body
+  mlir::flash::LoadQueryOp q, dO;          // bwd_kv: in the body
+  mlir::flash::LoadRowsOp lse, delta;      // bwd_kv: in the body
+  mlir::flash::ProductOp s, dp;
+  mlir::flash::ProbabilitiesOp p;
+  mlir::flash::ScoresMapOp ds;
+  mlir::flash::ScoreGradOp dx;
+  mlir::flash::AccumulateOp dq, dk, dv;    // those the kernel has
+  mlir::flash::AddOwnedQueryGradOp ownedDq; // bwd_kv, may be null
+};
+/// The section of a loop body (flash.for_tiles of bwd_q, flash.for_query_
+/// tiles of bwd_kv); an op it does not expect is an error.
+mlir::FailureOr<PairSection> findPairSection(mlir::Block &body);
 
 class BackwardBuilder : public ProgramBuilder {
 public:
@@ -30,12 +52,13 @@ protected:
   void bindGradients(Value grads, bool atomic);
   /// Whether score_grad adds into any parameter's gradient.
   bool accumulates();
-  /// One kept (query, key) pair: P and dX (see above) from the scaled score
-  /// `xs`, dP = dO . v, the row's LSE and delta, at (b, h, qpos, kv) (i32).
-  /// With `accumulate`, score_grad's accumulates are emitted too.
-  std::pair<Value, Value> keyGradient(const Entry &e, Value xs, Value b,
-                                      Value h, Value qpos, Value kv, Value dp,
-                                      Value lse, Value delta, bool accumulate);
+  /// One kept (query, key) pair's P and dX from the section's ops: P =
+  /// exp(score_mod(xs) - lse) (flash.probabilities), dS from its flash.scores_map body (its operands
+  /// are P, dP and delta), dX = scale score_grad(xs, dS) with the
+  /// section's accumulate flag; `s` is the unscaled score.
+  std::pair<Value, Value> pairValues(PairSection sec, const Entry &e,
+                                     Value s, Value dp, Value lse, Value delta,
+                                     Value b, Value h, Value qpos, Value kv);
   /// score_grad's ops in order: accumulates (when `accumulate`) into the
   /// gradient buffer, the rest on demand; returns the yielded value.
   Value emitGrad(Block &block, IRMapping &map, bool accumulate);

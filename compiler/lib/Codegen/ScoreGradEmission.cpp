@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "BackwardBuilder.h"
 
+#include "llvm/ADT/TypeSwitch.h"
+
 using namespace mlir;
 
 namespace attnc::codegen {
@@ -87,20 +89,62 @@ Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
   llvm_unreachable("score_grad ends with attn.yield");
 }
 
-std::pair<Value, Value>
-BackwardBuilder::keyGradient(const Entry &e, Value xs, Value b, Value h,
-                             Value qpos, Value kv, Value dp, Value lse,
-                             Value delta, bool accumulate) {
-  Value s = emitModifier(v_.getScoreBlock(), ValueRange{xs, b, h, qpos, kv});
-  Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, s, lse));
-  Value ds =
-      arith::MulFOp::create(b_, p, arith::SubFOp::create(b_, dp, delta));
+std::pair<Value, Value> BackwardBuilder::pairValues(
+    PairSection sec, const Entry &e, Value s, Value dp, Value lse,
+    Value delta, Value b, Value h, Value qpos, Value kv) {
+  Value xs = arith::MulFOp::create(b_, s, e.scale);
+  Value sm = emitModifier(v_.getScoreBlock(), ValueRange{xs, b, h, qpos, kv});
+  Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, sm, lse));
+  // dS as the tiled program writes it.
+  SmallVector<Value> args;
+  for (Value t : sec.ds.getScores())
+    args.push_back(t.getDefiningOp<flash::ProbabilitiesOp>() ? p : dp);
+  for (Value r : sec.ds.getRows()) {
+    auto rows = r.getDefiningOp<flash::LoadRowsOp>();
+    args.push_back(rows && rows.getValue() == "delta" ? delta : lse);
+  }
+  Value ds = emitMapBody(sec.ds.getBody().front(), args);
   Block &grad = *v_.getGradBlock();
   IRMapping map;
-  SmallVector<Value> args = {xs, b, h, qpos, kv, ds};
-  map.map(grad.getArguments(), args);
-  Value dx = emitGrad(grad, map, accumulate);
+  SmallVector<Value> gargs = {xs, b, h, qpos, kv, ds};
+  map.map(grad.getArguments(), gargs);
+  Value dx = emitGrad(grad, map, sec.dx.getAccumulate());
   return {p, arith::MulFOp::create(b_, dx, e.scale)};
+}
+
+} // namespace attnc::codegen
+
+namespace attnc::codegen {
+
+FailureOr<PairSection> findPairSection(Block &body) {
+  PairSection sec;
+  for (Operation &op : body.without_terminator()) {
+    bool known = true;
+    llvm::TypeSwitch<Operation *>(&op)
+        .Case([&](flash::LoadKeyValueOp o) { sec.kv = o; })
+        .Case([&](flash::LoadQueryOp o) {
+          (o.getTensor() == "q" ? sec.q : sec.dO) = o;
+        })
+        .Case([&](flash::LoadRowsOp o) {
+          (o.getValue() == "lse" ? sec.lse : sec.delta) = o;
+        })
+        .Case([&](flash::ProductOp o) { (o.getWith() == "k" ? sec.s : sec.dp) = o; })
+        .Case([&](flash::ProbabilitiesOp o) { sec.p = o; })
+        .Case([&](flash::ScoresMapOp o) { sec.ds = o; })
+        .Case([&](flash::ScoreGradOp o) { sec.dx = o; })
+        .Case([&](flash::AccumulateOp o) {
+          StringRef k = o.getKind();
+          (k == "dq" ? sec.dq : k == "dk" ? sec.dk : sec.dv) = o;
+        })
+        .Case([&](flash::AddOwnedQueryGradOp o) { sec.ownedDq = o; })
+        .Default([&](Operation *) { known = false; });
+    if (!known)
+      return op.emitOpError("is not part of a backward tile");
+  }
+  if (!sec.s || !sec.dp || !sec.p || !sec.ds || !sec.dx)
+    return body.getParentOp()->emitOpError(
+        "lacks the backward's products or pair terms");
+  return sec;
 }
 
 } // namespace attnc::codegen

@@ -38,8 +38,9 @@ class CpuBackwardBuilder : public BackwardBuilder {
 public:
   using BackwardBuilder::BackwardBuilder;
 
-  LogicalResult buildKeyValueGrads(StringRef name);
-  LogicalResult buildQueryGrads(StringRef name);
+  /// The lowering of a bwd_kv / bwd_q flash.kernel.
+  LogicalResult lowerKeyValueGrads(flash::KernelOp kernel);
+  LogicalResult lowerQueryGrads(flash::KernelOp kernel);
 
 private:
   /// The backward operands after the forward's.
@@ -71,9 +72,9 @@ private:
   /// out of range, into P and DX ([BN][BM] when `transposed`, else
   /// [BM][BN]); with `accumulate`, score_grad's parameter gradients too.
   /// With `dxRows` (a [BM][BN] tile), dX is also stored there row-major.
-  void scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse, Value Delta,
-                 Value P, Value DX, bool transposed, bool accumulate,
-                 Value dxRows = nullptr);
+  void scoreTile(const PairSection &sec, const Entry &e, const Item &it,
+                 const Tile &t, Value S, Value DP, Value Lse, Value Delta,
+                 Value P, Value DX, bool transposed, Value dxRows = nullptr);
   void zero(Value tile, int64_t n);
 };
 
@@ -186,9 +187,12 @@ void CpuBackwardBuilder::matmul(Value C, Value A, Value B, int64_t rows,
   });
 }
 
-void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t, Value S, Value DP, Value Lse,
-                                Value Delta, Value P, Value DX, bool transposed,
-                                bool accumulate, Value dxRows) {
+void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
+                                   const Item &it, const Tile &t, Value S,
+                                   Value DP, Value Lse, Value Delta, Value P,
+                                   Value DX, bool transposed, Value dxRows) {
+  PairSection pairs = sec;
+  bool accumulate = pairs.dx.getAccumulate();
   Block &mask = v_.getMaskBlock();
   // Without accumulates the per-key work has no side effect: it is computed
   // for every key and the masked ones selected away (a branch-free loop
@@ -216,12 +220,11 @@ void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t
             emitModifier(mask, ValueRange{it.bI32, it.hI32, qpos, kv}));
       keep = arith::AndIOp::create(b_, keep, rowLive);
       Value at = add(mul(r, cIdx(BN)), c);
-      Value xs = arith::MulFOp::create(b_, load(S, at), e.scale);
       Value dp = load(DP, at);
       Value zeroF = cF32(0.0);
       auto perKey = [&] {
-        auto [p, dx] = keyGradient(e, xs, it.bI32, it.hI32, qpos, kv, dp,
-                                   lse, delta, accumulate);
+        auto [p, dx] = pairValues(pairs, e, load(S, at), dp, lse, delta,
+                                  it.bI32, it.hI32, qpos, kv);
         return SmallVector<Value>{p, dx};
       };
       SmallVector<Value> pd;
@@ -243,12 +246,45 @@ void CpuBackwardBuilder::scoreTile(const Entry &e, const Item &it, const Tile &t
   ifThenElse(needMask, [&] { rows(true); }, [&] { rows(false); });
 }
 
-LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
+/// The kernel body's ops other than its loop must be these, once each
+/// (the tiled program's order is the lowering's).
+static LogicalResult expectOps(flash::KernelOp kernel,
+                               ArrayRef<StringRef> names) {
+  SmallVector<StringRef> want(names.begin(), names.end());
+  for (Operation &op : kernel.getBlock()) {
+    StringRef n = op.getName().getStringRef();
+    auto at = llvm::find(want, n);
+    if (at == want.end())
+      return op.emitOpError("is not lowered by the CPU backward form");
+    want.erase(at);
+  }
+  if (!want.empty())
+    return kernel.emitOpError("lacks ") << want.front();
+  return success();
+}
+
+LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
+  if (failed(expectOps(kernel, {"flash.work_item", "flash.kv_tile_of",
+                                "flash.load_kv", "flash.zero_acc",
+                                "flash.zero_acc", "flash.for_query_tiles",
+                                "flash.store_grad", "flash.store_grad"})))
+    return failure();
+  flash::ForQueryTilesOp loopOp;
+  kernel.getBlock().walk([&](flash::ForQueryTilesOp l) { loopOp = l; });
+  FailureOr<PairSection> found = findPairSection(loopOp.getBody().front());
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  if (!sec.dk || !sec.dv || !sec.q || !sec.dO || !sec.lse || !sec.delta)
+    return kernel.emitOpError("a bwd_kv tile accumulates dK and dV from "
+                              "staged query rows");
+  bool fusedQuery = bool(sec.ownedDq);
   Entry e;
   Extra x;
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
-  Tiles tiles = createEntry(name, e, x, begin, end);
+  b_.setInsertionPoint(kernel);
+  Tiles tiles = createEntry(kernel.getSymName(), e, x, begin, end);
   Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
         Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
   Value Pt = alloca(BN * BM), DXt = alloca(BN * BM), dK = alloca(BN * D),
@@ -259,9 +295,12 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
   // head), so the dQ rows of the group's heads are its own).
   Value slots = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
   Value per = ipAt(add(slots, cIdx(abi::kBwdTilesPerItem)));
-  Value fuse = arith::CmpIOp::create(
-      b_, arith::CmpIPredicate::ne,
-      ipAt(add(slots, cIdx(abi::kBwdFuseQuery))), cIdx(0));
+  Value fuse = fusedQuery ? Value(arith::CmpIOp::create(
+                                b_, arith::CmpIPredicate::ne,
+                                ipAt(add(slots, cIdx(abi::kBwdFuseQuery))),
+                                cIdx(0)))
+                          : Value(arith::ConstantOp::create(
+                                b_, b_.getBoolAttr(false)));
   Value chunks = arith::CeilDivUIOp::create(b_, nKT, per);
   Value Ks = alloca(BN * D), DX = alloca(BM * BN), dQt = alloca(BM * D);
   loop0(begin, end, 1, [&](Value item) {
@@ -304,8 +343,8 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
             zero(Pt, BN * BM);
             zero(DXt, BN * BM);
             ifThen(fuse, [&] { zero(DX, BM * BN); });
-            scoreTile(e, it, tile, S, DP, Lse, Delta, Pt, DXt,
-                      /*transposed=*/true, /*accumulate=*/true, DX);
+            scoreTile(sec, e, it, tile, S, DP, Lse, Delta, Pt, DXt,
+                      /*transposed=*/true, DX);
             matmul(dV, Pt, dOs, BN, DV, BM, true);
             matmul(dK, DXt, Qs, BN, D, BM, true);
             // dQ += dX K for the tile's rows, in the item's own dQ rows
@@ -350,12 +389,26 @@ LogicalResult CpuBackwardBuilder::buildKeyValueGrads(StringRef name) {
   return success();
 }
 
-LogicalResult CpuBackwardBuilder::buildQueryGrads(StringRef name) {
+LogicalResult CpuBackwardBuilder::lowerQueryGrads(flash::KernelOp kernel) {
+  if (failed(expectOps(kernel, {"flash.work_item", "flash.load_query",
+                                "flash.load_query", "flash.load_rows",
+                                "flash.load_rows", "flash.zero_acc",
+                                "flash.for_tiles", "flash.store_grad"})))
+    return failure();
+  flash::ForTilesOp loopOp;
+  kernel.getBlock().walk([&](flash::ForTilesOp l) { loopOp = l; });
+  FailureOr<PairSection> found = findPairSection(loopOp.getBody().front());
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  if (!sec.dq || !sec.kv)
+    return kernel.emitOpError("a bwd_q tile stages K/V and accumulates dQ");
   Entry e;
   Extra x;
   Value begin, end;
   OpBuilder::InsertionGuard guard(b_);
-  Tiles tiles = createEntry(name, e, x, begin, end);
+  b_.setInsertionPoint(kernel);
+  Tiles tiles = createEntry(kernel.getSymName(), e, x, begin, end);
   Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
         Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
   Value Ks = alloca(BN * D), P = alloca(BM * BN), DX = alloca(BM * BN),
@@ -370,8 +423,8 @@ LogicalResult CpuBackwardBuilder::buildQueryGrads(StringRef name) {
       matmul(S, Qs, Kt, BM, BN, D, false);
       matmul(DP, dOs, Vt, BM, BN, DV, false);
       zero(DX, BM * BN);
-      scoreTile(e, it, tile, S, DP, Lse, Delta, P, DX,
-                /*transposed=*/false, /*accumulate=*/false);
+      scoreTile(sec, e, it, tile, S, DP, Lse, Delta, P, DX,
+                /*transposed=*/false);
       matmul(dQ, DX, Ks, BM, D, BN, true);
     });
     loop0(cIdx(0), it.rows, 1, [&](Value r) {
@@ -412,23 +465,27 @@ public:
                                    attn::VariantOp) const override {
     return {KernelEntry{"_bwd_q", {}, {}}, KernelEntry{"_bwd_kv", {}, {}}};
   }
-  LogicalResult build(Operation *, ModuleOp parent, attn::VariantOp variant,
-                      const MaskAnalysis &mask, const FlashConfig &config,
-                      StringRef name) const override {
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *) const override {
+    FlashConfig config = configOf(kernel);
+    attn::VariantOp variant = variantOf(kernel);
     const rt::KernelSpec &s = config.spec;
     if (s.headDim % 8 || s.vHeadDim % 8 || s.blockN % 8 || s.blockM <= 0 ||
         s.headDim <= 0 || s.vHeadDim <= 0)
       return variant.emitError("invalid kernel configuration: head dims and "
                                "blockN must be multiples of 8");
-    parent->getContext()
+    kernel->getContext()
         ->loadDialect<func::FuncDialect, memref::MemRefDialect,
                       scf::SCFDialect, vector::VectorDialect,
                       arith::ArithDialect, math::MathDialect>();
-    codegen::CpuBackwardBuilder kv(parent, variant, mask, config);
-    if (failed(kv.buildKeyValueGrads((name + "_bwd_kv").str())))
+    codegen::CpuBackwardBuilder lowering(kernel->getParentOfType<ModuleOp>(),
+                                         variant, mask, config);
+    if (failed(kernel.getKind() == "bwd_kv"
+                   ? lowering.lowerKeyValueGrads(kernel)
+                   : lowering.lowerQueryGrads(kernel)))
       return failure();
-    codegen::CpuBackwardBuilder q(parent, variant, mask, config);
-    return q.buildQueryGrads((name + "_bwd_q").str());
+    kernel.erase();
+    return success();
   }
 };
 

@@ -13,6 +13,30 @@ namespace abi = attnc::rt::abi;
 
 namespace attnc::codegen {
 
+FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind) {
+  if (kernel.getKind() != kind)
+    return kernel.emitOpError("expected a ") << kind << " kernel";
+  Block *loopBody = nullptr;
+  for (Operation &op : kernel.getBlock()) {
+    if (auto l = dyn_cast<flash::ForTilesOp>(op); l && kind == "bwd_q")
+      loopBody = &l.getBody().front();
+    else if (auto l = dyn_cast<flash::ForQueryTilesOp>(op); l && kind == "bwd_kv")
+      loopBody = &l.getBody().front();
+    else if (!isa<flash::WorkItemOp, flash::LoadQueryOp, flash::LoadRowsOp,
+                   flash::ZeroAccOp, flash::StoreGradOp, flash::KvTileOfOp,
+                   flash::LoadKeyValueOp>(op))
+      return op.emitOpError("is not lowered by the GPU backward forms");
+  }
+  if (!loopBody)
+    return kernel.emitOpError("has no tile loop");
+  FailureOr<PairSection> sec = findPairSection(*loopBody);
+  if (failed(sec))
+    return failure();
+  if (kind == "bwd_q" ? !sec->dq : (!sec->dk || !sec->dv))
+    return kernel.emitOpError("does not accumulate the gradients of its kind");
+  return sec;
+}
+
 gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
                                                StringRef name,
                                                ArrayRef<SharedBuffer> shared,

@@ -17,6 +17,12 @@
 
 namespace attnc::codegen {
 
+/// The pair section of a GPU backward kernel of `kind` (bwd_q: a loop over
+/// KV tiles accumulating dQ; bwd_kv: a loop over query tiles accumulating
+/// dK and dV), its other ops checked: an op the GPU forms do not lower is
+/// an error.
+FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind);
+
 class GpuBackwardBuilder : public BackwardBuilder {
 public:
   using BackwardBuilder::BackwardBuilder;

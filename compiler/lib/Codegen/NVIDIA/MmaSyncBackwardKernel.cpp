@@ -10,7 +10,7 @@
 //   <name>_bwd_q   items (b, head, Q tile): Q and dO stay in shared memory;
 //                  per visited KV tile (K, V staged) a warp's rows get
 //                  S = Q K^T and dP = dO V^T (B from ldmatrix), dX per
-//                  element (BackwardBuilder::keyGradient), then
+//                  element (BackwardBuilder::pairValues), then
 //                  dQ += dX K (dX in registers as A, K by ldmatrix.trans).
 //   <name>_bwd_kv  items (b, KV head, KV tile): K and V stay in shared
 //                  memory; per query head of the group and visited Q tile
@@ -47,8 +47,9 @@ public:
       : GpuBackwardBuilder(m, v, mask, cfg), R(cfg.spec.blockM), TH(2 * R),
         C(16), ldQ(D + 8), ldO(DV + 8) {}
 
-  LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
-  LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult lowerQueryGrads(flash::KernelOp kernel, gpu::GPUModuleOp module);
+  LogicalResult lowerKeyValueGrads(flash::KernelOp kernel,
+                                   gpu::GPUModuleOp module);
 
 private:
   using Frag = MmaFragments::Frag;
@@ -87,7 +88,8 @@ private:
   /// _bwd_kv's work on the Q tile's rows [c0, c0 + C) (staged): the
   /// warp's keys get S^T and dP^T, P and dX per element, then dV += P^T dO
   /// and dK += dX^T Q.
-  void keyValueChunk(const Entry &e, const Item &it, const Tile &t,
+  void keyValueChunk(const PairSection &sec, const Entry &e, const Item &it,
+                     const Tile &t,
                      int64_t c0, ArrayRef<Value> keyLive, ArrayRef<Value> kv,
                      Value bI32, Value hI32, Frags &dk, Frags &dv);
   /// The keep flags of the thread's elements (row k = c / 2, column 8 nt +
@@ -276,8 +278,13 @@ void TensorCoreBackward::storeRows(const Frags &acc, Value dst,
     });
 }
 
-LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
-                                                  StringRef name) {
+LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
+                                                  gpu::GPUModuleOp module) {
+  FailureOr<PairSection> found = backwardSection(kernel, "bwd_q");
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  StringRef name = kernel.getSymName();
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
@@ -365,10 +372,8 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
         SmallVector<Value> dx(s.size());
         for (size_t at = 0; at < s.size(); ++at) {
           int64_t k = (at & 3) >> 1;
-          Value xs = arith::MulFOp::create(b_, s[at], e.scale);
-          Value g1 = keyGradient(e, xs, it.bI32, hI32[k], qpos[k], kv[at],
-                                 dp[at], lse[k], delta[k],
-                                 /*accumulate=*/false)
+          Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
+                                it.bI32, hI32[k], qpos[k], kv[at])
                          .second;
           dx[at] = select(keep[at], g1, e.zeroF);
         }
@@ -385,7 +390,8 @@ LogicalResult TensorCoreBackward::buildQueryGrads(gpu::GPUModuleOp module,
   return success();
 }
 
-void TensorCoreBackward::keyValueChunk(const Entry &e, const Item &it,
+void TensorCoreBackward::keyValueChunk(const PairSection &sec,
+                                       const Entry &e, const Item &it,
                                        const Tile &t, int64_t c0,
                                        ArrayRef<Value> keyLive,
                                        ArrayRef<Value> kv, Value bI32,
@@ -419,10 +425,9 @@ void TensorCoreBackward::keyValueChunk(const Entry &e, const Item &it,
   SmallVector<Value> p(s.size()), dx(s.size());
   for (size_t at = 0; at < s.size(); ++at) {
     int64_t k = (at & 3) >> 1;
-    Value xs = arith::MulFOp::create(b_, s[at], e.scale);
-    auto grad = [&](bool acc) {
-      std::pair<Value, Value> pd = keyGradient(
-          e, xs, bI32, hI32, qpos[at], kv[k], dp[at], lse[at], delta[at], acc);
+    auto grad = [&](bool) {
+      std::pair<Value, Value> pd = pairValues(
+          sec, e, s[at], dp[at], lse[at], delta[at], bI32, hI32, qpos[at], kv[k]);
       return SmallVector<Value>{pd.first, pd.second};
     };
     if (accumulates()) {
@@ -441,8 +446,13 @@ void TensorCoreBackward::keyValueChunk(const Entry &e, const Item &it,
   accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D);
 }
 
-LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
-                                                     StringRef name) {
+LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
+                                                     gpu::GPUModuleOp module) {
+  FailureOr<PairSection> found = backwardSection(kernel, "bwd_kv");
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  StringRef name = kernel.getSymName();
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
@@ -499,7 +509,7 @@ LogicalResult TensorCoreBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
           Frags dk = unflatten(acc.take_front(nK)),
                 dv = unflatten(acc.drop_front(nK));
           for (int64_t from = 0; from < R; from += C)
-            keyValueChunk(e, it, t, from, keyLive, kv, bI32, hI32, dk, dv);
+            keyValueChunk(sec, e, it, t, from, keyLive, kv, bI32, hI32, dk, dv);
           SmallVector<Value> next = flatten(dk);
           next.append(flatten(dv));
           return next;
@@ -608,20 +618,23 @@ public:
     }
     return {KernelEntry{"_bwd_q", l, q}, KernelEntry{"_bwd_kv", l, kv}};
   }
-  LogicalResult build(Operation *container, ModuleOp parent, attn::VariantOp v,
-                      const MaskAnalysis &mask, const FlashConfig &config,
-                      StringRef name) const override {
-    parent->getContext()
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *container) const override {
+    kernel->getContext()
         ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                       arith::ArithDialect, math::MathDialect,
                       vector::VectorDialect, NVVM::NVVMDialect,
                       nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
     auto module = cast<gpu::GPUModuleOp>(container);
-    codegen::TensorCoreBackward q(parent, v, mask, config);
-    if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+    codegen::TensorCoreBackward lowering(kernel->getParentOfType<ModuleOp>(),
+                                         variantOf(kernel), mask,
+                                         configOf(kernel));
+    if (failed(kernel.getKind() == "bwd_kv"
+                   ? lowering.lowerKeyValueGrads(kernel, module)
+                   : lowering.lowerQueryGrads(kernel, module)))
       return failure();
-    codegen::TensorCoreBackward kv(parent, v, mask, config);
-    return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
+    kernel.erase();
+    return success();
   }
 };
 

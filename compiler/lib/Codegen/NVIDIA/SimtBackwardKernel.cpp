@@ -35,8 +35,9 @@ class SimtBackward : public GpuBackwardBuilder {
 public:
   using GpuBackwardBuilder::GpuBackwardBuilder;
 
-  LogicalResult buildQueryGrads(gpu::GPUModuleOp module, StringRef name);
-  LogicalResult buildKeyValueGrads(gpu::GPUModuleOp module, StringRef name);
+  LogicalResult lowerQueryGrads(flash::KernelOp kernel, gpu::GPUModuleOp module);
+  LogicalResult lowerKeyValueGrads(flash::KernelOp kernel,
+                                   gpu::GPUModuleOp module);
 
 private:
   /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
@@ -103,8 +104,13 @@ Value SimtBackward::keepKey(const Tile &t, Value rowLive, Value b,
   return keep.getResult(0);
 }
 
-LogicalResult SimtBackward::buildQueryGrads(gpu::GPUModuleOp module,
-                                                  StringRef name) {
+LogicalResult SimtBackward::lowerQueryGrads(flash::KernelOp kernel,
+                                            gpu::GPUModuleOp module) {
+  FailureOr<PairSection> found = backwardSection(kernel, "bwd_q");
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  StringRef name = kernel.getSymName();
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
@@ -158,11 +164,10 @@ LogicalResult SimtBackward::buildQueryGrads(gpu::GPUModuleOp module,
         Value kBase = mul(c, cIdx(D)), vBase = mul(c, cIdx(DV));
         Value s = dot(Qp, D, [&](Value d) { return load(Ks, add(kBase, d)); });
         Value dp = dot(dOp, DV, [&](Value d) { return load(Vs, add(vBase, d)); });
-        Value xs = arith::MulFOp::create(b_, s, e.scale);
         Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
         ifThen(keepKey(t, rowLive, it.bI32, hI32, qpos, kv), [&] {
-          Value dx = keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse,
-                                 delta, /*accumulate=*/false)
+          Value dx = pairValues(sec, e, s, dp, lse, delta, it.bI32, hI32,
+                                qpos, kv)
                          .second;
           axpy(dQ, D, dx, [&](Value d) { return load(Ks, add(kBase, d)); });
         });
@@ -181,8 +186,13 @@ LogicalResult SimtBackward::buildQueryGrads(gpu::GPUModuleOp module,
   return success();
 }
 
-LogicalResult SimtBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
-                                                     StringRef name) {
+LogicalResult SimtBackward::lowerKeyValueGrads(flash::KernelOp kernel,
+                                               gpu::GPUModuleOp module) {
+  FailureOr<PairSection> found = backwardSection(kernel, "bwd_kv");
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  StringRef name = kernel.getSymName();
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
@@ -249,7 +259,6 @@ LogicalResult SimtBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
               Value qBase = mul(r, cIdx(D)), gBase = mul(r, cIdx(DV));
               Value s = dot(Kp, D, [&](Value d) { return load(Qs, add(qBase, d)); });
               Value dp = dot(Vp, DV, [&](Value d) { return load(dOs, add(gBase, d)); });
-              Value xs = arith::MulFOp::create(b_, s, e.scale);
               Value lse = load(Ls, r), delta = load(Ds, r);
               Value qpos = arith::IndexCastOp::create(
                   b_, i32_, add(it.qpos0, add(it.r0, r)));
@@ -257,9 +266,8 @@ LogicalResult SimtBackward::buildKeyValueGrads(gpu::GPUModuleOp module,
               Value rowLive = arith::CmpFOp::create(
                   b_, arith::CmpFPredicate::ONE, lse, e.ninf);
               ifThen(keepKey(t, rowLive, it.bI32, hI32, qpos, kv), [&] {
-                std::pair<Value, Value> pdx =
-                    keyGradient(e, xs, it.bI32, hI32, qpos, kv, dp, lse, delta,
-                                /*accumulate=*/true);
+                std::pair<Value, Value> pdx = pairValues(
+                    sec, e, s, dp, lse, delta, it.bI32, hI32, qpos, kv);
                 axpy(dV, DV, pdx.first,
                      [&](Value d) { return load(dOs, add(gBase, d)); });
                 axpy(dK, D, pdx.second,
@@ -330,20 +338,21 @@ public:
     kv.staticSharedBytes = s.blockM * (row + 8);
     return {KernelEntry{"_bwd_q", q, {}}, KernelEntry{"_bwd_kv", kv, {}}};
   }
-  LogicalResult build(Operation *container, ModuleOp parent,
-                      attn::VariantOp variant, const MaskAnalysis &mask,
-                      const FlashConfig &config,
-                      StringRef name) const override {
-    parent->getContext()
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *container) const override {
+    kernel->getContext()
         ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
                       arith::ArithDialect, math::MathDialect,
                       vector::VectorDialect>();
     auto module = cast<gpu::GPUModuleOp>(container);
-    codegen::SimtBackward q(parent, variant, mask, config);
-    if (failed(q.buildQueryGrads(module, (name + "_bwd_q").str())))
+    codegen::SimtBackward lowering(kernel->getParentOfType<ModuleOp>(),
+                                   variantOf(kernel), mask, configOf(kernel));
+    if (failed(kernel.getKind() == "bwd_kv"
+                   ? lowering.lowerKeyValueGrads(kernel, module)
+                   : lowering.lowerQueryGrads(kernel, module)))
       return failure();
-    codegen::SimtBackward kv(parent, variant, mask, config);
-    return kv.buildKeyValueGrads(module, (name + "_bwd_kv").str());
+    kernel.erase();
+    return success();
   }
 };
 
