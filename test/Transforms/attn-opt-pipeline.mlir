@@ -2,13 +2,13 @@
 // configuration as pass options: the tiled CPU program, its LLVM lowering,
 // the GPU program (tensor-core form for bf16, SIMT for f32) and its NVVM
 // lowering. Bad options are errors.
-// RUN: attn-opt %s -attn-build-tiled="head-dim=32 v-head-dim=32 block-m=16 block-n=32" | FileCheck %s --check-prefix=TILED
-// RUN: attn-opt %s -attn-build-tiled -attn-lower-to-llvm | FileCheck %s --check-prefix=LLVM
-// RUN: attn-opt %s -attn-build-gpu="dtype=bf16 head-dim=128 v-head-dim=128" | FileCheck %s --check-prefix=GPU
-// RUN: attn-opt %s -attn-build-gpu | FileCheck %s --check-prefix=SIMT
-// RUN: attn-opt %s -attn-build-gpu="dtype=f16" -attn-lower-to-nvvm="chip=sm_90" | FileCheck %s --check-prefix=NVVM
-// RUN: not attn-opt %s -attn-build-gpu="dtype=f64" 2>&1 | FileCheck %s --check-prefix=BAD
-// RUN: not attn-opt %s -attn-build-gpu -attn-lower-to-nvvm="chip=sm_70" 2>&1 | FileCheck %s --check-prefix=CHIP
+// RUN: attn-opt %s -attn-build-tiled="head-dim=32 v-head-dim=32 block-m=16 block-n=32" -convert-flash-to-cpu | FileCheck %s --check-prefix=TILED
+// RUN: attn-opt %s -attn-build-tiled -convert-flash-to-cpu -attn-lower-to-llvm | FileCheck %s --check-prefix=LLVM
+// RUN: attn-opt %s -attn-build-tiled="target=sm_80 dtype=bf16 head-dim=128 v-head-dim=128" -convert-flash-to-mma-sync | FileCheck %s --check-prefix=GPU
+// RUN: attn-opt %s -attn-build-tiled="target=sm_80" -convert-flash-to-simt | FileCheck %s --check-prefix=SIMT
+// RUN: attn-opt %s -attn-build-tiled="target=sm_80 dtype=f16" -convert-flash-to-mma-sync -attn-lower-to-nvvm="chip=sm_90" | FileCheck %s --check-prefix=NVVM
+// RUN: not attn-opt %s -attn-build-tiled="target=sm_80 dtype=f64" 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not attn-opt %s -attn-build-tiled="target=sm_80" -convert-flash-to-simt -attn-lower-to-nvvm="chip=sm_70" 2>&1 | FileCheck %s --check-prefix=CHIP
 
 attn.variant @sliding_window(window: i32)
     score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {

@@ -1,4 +1,4 @@
-// RUN: attn-opt %s -attn-differentiate -attn-build-backward="head-dim=16 v-head-dim=16 block-m=16 block-n=16" -canonicalize | FileCheck %s
+// RUN: attn-opt %s -attn-differentiate -attn-build-tiled="backward=1 head-dim=16 v-head-dim=16 block-m=16 block-n=16" -convert-flash-to-cpu -canonicalize | FileCheck %s
 // The CPU backward program (CpuBackwardKernel.cpp): per KV tile, score_grad's
 // accumulate becomes a load-add-store into the thread's gradient buffer
 // (the last memref operand), only for kept keys (an scf.if per key, as
@@ -15,6 +15,14 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
   attn.yield %0 : i1
 }
 
+// CHECK-LABEL: func.func @bias_bwd_q(
+// CHECK-SAME:    %[[QGRADS:[^:]*]]: memref<?xf32>, %{{[^:]*}}: i64, %{{[^:]*}}: i64)
+// CHECK-NOT:     scf.if %{{.*}} -> (f32, f32)
+// CHECK:         math.exp
+// CHECK:         arith.select
+// CHECK-NOT:     memref.store %{{.*}}, %[[QGRADS]]
+// CHECK:         return
+
 // The forward's operands (q, k, v, dO, lse, ip, fp, block mask, the captures
 // t and n), then delta, dq, dk, dv, the gradient buffer and the item range.
 // CHECK-LABEL: func.func @bias_bwd_kv(
@@ -30,11 +38,3 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         arith.cmpi sge, %{{.*}}, %{{.*}} : i32
 // CHECK:         scf.if %{{.*}} -> (f32, f32) {
 // CHECK:           memref.store %{{.*}}, %[[GRADS]]
-
-// CHECK-LABEL: func.func @bias_bwd_q(
-// CHECK-SAME:    %[[QGRADS:[^:]*]]: memref<?xf32>, %{{[^:]*}}: i64, %{{[^:]*}}: i64)
-// CHECK-NOT:     scf.if %{{.*}} -> (f32, f32)
-// CHECK:         math.exp
-// CHECK:         arith.select
-// CHECK-NOT:     memref.store %{{.*}}, %[[QGRADS]]
-// CHECK:         return

@@ -1,4 +1,4 @@
-// RUN: attn-opt %s -attn-differentiate -attn-build-gpu-backward="head-dim=16 v-head-dim=16" -canonicalize | FileCheck %s
+// RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 backward=1 head-dim=16 v-head-dim=16" -convert-flash-to-simt -canonicalize | FileCheck %s
 // The GPU backward program (GpuBackwardKernel.cpp), SIMT form with 32 x 32
 // tiles: _bwd_q stages K and V rows in shared memory between barriers and
 // accumulates nothing into the parameters' gradients; _bwd_kv stages Q, dO,

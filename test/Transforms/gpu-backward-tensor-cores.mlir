@@ -1,4 +1,4 @@
-// RUN: attn-opt %s -attn-differentiate -attn-build-gpu-backward="dtype=bf16 head-dim=16 v-head-dim=32" -canonicalize | FileCheck %s
+// RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 backward=1 dtype=bf16 head-dim=16 v-head-dim=32" -convert-flash-to-mma-sync -canonicalize | FileCheck %s
 // The GPU backward on tensor cores (TensorCoreBackwardKernel.cpp): bf16
 // with head dims multiples of 16 gets 64-row tiles and 4 warps (128
 // threads). Both kernels keep four bf16 tiles in one 16-byte-aligned

@@ -54,78 +54,64 @@ class KernelConfigPass<string arg, string summaryText> : Pass<arg, "mlir::Module
 }
 
 def AttnBuildTiled : KernelConfigPass<"attn-build-tiled",
-    "Build the tiled flash program (CPU form) of every attn.variant"> {
+    "Build the tiled flash program (flash dialect) of every attn.variant"> {
   let description = [{
-    Adds `func.func @<variant>_kernel` (and `_merge`, and `_block_mask` for
-    data-dependent masks) for every variant: the CPU form of the flash
-    program over work items.
+    Adds, for every variant, the flash.kernel ops of its forward program
+    (`<name>`) or, with `backward`, of its backward program (`<name>_bwd_q`,
+    `<name>_bwd_kv`; the variant needs its score_grad region): the
+    algorithm over tiles (compiler/lib/Tiled), for the kernel form the
+    request gets on `target` (KernelForm.h: formFor). CPU kernels are named
+    `<variant>_kernel` (backward: `<variant>_bwd_q`, ...), GPU kernels after
+    their configuration. A `-convert-flash-to-<form>` pass lowers them.
   }];
   let options = !listconcat(KernelConfigOptions, [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "cpu, sm_80, sm_86, sm_89 or sm_90">,
+    Option<"backward", "backward", "bool", /*default=*/"false",
+           "the backward's kernels">,
+    Option<"warps", "warps", "int64_t", /*default=*/"0",
+           "warps per block (0: the form's table)">,
+    Option<"form", "form", "std::string", /*default=*/"\"\"",
+           "the kernel form asked for (default: the registry's choice)">,
     Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"8",
-           "f32 lanes (8 or 16)">,
+           "f32 lanes (8 or 16; the CPU)">,
   ]);
-  let dependentDialects = ["mlir::func::FuncDialect",
-                           "mlir::memref::MemRefDialect",
-                           "mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect",
+  let dependentDialects = ["mlir::flash::FlashDialect",
                            "mlir::arith::ArithDialect",
                            "mlir::math::MathDialect"];
 }
 
-def AttnBuildBackward : KernelConfigPass<"attn-build-backward",
-    "Build the CPU backward program of every differentiated attn.variant"> {
+class ConvertFlashPass<string formName, string summaryText, list<string> dialects>
+    : Pass<"convert-flash-to-" # formName, "mlir::ModuleOp"> {
+  let summary = summaryText;
   let description = [{
-    Adds `func.func @<variant>_bwd_kv` and `@<variant>_bwd_q` (and
-    `_block_mask` for data-dependent masks) for every variant that has a
-    score_grad region.
+    Lowers every flash.kernel of the form to target code, with what goes
+    beside it: a forward kernel's split-KV merge (`<name>_merge`) and, for
+    a data-dependent mask, the block-mask builder (`<name>_block_mask`,
+    with the forward kernel or the backward's `_bwd_q`). GPU forms put
+    them in `gpu.module @attnc_kernels` (the module becomes a GPU
+    container).
   }];
-  let options = !listconcat(KernelConfigOptions, [
-    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"8",
-           "f32 lanes (8 or 16)">,
-  ]);
-  let dependentDialects = ["mlir::func::FuncDialect",
-                           "mlir::memref::MemRefDialect",
-                           "mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect",
-                           "mlir::arith::ArithDialect",
-                           "mlir::math::MathDialect"];
+  let dependentDialects = dialects;
 }
 
-def AttnBuildGpu : KernelConfigPass<"attn-build-gpu",
-    "Build the GPU program of every attn.variant in gpu.module @attnc_kernels"> {
-  let description = [{
-    The tensor-core or SIMT form (the configuration table's tiles for
-    sm_80 when the request is the defaults), with its split-KV merge and,
-    for data-dependent masks, its block-mask builder.
-  }];
-  let dependentDialects = ["mlir::gpu::GPUDialect",
-                           "mlir::memref::MemRefDialect",
-                           "mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect",
-                           "mlir::arith::ArithDialect",
-                           "mlir::math::MathDialect",
-                           "mlir::NVVM::NVVMDialect",
-                           "mlir::nvgpu::NVGPUDialect",
-                           "mlir::LLVM::LLVMDialect"];
-}
+defvar CpuDialects = ["mlir::func::FuncDialect", "mlir::memref::MemRefDialect",
+                      "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+                      "mlir::arith::ArithDialect", "mlir::math::MathDialect"];
+defvar GpuDialects = ["mlir::gpu::GPUDialect", "mlir::memref::MemRefDialect",
+                      "mlir::scf::SCFDialect", "mlir::vector::VectorDialect",
+                      "mlir::arith::ArithDialect", "mlir::math::MathDialect",
+                      "mlir::NVVM::NVVMDialect", "mlir::nvgpu::NVGPUDialect",
+                      "mlir::LLVM::LLVMDialect"];
 
-def AttnBuildGpuBackward : KernelConfigPass<"attn-build-gpu-backward",
-    "Build the GPU backward program of every differentiated attn.variant"> {
-  let description = [{
-    `gpu.func <name>_bwd_q` and `<name>_bwd_kv` in gpu.module
-    @attnc_kernels: the tensor-core form for f16/bf16 head dims that are
-    multiples of 16, else the SIMT form.
-  }];
-  let dependentDialects = ["mlir::gpu::GPUDialect",
-                           "mlir::memref::MemRefDialect",
-                           "mlir::scf::SCFDialect",
-                           "mlir::vector::VectorDialect",
-                           "mlir::arith::ArithDialect",
-                           "mlir::math::MathDialect",
-                           "mlir::NVVM::NVVMDialect",
-                           "mlir::nvgpu::NVGPUDialect",
-                           "mlir::LLVM::LLVMDialect"];
-}
+def ConvertFlashToCpu : ConvertFlashPass<"cpu",
+    "Lower flash kernels of the CPU forms to funcs over work items", CpuDialects>;
+def ConvertFlashToSimt : ConvertFlashPass<"simt",
+    "Lower flash kernels of the SIMT forms to gpu.funcs (a thread per row)",
+    GpuDialects>;
+def ConvertFlashToMmaSync : ConvertFlashPass<"mma-sync",
+    "Lower flash kernels of the mma.sync forms to gpu.funcs on tensor cores",
+    GpuDialects>;
 
 //===----------------------------------------------------------------------===//
 // Lowering

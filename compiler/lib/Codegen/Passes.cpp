@@ -26,9 +26,9 @@ using namespace mlir;
 namespace attnc {
 
 #define GEN_PASS_DEF_ATTNBUILDTILED
-#define GEN_PASS_DEF_ATTNBUILDBACKWARD
-#define GEN_PASS_DEF_ATTNBUILDGPU
-#define GEN_PASS_DEF_ATTNBUILDGPUBACKWARD
+#define GEN_PASS_DEF_CONVERTFLASHTOCPU
+#define GEN_PASS_DEF_CONVERTFLASHTOSIMT
+#define GEN_PASS_DEF_CONVERTFLASHTOMMASYNC
 #define GEN_PASS_DEF_ATTNLOWERTOLLVM
 #define GEN_PASS_DEF_ATTNLOWERTONVVM
 #include "attnc/Passes.h.inc"
@@ -62,45 +62,40 @@ FailureOr<rt::KernelSpec> configuredSpec(const ConfigOptions &o, ModuleOp m) {
 #define ATTNC_CONFIG_OPTIONS                                                  \
   ConfigOptions { dtype, headDim, vHeadDim, blockM, blockN }
 
-/// Builds the program of `direction` of every variant into the module on
-/// `target` ("cpu": funcs in the module; a GPU: a new `gpu.module
-/// @attnc_kernels`, the module becoming a GPU container), with the form the
-/// request gets there.
-LogicalResult buildPrograms(ModuleOp m, const ConfigOptions &o,
-                            int64_t vectorWidth, StringRef target,
-                            Direction direction) {
+/// The tiled program of every variant: flash.kernel ops for the form the
+/// request gets on `target`.
+LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
+                                 int64_t warps, StringRef form,
+                                 int64_t vectorWidth, StringRef target,
+                                 bool backward) {
   FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
   if (failed(s))
     return failure();
+  if (target != "cpu" && !isGpuTarget(target.str()))
+    return m.emitError("unknown target '") << target << "'";
+  s->warps = warps;
+  s->form = form.str();
+  Direction direction = backward ? Direction::Backward : Direction::Forward;
   FormChoice choice = formFor(*s, target, direction);
   if (!choice)
     return m.emitError("no kernel form takes the configuration on ") << target;
   FlashConfig config;
   config.spec = choice.spec;
   config.vectorWidth = vectorWidth;
-  Operation *container = m;
-  bool gpu = target != "cpu";
-  if (gpu) {
-    OpBuilder b(m.getContext());
-    m->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), b.getUnitAttr());
-    b.setInsertionPointToEnd(m.getBody());
-    container = gpu::GPUModuleOp::create(b, m.getLoc(), "attnc_kernels");
-  }
   for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>())) {
+    if (backward && (!v.getGradBlock() || v.getGradBlock()->empty()))
+      return v.emitError("the variant has no score_grad region; run "
+                         "-attn-differentiate first");
     // CPU programs are named after the variant; GPU kernels carry their
     // configuration.
-    std::string name = !gpu ? (direction == Direction::Forward
-                                   ? (v.getSymName() + "_kernel").str()
-                                   : v.getSymName().str())
-                            : kernelName(v.getSymName(), *choice.form,
-                                         config.spec);
-    MaskAnalysis mask = analyzeMask(v);
-    if (failed(direction == Direction::Forward
-                   ? buildForwardProgram(*choice.form, container, m, v, mask,
-                                         config, name)
-                   : buildBackwardProgram(*choice.form, container, m, v, mask,
-                                          config, name)))
-      return failure();
+    std::string name =
+        target == "cpu"
+            ? (backward ? v.getSymName().str() : (v.getSymName() + "_kernel").str())
+            : kernelName(v.getSymName(), *choice.form, config.spec);
+    if (backward)
+      buildBackwardKernels(m, v, choice.form->name(), config, name);
+    else
+      buildForwardKernel(m, v, choice.form->name(), config, name);
   }
   return success();
 }
@@ -108,36 +103,32 @@ LogicalResult buildPrograms(ModuleOp m, const ConfigOptions &o,
 struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
   using AttnBuildTiledBase::AttnBuildTiledBase;
   void runOnOperation() override {
-    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
-                             "cpu", Direction::Forward)))
+    if (failed(buildTiledPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, warps,
+                                  form, vectorWidth, target, backward)))
       signalPassFailure();
   }
 };
 
-struct BuildBackwardPass : impl::AttnBuildBackwardBase<BuildBackwardPass> {
-  using AttnBuildBackwardBase::AttnBuildBackwardBase;
+struct ConvertFlashToCpuPass
+    : impl::ConvertFlashToCpuBase<ConvertFlashToCpuPass> {
   void runOnOperation() override {
-    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, vectorWidth,
-                             "cpu", Direction::Backward)))
+    if (failed(lowerFlashKernels(getOperation(), "cpu")))
       signalPassFailure();
   }
 };
 
-struct BuildGpuPass : impl::AttnBuildGpuBase<BuildGpuPass> {
-  using AttnBuildGpuBase::AttnBuildGpuBase;
+struct ConvertFlashToSimtPass
+    : impl::ConvertFlashToSimtBase<ConvertFlashToSimtPass> {
   void runOnOperation() override {
-    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, 8, "sm_80",
-                             Direction::Forward)))
+    if (failed(lowerFlashKernels(getOperation(), "simt")))
       signalPassFailure();
   }
 };
 
-struct BuildGpuBackwardPass
-    : impl::AttnBuildGpuBackwardBase<BuildGpuBackwardPass> {
-  using AttnBuildGpuBackwardBase::AttnBuildGpuBackwardBase;
+struct ConvertFlashToMmaSyncPass
+    : impl::ConvertFlashToMmaSyncBase<ConvertFlashToMmaSyncPass> {
   void runOnOperation() override {
-    if (failed(buildPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, 8, "sm_80",
-                             Direction::Backward)))
+    if (failed(lowerFlashKernels(getOperation(), "mma-sync")))
       signalPassFailure();
   }
 };

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attn/AttnDialect.h"
+#include "flash/FlashDialect.h"
 #include "attnc/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,7 +30,8 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   // attn and what its modifiers use, plus the dialects of the later stages
   // (`attnc compile --emit=tiled|gpu|nvvm`), so their output re-parses.
-  registry.insert<mlir::attn::AttnDialect, mlir::arith::ArithDialect,
+  registry.insert<mlir::attn::AttnDialect, mlir::flash::FlashDialect,
+                  mlir::arith::ArithDialect,
                   mlir::math::MathDialect, mlir::func::FuncDialect,
                   mlir::scf::SCFDialect, mlir::memref::MemRefDialect,
                   mlir::vector::VectorDialect, mlir::gpu::GPUDialect,

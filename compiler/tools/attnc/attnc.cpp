@@ -64,9 +64,12 @@ compile options:
                       info    the signature and modifier program the runtime
                               reads (the fp64 reference runs it; its grad
                               section is score_grad)
-                      tiled   the tiled flash program (scf/vector/memref)
+                      tiled   the tiled flash program (the flash dialect:
+                              the algorithm over tiles, for the kernel
+                              form --target gets)
+                      cpu     the CPU program (scf/vector/memref)
                       llvm    LLVM IR for the host, optimized (--target=cpu)
-                      gpu     the SIMT GPU program (gpu dialect)
+                      gpu     the GPU program (gpu dialect)
                       nvvm    the GPU program lowered to the NVVM dialect
                       ptx     PTX from LLVM's NVPTX backend (--target=sm_XX)
                       package a kernel package for the runtime (JSON: the
@@ -74,7 +77,7 @@ compile options:
                               and head dims; docs/runtime.md)
   --backward        with --emit=gpu|nvvm|ptx: the GPU backward program
                     (<kernel>_bwd_q, <kernel>_bwd_kv; docs/backward.md);
-                    with --emit=tiled|llvm: the CPU backward program;
+                    with --emit=tiled|cpu|llvm: the backward program;
                     with --emit=package: the backward's kernels too, one
                     per target, dtype and head dims
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
@@ -303,6 +306,23 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     }
     attnc::FlashConfig config;
     config.spec = o.spec;
+    if (o.emit == "tiled") {
+      // The tiled program of the form the request gets on the target.
+      std::string error;
+      auto m = attnc::buildFlashModule(
+          v, config, o.target,
+          o.backward ? attnc::Direction::Backward : attnc::Direction::Forward,
+          error);
+      if (!m) {
+        std::cerr << "attnc: error: " << error << "\n";
+        return 1;
+      }
+      std::string s;
+      llvm::raw_string_ostream rso(s);
+      m->print(rso);
+      os << s;
+      continue;
+    }
     if (o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx") {
       std::string error;
       auto m = o.backward
@@ -344,7 +364,7 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
       std::cerr << "attnc: error: " << error << "\n";
       return 1;
     }
-    if (o.emit == "tiled") {
+    if (o.emit == "cpu") {
       std::string s;
       llvm::raw_string_ostream rso(s);
       tiled->print(rso);
@@ -470,7 +490,7 @@ int runCompile(const std::vector<std::string> &args) {
   if (!vHeadDimGiven)
     o.spec.vHeadDim = o.spec.headDim;
   static const char *kStages[] = {"ast",  "attn", "mask", "info",
-                                  "tiled", "llvm", "gpu",  "nvvm",
+                                  "tiled", "cpu", "llvm", "gpu",  "nvvm",
                                   "ptx",  "package"};
   if (std::find(std::begin(kStages), std::end(kStages), o.emit) ==
       std::end(kStages))
@@ -479,9 +499,9 @@ int runCompile(const std::vector<std::string> &args) {
                       "nvvm, ptx or package)");
   bool gpuStage = o.emit == "gpu" || o.emit == "nvvm" || o.emit == "ptx";
   if (o.backward && !gpuStage && o.emit != "package" && o.emit != "tiled" &&
-      o.emit != "llvm")
-    return usageError("--backward is for --emit=tiled, llvm, gpu, nvvm, ptx "
-                      "or package");
+      o.emit != "cpu" && o.emit != "llvm")
+    return usageError("--backward is for --emit=tiled, cpu, llvm, gpu, nvvm, "
+                      "ptx or package");
   if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
     return usageError("--tuning and --tile-candidates are for --emit=package");
   if (!o.tuning.empty() && o.tileCandidates)
@@ -503,8 +523,8 @@ int runCompile(const std::vector<std::string> &args) {
   if (o.emit == "llvm" && o.target != "cpu")
     return usageError("--emit=llvm is the host CPU's LLVM IR; for " +
                       o.target + " use --emit=nvvm or --emit=ptx");
-  if ((o.emit == "tiled") && o.target != "cpu")
-    return usageError("--emit=tiled is the CPU program; for " + o.target +
+  if ((o.emit == "cpu") && o.target != "cpu")
+    return usageError("--emit=cpu is the CPU program; for " + o.target +
                       " use --emit=gpu");
 
   std::string text, err;

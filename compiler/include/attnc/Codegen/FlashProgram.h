@@ -23,6 +23,9 @@ namespace attnc {
 
 class KernelForm;
 
+/// A kernel's direction: the forward, or the backward's kernels.
+enum class Direction { Forward, Backward };
+
 /// Adds the forward program of `form` for `config` (configured by the
 /// form) to `container` (the module on the CPU, a gpu.module inside
 /// `parent` on a GPU): the kernel `<name>`, the split-KV merge
@@ -47,6 +50,20 @@ mlir::LogicalResult buildBackwardProgram(const KernelForm &form,
                                          const MaskAnalysis &mask,
                                          const FlashConfig &config,
                                          llvm::StringRef name);
+
+/// A module holding a copy of the variant and its tiled program (flash
+/// kernels) of `direction` for the form the request gets on `target`
+/// (`attnc compile --emit=tiled`).
+mlir::OwningOpRef<mlir::ModuleOp>
+buildFlashModule(mlir::attn::VariantOp variant, const FlashConfig &config,
+                 llvm::StringRef target, Direction direction,
+                 std::string &error);
+
+/// Lowers every flash.kernel of the form named `form` in `module` (the
+/// -convert-flash-to-<form> passes), with what goes beside each kernel:
+/// the merge, the block-mask builder.
+mlir::LogicalResult lowerFlashKernels(mlir::ModuleOp module,
+                                      llvm::StringRef form);
 
 } // namespace attnc
 

@@ -24,8 +24,6 @@
 
 namespace attnc {
 
-enum class Direction { Forward, Backward };
-
 /// What one entry needs at launch.
 struct LaunchFacts {
   int64_t threads = 0;            // per block (GPU forms); 0 on the CPU

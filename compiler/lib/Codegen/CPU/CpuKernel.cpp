@@ -215,13 +215,14 @@ LogicalResult CpuKernel::lowerOp(Operation &op, Block::iterator &next,
         if (!isa<flash::RowsType, flash::PartialsType>(v.getType()) ||
             buffers.count(v) || !def || !isRowwise(*def))
           continue;
-        Block::iterator start(def);
+        Block::iterator start(def), stop(def);
         while (start != body.begin() && isRowwise(*std::prev(start)))
           --start;
+        while (stop != body.end() && isRowwise(*stop))
+          ++stop;
         Value old = body.getArgument(i + 1);
         bool inside = llvm::all_of(old.getUsers(), [&](Operation *u) {
-          for (Block::iterator k = start; k != std::next(Block::iterator(def));
-               ++k)
+          for (Block::iterator k = start; k != stop; ++k)
             if (&*k == u)
               return true;
           return false;
