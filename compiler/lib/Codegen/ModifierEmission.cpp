@@ -141,6 +141,18 @@ Value ProgramBuilder::problemSize(StringRef dim) {
   llvm_unreachable("attn.size of a dimension the verifier rejects");
 }
 
+Value ProgramBuilder::scaledScore(Value x, Value scale, Value b, Value h,
+                                  Value q, Value kv, const IRMapping *row) {
+  Value xs = arith::MulFOp::create(b_, x, scale);
+  return emitModifier(v_.getScoreBlock(), {xs, b, h, q, kv}, row);
+}
+
+Value ProgramBuilder::keptByMask(Value inRange, Value b, Value h, Value q,
+                                 Value kv, const IRMapping *row) {
+  Value m = emitModifier(v_.getMaskBlock(), {b, h, q, kv}, row);
+  return arith::AndIOp::create(b_, inRange, m);
+}
+
 Value ProgramBuilder::emitModifier(Block &block, ValueRange args,
                                    const IRMapping *hoisted) {
   IRMapping map;

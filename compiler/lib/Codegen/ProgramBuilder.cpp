@@ -156,6 +156,23 @@ void ProgramBuilder::emitRowEpilogue(const Entry &e, const Item &it, Value r,
   });
 }
 
+void ProgramBuilder::stageRows(Value dst, int64_t rows, int64_t width,
+                               Value count, Value tid, int64_t threads,
+                               function_ref<Value(Value, Value)> read,
+                               function_ref<Value(Value, Value)> at) {
+  Type dt = cast<MemRefType>(dst.getType()).getElementType();
+  loop0(tid, cIdx(rows * width), threads, [&](Value idx) {
+    Value r = arith::DivUIOp::create(b_, idx, cIdx(width));
+    Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
+    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, count);
+    Value x = read(minI(r, sub(count, cIdx(1))), d);
+    if (x.getType() != dt)
+      x = dt == f32_ ? toF32(x) : Value(arith::TruncFOp::create(b_, dt, x));
+    Value zero = arith::ConstantOp::create(b_, b_.getZeroAttr(dt));
+    store(select(in, x, zero), dst, at(r, d));
+  });
+}
+
 Block *ProgramBuilder::createRangeEntry(StringRef name, SmallVector<Type> args,
                                         gpu::GPUModuleOp gpuModule) {
   args.push_back(i64_);

@@ -255,6 +255,16 @@ protected:
   Value sumVec(attn::SumOp s, const llvm::DenseMap<Value, Value> &vec,
                const llvm::DenseSet<Value> &uniformSet, IRMapping &uniform,
                int64_t W);
+  /// The score sequence of one element at (b, h, q, kv), every form's:
+  /// score_mod(x * scale); `row` holds what score_mod computes from (b, h,
+  /// q) alone, hoisted (or null).
+  Value scaledScore(Value x, Value scale, Value b, Value h, Value q, Value kv,
+                    const IRMapping *row = nullptr);
+  /// Whether an element of a tile that needs its mask is kept: its key is
+  /// within the tile (`inRange`) and mask_mod(b, h, q, kv) holds; `row` as
+  /// above, for mask_mod.
+  Value keptByMask(Value inRange, Value b, Value h, Value q, Value kv,
+                   const IRMapping *row = nullptr);
   /// The modifier on scalars; values already in `hoisted` (computed once,
   /// outside the loop) are reused.
   Value emitModifier(Block &block, ValueRange args,
@@ -286,6 +296,14 @@ protected:
   void forTileRow(Value mem, Value row, Value stride, int64_t n, Value keep,
                   function_ref<void(Value, Value)> put,
                   function_ref<void(Value, Value)> put8 = nullptr);
+  /// The GPU forms' element-wise staging of rows into shared memory, once:
+  /// threads `tid` of `threads` copy `rows` rows of `width` elements; row
+  /// r's element d is `read(min(r, count - 1), d)` (clamped: a read never
+  /// leaves the source's rows) for r < count and 0 past it, converted to
+  /// `dst`'s element type and stored at `dst[at(r, d)]`.
+  void stageRows(Value dst, int64_t rows, int64_t width, Value count, Value tid,
+                 int64_t threads, function_ref<Value(Value, Value)> read,
+                 function_ref<Value(Value, Value)> at);
   /// The register-blocked micro-kernel of both matrix products: for rows
   /// r..r+rb and cb vectors of `vt` starting at column col0,
   ///   acc[i][j] += A[(r + i) * aStride + x] * B[x * bStride + col0 + j*W]

@@ -92,8 +92,9 @@ Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
 std::pair<Value, Value> BackwardBuilder::pairValues(
     PairSection sec, const Entry &e, Value s, Value dp, Value lse,
     Value delta, Value b, Value h, Value qpos, Value kv) {
+  Value sm = scaledScore(s, e.scale, b, h, qpos, kv);
+  // score_grad takes the scaled score too (CSE shares the product).
   Value xs = arith::MulFOp::create(b_, s, e.scale);
-  Value sm = emitModifier(v_.getScoreBlock(), ValueRange{xs, b, h, qpos, kv});
   Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, sm, lse));
   // dS as the tiled program writes it.
   SmallVector<Value> args;

@@ -193,7 +193,6 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
                                    Value DX, bool transposed, Value dxRows) {
   PairSection pairs = sec;
   bool accumulate = pairs.dx.getAccumulate();
-  Block &mask = v_.getMaskBlock();
   // Without accumulates the per-key work has no side effect: it is computed
   // for every key and the masked ones selected away (a branch-free loop
   // LLVM can vectorize); with them, it runs only for kept keys.
@@ -215,9 +214,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
       Value keep =
           arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
       if (withMask)
-        keep = arith::AndIOp::create(
-            b_, keep,
-            emitModifier(mask, ValueRange{it.bI32, it.hI32, qpos, kv}));
+        keep = keptByMask(keep, it.bI32, it.hI32, qpos, kv);
       keep = arith::AndIOp::create(b_, keep, rowLive);
       Value at = add(mul(r, cIdx(BN)), c);
       Value dp = load(DP, at);

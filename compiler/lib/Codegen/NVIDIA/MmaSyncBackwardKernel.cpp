@@ -172,13 +172,8 @@ gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
 void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
                                Value count,
                                function_ref<Value(Value, Value)> at) {
-  loop0(tid, cIdx(R * width), cIdx(TH), [&](Value idx) {
-    Value r = arith::DivUIOp::create(b_, idx, cIdx(width));
-    Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
-    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, count);
-    Value v = at(minI(r, sub(count, cIdx(1))), d);
-    store(select(in, v, zeroE), smem,
-          add(cIdx(base), add(mul(r, cIdx(ld)), d)));
+  stageRows(smem, R, width, count, tid, TH, at, [&](Value r, Value d) {
+    return add(cIdx(base), add(mul(r, cIdx(ld)), d));
   });
 }
 
@@ -256,8 +251,7 @@ SmallVector<Value> TensorCoreBackward::keepFlags(
     SmallVector<Value> out;
     for (size_t at = 0; at < base.size(); ++at) {
       std::pair<Value, Value> qk = posAndKey(int64_t(at));
-      Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qk.first, qk.second});
-      out.push_back(arith::AndIOp::create(b_, base[at], m));
+      out.push_back(keptByMask(base[at], bI32, hI32, qk.first, qk.second));
     }
     return out;
   });

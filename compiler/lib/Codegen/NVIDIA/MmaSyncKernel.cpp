@@ -446,11 +446,9 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       for (int64_t nt = 0; nt < NT; ++nt)
         for (int64_t c = 0; c < 4; ++c) {
           int64_t r = mt * 2 + (c >> 1);
-          Value x = arith::MulFOp::create(b_, S[(mt * NT + nt) * 4 + c], e.scale);
-          sv.push_back(emitModifier(
-              v_.getScoreBlock(),
-              {x, it.bI32, rows[r].hI32, rows[r].qpos, kvpos[nt * 2 + (c & 1)]},
-              &scoreRow[r]));
+          sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
+                                   rows[r].hI32, rows[r].qpos,
+                                   kvpos[nt * 2 + (c & 1)], &scoreRow[r]));
         }
     regs[a] = ifYield(
         arith::XOrIOp::create(b_, tile.skipMask,
@@ -463,12 +461,9 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
                 int64_t r = mt * 2 + (c >> 1);
                 Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
                 Value in = cmp(arith::CmpIPredicate::slt, col, tile.cols);
-                Value m = emitModifier(v_.getMaskBlock(),
-                                       {it.bI32, rows[r].hI32, rows[r].qpos,
-                                        kvpos[nt * 2 + (c & 1)]},
-                                       &maskRow[r]);
-                out.push_back(
-                    select(andI(in, m), sv[(mt * NT + nt) * 4 + c], e.ninf));
+                Value keep = keptByMask(in, it.bI32, rows[r].hI32, rows[r].qpos,
+                                        kvpos[nt * 2 + (c & 1)], &maskRow[r]);
+                out.push_back(select(keep, sv[(mt * NT + nt) * 4 + c], e.ninf));
               }
           return out;
         });

@@ -42,13 +42,6 @@ public:
 private:
   /// sum over d < n of a[d] * b(d) (a: a thread's f32 row).
   Value dot(Value a, int64_t n, function_ref<Value(Value)> b);
-  /// The block's threads (thread `tid` of `threads`) copy `rows` rows of
-  /// `width` elements into the f32 shared tile `dst` ([rows][width]): row r
-  /// is `at(r', d)` (an element of a global tensor) with r' = min(r,
-  /// count - 1), and 0 for r >= count.
-  void stageRows(Value dst, int64_t rows, int64_t width, Value tid,
-                 int64_t threads, Value count,
-                 function_ref<Value(Value, Value)> at);
   /// row[d] += a * x(d) for d < n (row: a thread's f32 row).
   void axpy(Value row, int64_t n, Value a, function_ref<Value(Value)> x);
   /// Whether a key of tile `t` is kept: the row has keys (`rowLive`) and
@@ -70,18 +63,6 @@ Value SimtBackward::dot(Value a, int64_t n,
   return f.getResult(0);
 }
 
-void SimtBackward::stageRows(Value dst, int64_t rows, int64_t width,
-                                   Value tid, int64_t threads, Value count,
-                                   function_ref<Value(Value, Value)> at) {
-  loop0(tid, cIdx(rows * width), threads, [&](Value idx) {
-    Value r = arith::DivUIOp::create(b_, idx, cIdx(width));
-    Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
-    Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, count);
-    Value x = toF32(at(minI(r, sub(count, cIdx(1))), d));
-    store(select(in, x, cF32(0.0)), dst, idx);
-  });
-}
-
 void SimtBackward::axpy(Value row, int64_t n, Value a,
                               function_ref<Value(Value)> x) {
   loop0(cIdx(0), cIdx(n), 1, [&](Value d) {
@@ -99,8 +80,7 @@ Value SimtBackward::keepKey(const Tile &t, Value rowLive, Value b,
   b_.setInsertionPointToStart(keep.thenBlock());
   scf::YieldOp::create(b_, rowLive);
   b_.setInsertionPointToStart(keep.elseBlock());
-  Value m = emitModifier(v_.getMaskBlock(), {b, h, qpos, kv});
-  scf::YieldOp::create(b_, Value(arith::AndIOp::create(b_, rowLive, m)));
+  scf::YieldOp::create(b_, keptByMask(rowLive, b, h, qpos, kv));
   return keep.getResult(0);
 }
 
@@ -150,14 +130,14 @@ LogicalResult SimtBackward::lowerQueryGrads(flash::KernelOp kernel,
   // inside are reached by all or none.
   forEachVisitedTile(it, [&](const Tile &t) {
     // K and V rows (f32) in shared memory, zero past the tile's keys.
-    stageRows(Ks, BN, D, r, BM, t.cols, [&](Value c, Value d) {
+    stageRows(Ks, BN, D, t.cols, r, BM, [&](Value c, Value d) {
       Value row = add(t.kv0, c);
       return load(e.k, add(add(it.kBase, mul(row, e.ks[2])), mul(d, e.ks[3])));
-    });
-    stageRows(Vs, BN, DV, r, BM, t.cols, [&](Value c, Value d) {
+    }, [&](Value c, Value d) { return add(mul(c, cIdx(D)), d); });
+    stageRows(Vs, BN, DV, t.cols, r, BM, [&](Value c, Value d) {
       Value row = add(t.kv0, c);
       return load(e.v, add(add(it.vBase, mul(row, e.vs[2])), mul(d, e.vs[3])));
-    });
+    }, [&](Value c, Value d) { return add(mul(c, cIdx(DV)), d); });
     gpu::BarrierOp::create(b_);
     ifThen(live, [&] {
       loop0(c0, t.cols, 1, [&](Value c) {
@@ -237,14 +217,14 @@ LogicalResult SimtBackward::lowerKeyValueGrads(flash::KernelOp kernel,
         ifThen(t.visit, [&] {
           // The tile's Q and dO rows (f32), LSE and delta in shared memory;
           // rows past the end are zero with LSE -inf.
-          stageRows(Qs, BM, D, c, BN, it.rows, [&](Value r, Value d) {
+          stageRows(Qs, BM, D, it.rows, c, BN, [&](Value r, Value d) {
             Value row = add(it.r0, r);
             return load(e.q, add(offset4(e.qs, b, h, row), mul(d, e.qs[3])));
-          });
-          stageRows(dOs, BM, DV, c, BN, it.rows, [&](Value r, Value d) {
+          }, [&](Value r, Value d) { return add(mul(r, cIdx(D)), d); });
+          stageRows(dOs, BM, DV, it.rows, c, BN, [&](Value r, Value d) {
             Value row = add(it.r0, r);
             return load(e.o, add(offset4(e.os, b, h, row), mul(d, e.os[3])));
-          });
+          }, [&](Value r, Value d) { return add(mul(r, cIdx(DV)), d); });
           loop0(c, cIdx(BM), BN, [&](Value r) {
             Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
             Value row = add(it.r0, minI(r, sub(it.rows, c1)));

@@ -127,7 +127,6 @@ Value SimtKernel::reduceRow(Value s, StringRef kind) {
   SmallVector<Operation *> todo(row.chain.begin() + applied.size(),
                                 row.chain.end());
   applied = row.chain;
-  Block &sb = v_.getScoreBlock(), &mb = v_.getMaskBlock();
   Value c0 = cIdx(0);
   Value ident = kind == "max" ? e.ninf : e.zeroF;
   auto rowLoop = [&](bool withMask) {
@@ -143,13 +142,12 @@ Value SimtKernel::reduceRow(Value s, StringRef kind) {
           });
           x = dot.getResult(0);
         } else if (isa<flash::ApplyModsOp>(op)) {
-          x = arith::MulFOp::create(b_, x, e.scale);
-          x = emitModifier(sb, {x, it.bI32, hI32, qpos, kvpos}, &scoreRow);
+          x = scaledScore(x, e.scale, it.bI32, hI32, qpos, kvpos, &scoreRow);
           if (withMask) {
             Value in =
                 arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, tile.cols);
-            Value m = emitModifier(mb, {it.bI32, hI32, qpos, kvpos}, &maskRow);
-            x = select(arith::AndIOp::create(b_, in, m), x, e.ninf);
+            x = select(keptByMask(in, it.bI32, hI32, qpos, kvpos, &maskRow), x,
+                       e.ninf);
           }
         } else {
           auto m = cast<flash::ScoresMapOp>(op);
@@ -289,18 +287,17 @@ LogicalResult SimtKernel::lowerOp(Operation &op, Block::iterator &next,
       for (auto [dst, src, width, base, st, slot, transposed] :
            {std::tuple{Kt, e.k, D, it.kBase, &e.ks, abi::kKStride, true},
             std::tuple{Vs, e.v, DV, it.vBase, &e.vs, abi::kVStride, false}}) {
-        loop0(tid, cIdx(BN * width), BM, [&](Value idx) {
-          Value c = arith::DivUIOp::create(b_, idx, cIdx(width));
-          Value d = arith::RemUIOp::create(b_, idx, cIdx(width));
-          Value in =
-              arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, tile.cols);
-          Value row = minI(add(tile.kv0, c), tile.khi);
-          Value x = toF32(load(src, add(rowOffset(row, base, (*st)[2], slot),
-                                        mul(d, (*st)[3]))));
-          Value at = transposed ? add(mul(d, cIdx(BN)), c)
+        stageRows(
+            dst, BN, width, tile.cols, tid, BM,
+            [&](Value c, Value d) {
+              Value row = add(tile.kv0, c);
+              return load(src, add(rowOffset(row, base, (*st)[2], slot),
+                                   mul(d, (*st)[3])));
+            },
+            [&](Value c, Value d) {
+              return transposed ? add(mul(d, cIdx(BN)), c)
                                 : add(mul(c, cIdx(DV)), d);
-          store(select(in, x, e.zeroF), dst, at);
-        });
+            });
       }
     };
     ifThenElse(paged, [&] { stage(true); }, [&] { stage(false); });
