@@ -148,6 +148,18 @@ private:
   void loadQ();
   Frag qFragment(int64_t mt, int64_t ks);
   void loadTile(Value j, Value base);
+  /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
+  /// kernel: per copy, its row, its element offset in the stage and in the
+  /// tile's first row of K or V, and (where the copies do not divide evenly
+  /// over the threads) whether the thread has it.
+  struct CopyPlan {
+    SmallVector<Value> row, shared, global, has;
+  };
+  void planCopies();
+  /// The unrolled copies of a contiguous tile at `j` into the stage at
+  /// `base`: straight-line, no page arithmetic; rows past the sequence are
+  /// zero-filled only on the tile that has them.
+  void copyContiguous(Value j, Value base);
   Value nextVisited(Value from, Value nKT, IRMapping &inv);
   /// The flash ops of a kernel body, in order.
   LogicalResult lowerOps(Block::iterator from, Block::iterator to);
@@ -173,7 +185,8 @@ private:
   Entry e;
   Item it;
   Value smem, tid, lane, warp, g, tig, mat, r8, zeroE;
-  Value fastQ, fastKV, fastO;
+  Value fastQ, fastKV, fastO, paged, contiguous;
+  CopyPlan planK, planV;
   SmallVector<Row> rows;                 // [mt * 2 + k]
   SmallVector<IRMapping> scoreRow, maskRow;
   SmallVector<SmallVector<Frag>> qf;     // [mt][ks] when in registers
@@ -275,6 +288,63 @@ TensorCoreKernel::Frag TensorCoreKernel::qFragment(int64_t mt, int64_t ks) {
 
 /// Tile j's K and V rows into the stage at element `base`; rows past the
 /// sequence are zero (cp.async zero-fill reads nothing out of bounds).
+void TensorCoreKernel::planCopies() {
+  for (auto [plan, n, ld, swizzle, st] :
+       {std::tuple{&planK, D, L.ldK, L.swizzleK, &e.ks},
+        std::tuple{&planV, DV, L.ldV, L.swizzleV, &e.vs}}) {
+    const int64_t chunks = n / 8, total = BN * chunks;
+    for (int64_t i = 0; i * TH < total; ++i) {
+      Value c = add(tid, cIdx(i * TH));
+      Value row = divu(c, chunks), ch = remu(c, chunks);
+      plan->row.push_back(row);
+      plan->shared.push_back(sharedIndex(cIdx(0), ld, swizzle, chunks, row, ch));
+      plan->global.push_back(add(mul(row, (*st)[2]), mul(ch, cIdx(8))));
+      plan->has.push_back((i + 1) * TH <= total
+                              ? Value()
+                              : cmp(arith::CmpIPredicate::slt, c, cIdx(total)));
+    }
+  }
+}
+
+void TensorCoreKernel::copyContiguous(Value j, Value base) {
+  Value kv0 = mul(j, cIdx(BN));
+  Value cols = minI(cIdx(BN), sub(it.kvLen, kv0));
+  Value full = cmp(arith::CmpIPredicate::eq, cols, cIdx(BN));
+  auto copies = [&](bool tail) {
+    for (auto [plan, src, itemBase, st, at] :
+         {std::tuple{&planK, e.k, it.kBase, &e.ks, base},
+          std::tuple{&planV, e.v, it.vBase, &e.vs,
+                     add(base, cIdx(BN * L.ldK))}}) {
+      // The tile's first row; each copy adds its fixed offset.
+      Value tileBase = add(itemBase, mul(kv0, (*st)[2]));
+      for (size_t i = 0; i < plan->row.size(); ++i) {
+        auto issue = [&] {
+          Value from = add(tileBase, plan->global[i]);
+          Value size = cIdx(8);
+          if (tail) {
+            // Rows past the sequence: zero-filled from the last row.
+            Value live = cmp(arith::CmpIPredicate::slt, plan->row[i], cols);
+            from = select(live, from,
+                          add(add(itemBase, mul(sub(it.kvLen, cIdx(1)), (*st)[2])),
+                              sub(plan->global[i],
+                                  mul(plan->row[i], (*st)[2]))));
+            size = select(live, cIdx(8), cIdx(0));
+          }
+          nvgpu::DeviceAsyncCopyOp::create(
+              b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+              ValueRange{add(at, plan->shared[i])}, src, ValueRange{from},
+              b_.getIndexAttr(8), size, b_.getUnitAttr());
+        };
+        if (plan->has[i])
+          ifThen(plan->has[i], issue);
+        else
+          issue();
+      }
+    }
+  };
+  ifThenElse(full, [&] { copies(false); }, [&] { copies(true); });
+}
+
 void TensorCoreKernel::loadTile(Value j, Value base) {
   Value c0 = cIdx(0);
   Value kv0 = mul(j, cIdx(BN));
@@ -324,12 +394,10 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
         store(select(valid, v, zeroE), smem, at);
       });
     };
-    Value paged = cmp(arith::CmpIPredicate::ne, ipAt(abi::kPageSize), c0);
+    // Paged K/V, or strides and alignment that 16-byte copies cannot take:
+    // loops (the contiguous fast case is copyContiguous).
     ifThenElse(
-        fastKV,
-        [&] {
-          ifThenElse(paged, [&] { fastLoop(true); }, [&] { fastLoop(false); });
-        },
+        fastKV, [&] { fastLoop(true); },
         [&] {
           ifThenElse(paged, [&] { slowLoop(true); }, [&] { slowLoop(false); });
         });
@@ -659,8 +727,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   // Prologue: the first visited tile into stage 0 (Q's copy is already
   // committed), then Q's fragments once it has landed.
   Value first = nextVisited(it.jlo, nKT, inv);
-  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT),
-         [&] { loadTile(first, c0); });
+  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT), [&] {
+    ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
+               [&] { loadTile(first, c0); });
+  });
   NVVM::CpAsyncCommitGroupOp::create(b_);
   if (L.qInRegisters) {
     NVVM::CpAsyncWaitGroupOp::create(b_, 1);
@@ -704,8 +774,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     gpu::BarrierOp::create(b_);
     Value next = nextVisited(add(j, c1), nKT, inv);
     Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
-    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT),
-           [&] { loadTile(next, toIdx32(other)); });
+    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT), [&] {
+      ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
+                 [&] { loadTile(next, toIdx32(other)); });
+    });
     NVVM::CpAsyncCommitGroupOp::create(b_);
     tile = tileAt(it, j, inv);
     stageBase = toIdx32(stage);
@@ -783,6 +855,12 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   fastKV = andI(andI(rowMajor(e.ks, 8), aligned(e.k, 16)),
                 andI(rowMajor(e.vs, 8), aligned(e.v, 16)));
   fastO = andI(rowMajor(e.os, 2), aligned(e.o, 4));
+  // Read once, before the loop: the copies' case never changes per tile.
+  paged = cmp(arith::CmpIPredicate::ne, ipAt(abi::kPageSize), c0);
+  contiguous = andI(fastKV, arith::XOrIOp::create(
+                                b_, paged, arith::ConstantOp::create(
+                                               b_, b_.getBoolAttr(true))));
+  planCopies();
 
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
