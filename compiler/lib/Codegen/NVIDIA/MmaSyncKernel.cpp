@@ -151,8 +151,15 @@ private:
   /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
   /// kernel: per copy, its row, its element offset in the stage and in the
   /// tile's first row of K or V, and (where the copies do not divide evenly
-  /// over the threads) whether the thread has it.
+  /// over the threads) whether the thread has it. When the threads cover
+  /// whole rows a multiple of 8 at a time (every head dimension the table
+  /// has), copy i is copy 0 moved down i * rowStep rows: same chunk, same
+  /// swizzle, so the plan keeps copy 0 alone and each copy adds a constant
+  /// in shared memory and a multiple of the row stride in global (register
+  /// pressure: one offset pair, not one per copy).
   struct CopyPlan {
+    int64_t count = 0, rowStep = 0, ld = 0;
+    Value stepGlobal; // rowStep rows of global memory, when rowStep
     SmallVector<Value> row, shared, global, has;
   };
   void planCopies();
@@ -293,12 +300,21 @@ void TensorCoreKernel::planCopies() {
        {std::tuple{&planK, D, L.ldK, L.swizzleK, &e.ks},
         std::tuple{&planV, DV, L.ldV, L.swizzleV, &e.vs}}) {
     const int64_t chunks = n / 8, total = BN * chunks;
-    for (int64_t i = 0; i * TH < total; ++i) {
+    plan->count = (total + TH - 1) / TH;
+    plan->ld = ld;
+    const bool strided = TH % chunks == 0 && (TH / chunks) % 8 == 0;
+    plan->rowStep = strided ? TH / chunks : 0;
+    if (strided)
+      plan->stepGlobal = mul((*st)[2], cIdx(plan->rowStep));
+    for (int64_t i = 0; i < plan->count; ++i) {
       Value c = add(tid, cIdx(i * TH));
-      Value row = divu(c, chunks), ch = remu(c, chunks);
-      plan->row.push_back(row);
-      plan->shared.push_back(sharedIndex(cIdx(0), ld, swizzle, chunks, row, ch));
-      plan->global.push_back(add(mul(row, (*st)[2]), mul(ch, cIdx(8))));
+      if (!strided || i == 0) {
+        Value row = divu(c, chunks), ch = remu(c, chunks);
+        plan->row.push_back(row);
+        plan->shared.push_back(
+            sharedIndex(cIdx(0), ld, swizzle, chunks, row, ch));
+        plan->global.push_back(add(mul(row, (*st)[2]), mul(ch, cIdx(8))));
+      }
       plan->has.push_back((i + 1) * TH <= total
                               ? Value()
                               : cmp(arith::CmpIPredicate::slt, c, cIdx(total)));
@@ -315,24 +331,35 @@ void TensorCoreKernel::copyContiguous(Value j, Value base) {
          {std::tuple{&planK, e.k, it.kBase, &e.ks, base},
           std::tuple{&planV, e.v, it.vBase, &e.vs,
                      add(base, cIdx(BN * L.ldK))}}) {
-      // The tile's first row; each copy adds its fixed offset.
+      // The tile's first row; each copy adds its fixed offset. Strided
+      // plans walk down the tile from copy 0 (each global address the last
+      // plus stepGlobal, each shared one an immediate offset), so nothing
+      // per copy is invariant for LLVM to hoist into a register.
       Value tileBase = add(itemBase, mul(kv0, (*st)[2]));
-      for (size_t i = 0; i < plan->row.size(); ++i) {
+      Value from = Value(), row = Value();
+      for (int64_t i = 0; i < plan->count; ++i) {
+        const bool strided = plan->rowStep != 0;
+        if (!strided || i == 0) {
+          row = plan->row[i];
+          from = add(tileBase, plan->global[i]);
+        } else {
+          row = add(plan->row[0], cIdx(i * plan->rowStep));
+          from = add(from, plan->stepGlobal);
+        }
+        Value shared = strided ? add(add(at, plan->shared[0]),
+                                     cIdx(i * plan->rowStep * plan->ld))
+                               : add(at, plan->shared[i]);
         auto issue = [&] {
-          Value from = add(tileBase, plan->global[i]);
           Value size = cIdx(8);
           if (tail) {
-            // Rows past the sequence: zero-filled from the last row.
-            Value live = cmp(arith::CmpIPredicate::slt, plan->row[i], cols);
-            from = select(live, from,
-                          add(add(itemBase, mul(sub(it.kvLen, cIdx(1)), (*st)[2])),
-                              sub(plan->global[i],
-                                  mul(plan->row[i], (*st)[2]))));
+            // Rows past the sequence: zero-filled, their source not read
+            // (src-size 0), so its address needs no clamping.
+            Value live = cmp(arith::CmpIPredicate::slt, row, cols);
             size = select(live, cIdx(8), cIdx(0));
           }
           nvgpu::DeviceAsyncCopyOp::create(
               b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
-              ValueRange{add(at, plan->shared[i])}, src, ValueRange{from},
+              ValueRange{shared}, src, ValueRange{from},
               b_.getIndexAttr(8), size, b_.getUnitAttr());
         };
         if (plan->has[i])
