@@ -63,6 +63,8 @@ LogicalResult KernelOp::verify() {
 LogicalResult LoadQueryOp::verify() {
   if (getTensor() != "q" && getTensor() != "do")
     return emitOpError("tensor must be q or do, got '") << getTensor() << "'";
+  if (getSignedByScale() && getTensor() != "q")
+    return emitOpError("only q is signed by the scale");
   return success();
 }
 

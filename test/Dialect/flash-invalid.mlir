@@ -46,6 +46,14 @@ func.func @f(%i: !flash.item) {
 // -----
 
 func.func @f(%i: !flash.item) {
+  // expected-error @+1 {{only q is signed by the scale}}
+  %q = flash.load_query "do" of %i signed_by_scale
+  return
+}
+
+// -----
+
+func.func @f(%i: !flash.item) {
   // expected-error @+1 {{value must be lse or delta, got 'm'}}
   %r = flash.load_rows "m" of %i
   return

@@ -210,3 +210,31 @@ TEST_CASE("emulated GPU: back-to-back launches of different shapes on a "
   CHECK(b.maxError(k->variant()) < 2e-3);
   REQUIRE(api.cuStreamDestroy(stream) == 0);
 }
+
+TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "
+          "exponents, negative scales included",
+          "[gpu-emulated]") {
+  // causal's score_mod is the identity: the mma.sync form leaves QK^T
+  // unscaled, takes |scale| in each exponent's FMA and negates Q for a
+  // negative scale (flash.score_scale); 1e-300 is 0 in the kernel's f32,
+  // where masked scores must stay -inf (not NaN). doc's is not: it scales
+  // first.
+  Gpu g;
+  for (DType dt : {DType::F16, DType::BF16})
+    for (int64_t d : {64, 128})
+      for (const char *variant : {"causal", "doc"}) {
+        auto k = g.kernel(variant, dt, d);
+        for (double scale : {0.125, -0.3, 2.5, -1e-3, 1e-300}) {
+          INFO(variant << " D=" << d << " scale " << scale);
+          HostProblem p(dt, 2, 2, 2, 70, 70, d, 7);
+          std::vector<int32_t> docs(2 * 70);
+          for (int64_t i = 0; i < 2 * 70; ++i)
+            docs[i] = int32_t(i % 70 / 30);
+          if (std::string(variant) == "doc")
+            p.a.tensors = {{"d", TensorView::contiguous(docs.data(), DType::I32, {2, 70})}};
+          p.a.scale = scale;
+          REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+          CHECK(p.maxError(k->variant()) < (dt == DType::BF16 ? 2e-2 : 2e-3));
+        }
+      }
+}

@@ -86,6 +86,7 @@ OwningOpRef<ModuleOp> buildFlashModule(attn::VariantOp variant,
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   FlashConfig cfg = config;
   cfg.spec = choice.spec;
+  cfg.scaleInExponent = choice.form->takesScaleInExponent(cfg.spec);
   std::string name = target == "cpu"
                          ? "kernel"
                          : kernelName(variant.getSymName(), *choice.form,
@@ -134,7 +135,7 @@ LogicalResult lowerFlashKernels(ModuleOp module, StringRef formName) {
     }
     std::string kind = k.getKind().str(), name = k.getSymName().str();
     FlashConfig config = configOf(k);
-    if (failed(form->lower(k, mask, container)))
+    if (failed(lowerWithForm(*form, k, mask, container)))
       return failure();
     StringRef stem = name;
     if (kind == "bwd_q")

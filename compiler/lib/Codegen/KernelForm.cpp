@@ -24,14 +24,40 @@ mlir::LogicalResult KernelForm::build(mlir::Operation *container,
                                       const MaskAnalysis &mask,
                                       const FlashConfig &config,
                                       llvm::StringRef name) const {
+  FlashConfig cfg = config;
+  cfg.scaleInExponent = takesScaleInExponent(config.spec);
   if (direction() == Direction::Forward)
-    return lower(buildForwardKernel(parent, variant, this->name(), config, name),
-                 mask, container);
-  auto [q, kv] =
-      buildBackwardKernels(parent, variant, this->name(), config, name);
-  if (mlir::failed(lower(q, mask, container)))
+    return lowerWithForm(
+        *this, buildForwardKernel(parent, variant, this->name(), cfg, name),
+        mask, container);
+  auto [q, kv] = buildBackwardKernels(parent, variant, this->name(), cfg, name);
+  if (mlir::failed(lowerWithForm(*this, q, mask, container)))
     return mlir::failure();
-  return lower(kv, mask, container);
+  return lowerWithForm(*this, kv, mask, container);
+}
+
+mlir::LogicalResult lowerWithForm(const KernelForm &form,
+                                  mlir::flash::KernelOp kernel,
+                                  const MaskAnalysis &mask,
+                                  mlir::Operation *container) {
+  if (!form.takesScaleInExponent(configOf(kernel).spec)) {
+    mlir::Operation *asks = nullptr;
+    kernel.walk([&](mlir::Operation *op) {
+      auto q = llvm::dyn_cast<mlir::flash::LoadQueryOp>(op);
+      auto a = llvm::dyn_cast<mlir::flash::ApplyModsOp>(op);
+      if ((q && q.getSignedByScale()) || (a && a.getUnscaled()) ||
+          llvm::isa<mlir::flash::ScoreScaleOp>(op)) {
+        asks = op;
+        return mlir::WalkResult::interrupt();
+      }
+      return mlir::WalkResult::advance();
+    });
+    if (asks)
+      return asks->emitOpError("takes the scale in the exponents, which the "
+                               "form '")
+             << form.name() << "' does not for this configuration";
+  }
+  return form.lower(kernel, mask, container);
 }
 
 mlir::LogicalResult KernelForm::lower(mlir::flash::KernelOp kernel,

@@ -82,6 +82,7 @@ LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
   FlashConfig config;
   config.spec = choice.spec;
   config.vectorWidth = vectorWidth;
+  config.scaleInExponent = choice.form->takesScaleInExponent(config.spec);
   for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>())) {
     if (backward && (!v.getGradBlock() || v.getGradBlock()->empty()))
       return v.emitError("the variant has no score_grad region; run "

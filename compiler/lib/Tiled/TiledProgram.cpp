@@ -77,13 +77,34 @@ public:
     YieldOp::create(b_, fn(*body));
   }
 
-  /// The forward: O and LSE of a work item (TiledProgram.h).
-  void forward() {
+  /// The forward: O and LSE of a work item (TiledProgram.h). With
+  /// `scaleInExponent` the scores stay products and every exponent's
+  /// factor log2(e) becomes |scale| log2(e), the LSE's m |scale| m.
+  void forward(bool scaleInExponent) {
     MLIRContext *ctx = b_.getContext();
     Type accT = AccType::get(ctx), rowsT = RowsType::get(ctx),
          partT = PartialsType::get(ctx);
     Value item = WorkItemOp::create(b_, ItemType::get(ctx));
-    Value q = LoadQueryOp::create(b_, QueryType::get(ctx), item, "q");
+    Value q = LoadQueryOp::create(b_, QueryType::get(ctx), item, "q",
+                                  scaleInExponent);
+    // The factor taking a score (or product) into base-2 exponent units:
+    // log2(e), or c = |scale| log2(e), one value per row fixed before the
+    // loop (the LSE takes |scale| itself).
+    Value scale, c;
+    if (scaleInExponent) {
+      scale = ScoreScaleOp::create(b_, rowsT);
+      c = rowsMap({scale}, [&](ArrayRef<Value> x) -> Value {
+        return arith::MulFOp::create(b_, x[0], f32(M_LOG2E));
+      });
+    }
+    auto log2Factor = [&](ArrayRef<Value> x, size_t at) -> Value {
+      return scaleInExponent ? x[at] : f32(M_LOG2E);
+    };
+    auto with = [&](SmallVector<Value> in, Value extra) {
+      if (scaleInExponent)
+        in.push_back(extra);
+      return in;
+    };
     Value acc0 = ZeroAccOp::create(b_, accT, "v");
     Value m0 = FillRowsOp::create(
         b_, rowsT, b_.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
@@ -96,7 +117,7 @@ public:
             m = body.getArgument(2), l = body.getArgument(3);
       Value kv = LoadKeyValueOp::create(b_, KeyValueType::get(ctx), t);
       Value s = ProductOp::create(b_, ScoresType::get(ctx), q, kv, "k");
-      s = ApplyModsOp::create(b_, ScoresType::get(ctx), s, t);
+      s = ApplyModsOp::create(b_, ScoresType::get(ctx), s, t, scaleInExponent);
       // The online softmax: the new running maximum (a row with no key
       // yet keeps -inf and exponentiates against 0), the old sums' and
       // accumulator's rescale, and this tile's probabilities.
@@ -110,18 +131,18 @@ public:
             f32(-std::numeric_limits<double>::infinity()));
         return arith::SelectOp::create(b_, none, f32(0.0), x[0]);
       });
-      Value negM = rowsMap({mUse}, [&](ArrayRef<Value> x) -> Value {
+      Value negM = rowsMap(with({mUse}, c), [&](ArrayRef<Value> x) -> Value {
         return arith::NegFOp::create(
-            b_, arith::MulFOp::create(b_, x[0], f32(M_LOG2E)));
+            b_, arith::MulFOp::create(b_, x[0], log2Factor(x, 1)));
       });
-      Value alpha = rowsMap({m, mUse}, [&](ArrayRef<Value> x) -> Value {
+      Value alpha = rowsMap(with({m, mUse}, c), [&](ArrayRef<Value> x) -> Value {
         return math::Exp2Op::create(
             b_, arith::MulFOp::create(
-                    b_, arith::SubFOp::create(b_, x[0], x[1]), f32(M_LOG2E)));
+                    b_, arith::SubFOp::create(b_, x[0], x[1]), log2Factor(x, 2)));
       });
-      Value p = scoresMap({s}, {negM}, [&](ArrayRef<Value> x) -> Value {
+      Value p = scoresMap({s}, with({negM}, c), [&](ArrayRef<Value> x) -> Value {
         return math::Exp2Op::create(
-            b_, math::FmaOp::create(b_, x[0], f32(M_LOG2E), x[1]));
+            b_, math::FmaOp::create(b_, x[0], log2Factor(x, 2), x[1]));
       });
       Value lNew = RescaleSumOp::create(b_, partT, l, alpha,
                                         RowSumOp::create(b_, partT, p));
@@ -138,10 +159,12 @@ public:
       return arith::SelectOp::create(
           b_, pos, arith::DivFOp::create(b_, f32(1.0), x[0]), f32(0.0));
     });
-    Value lse = rowsMap({loop.getResult(1), l}, [&](ArrayRef<Value> x) -> Value {
+    Value lse = rowsMap(with({loop.getResult(1), l}, scale),
+                        [&](ArrayRef<Value> x) -> Value {
       Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, x[1],
                                         f32(0.0));
-      Value mUse = arith::SelectOp::create(b_, pos, x[0], f32(0.0));
+      Value m = scaleInExponent ? arith::MulFOp::create(b_, x[0], x[2]) : x[0];
+      Value mUse = arith::SelectOp::create(b_, pos, m, f32(0.0));
       Value lg = arith::AddFOp::create(
           b_, mUse,
           arith::MulFOp::create(b_, math::Log2Op::create(b_, x[1]), f32(M_LN2)));
@@ -244,7 +267,7 @@ KernelOp buildForwardKernel(ModuleOp module, attn::VariantOp variant,
                             StringRef name) {
   KernelWriter w(module, variant);
   KernelOp k = w.kernel("forward", form, config, name);
-  w.forward();
+  w.forward(config.scaleInExponent && scoreModIsIdentity(variant));
   return k;
 }
 
@@ -273,6 +296,13 @@ FlashConfig configOf(KernelOp k) {
   c.spec.form = k.getForm().str();
   c.vectorWidth = int64_t(k.getVectorWidth());
   return c;
+}
+
+bool scoreModIsIdentity(attn::VariantOp variant) {
+  Block &score = variant.getScoreBlock();
+  Operation *term = score.getTerminator();
+  return score.getOperations().size() == 1 && term->getNumOperands() == 1 &&
+         term->getOperand(0) == score.getArgument(0);
 }
 
 attn::VariantOp variantOf(KernelOp k) {

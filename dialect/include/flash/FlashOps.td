@@ -74,11 +74,15 @@ def Flash_LoadQueryOp : Flash_Op<"load_query", [MemoryEffects<[MemRead]>]> {
   let summary = "Stages a work item's query-side rows";
   let description = [{
     `q`: the item's Q rows; `do`: its rows of dO (the backward). Rows past
-    the item's end are zero.
+    the item's end are zero. With `signed_by_scale` (Q only), the rows are
+    negated when the run-time softmax scale is negative: a forward that
+    takes the scale in its exponents (flash.score_scale) uses |scale| there,
+    and Q K^T with Q's sign is then the scaled product's sign.
   }];
-  let arguments = (ins Flash_Item:$item, StrAttr:$tensor);
+  let arguments = (ins Flash_Item:$item, StrAttr:$tensor,
+                       UnitAttr:$signed_by_scale);
   let results = (outs Flash_Query:$rows);
-  let assemblyFormat = "$tensor `of` $item attr-dict";
+  let assemblyFormat = "$tensor `of` $item (`signed_by_scale` $signed_by_scale^)? attr-dict";
   let hasVerifier = 1;
 }
 
@@ -180,10 +184,15 @@ def Flash_ApplyModsOp : Flash_Op<"apply_mods", [Pure]> {
     partial tile, or one with keys past the sequence's end, an element
     whose key is past the end or where mask_mod(b, h, q, kv) is false
     becomes -inf. Full tiles without a tail never evaluate mask_mod.
+
+    `unscaled` (for an identity score_mod only): elements stay the products
+    (no scale, no score_mod); the forward then takes the scale in its
+    exponents (flash.score_scale) and its running maximum is over products.
   }];
-  let arguments = (ins Flash_Scores:$scores, Flash_Tile:$tile);
+  let arguments = (ins Flash_Scores:$scores, Flash_Tile:$tile,
+                       UnitAttr:$unscaled);
   let results = (outs Flash_Scores:$result);
-  let assemblyFormat = "$scores `on` $tile attr-dict";
+  let assemblyFormat = "$scores `on` $tile (`unscaled` $unscaled^)? attr-dict";
 }
 
 def Flash_RowMaxOp : Flash_Op<"row_max", [Pure]> {
@@ -205,6 +214,23 @@ def Flash_FillRowsOp : Flash_Op<"fill_rows", [Pure]> {
   let arguments = (ins F32Attr:$value);
   let results = (outs Flash_Rows:$rows);
   let assemblyFormat = "$value attr-dict";
+}
+
+def Flash_ScoreScaleOp : Flash_Op<"score_scale", [Pure]> {
+  let summary = "|scale| for every row: the scale a forward takes in its exponents";
+  let description = [{
+    The magnitude of the run-time softmax scale, as a per-row value (a
+    zero scale reads as the smallest normal float, so that a masked -inf
+    score times it stays -inf; its exponents are still exactly 0). A
+    forward whose score_mod is the identity may leave the products unscaled
+    (flash.apply_mods unscaled, Q signed_by_scale) and fold |scale| into the
+    one FMA each exponent already takes: p = 2^(s c - m c) with c = |scale|
+    log2(e), m the running maximum of the products; LSE = |scale| m + ln l.
+    Exact in real arithmetic (the maximum commutes with a non-negative
+    factor); one multiply fewer per score.
+  }];
+  let results = (outs Flash_Rows:$rows);
+  let assemblyFormat = "attr-dict";
 }
 
 def Flash_ZeroPartialsOp : Flash_Op<"zero_partials", [Pure]> {

@@ -64,6 +64,12 @@ public:
   /// any variant).
   virtual std::vector<KernelEntry>
   entries(const rt::KernelSpec &spec, mlir::attn::VariantOp variant) const = 0;
+  /// Whether the forward takes the softmax scale in its exponents where the
+  /// score_mod is the identity (flash.score_scale, apply_mods unscaled, Q
+  /// signed_by_scale): one multiply fewer per score.
+  virtual bool takesScaleInExponent(const rt::KernelSpec &) const {
+    return false;
+  }
   /// The configurations the tuner times for a request's shape class.
   virtual std::vector<rt::KernelSpec>
   tileCandidates(const rt::KernelSpec &request, llvm::StringRef target) const;
@@ -83,6 +89,13 @@ public:
                                     const MaskAnalysis &mask,
                                     mlir::Operation *container) const;
 };
+
+/// Lowers `kernel` with `form` (form.lower) once the kernel asks nothing
+/// of the form it does not take (the scale in the exponents).
+mlir::LogicalResult lowerWithForm(const KernelForm &form,
+                                  mlir::flash::KernelOp kernel,
+                                  const MaskAnalysis &mask,
+                                  mlir::Operation *container);
 
 /// The form a flash.kernel names (its `form` and kind), or null.
 const KernelForm *formOf(mlir::flash::KernelOp kernel);

@@ -10,7 +10,10 @@
 // The softmax's convention: the running maximum m is in the scores' own
 // units (after the modifiers), and exponentials are taken in base 2 with
 // log2(e) folded into one FMA, p = 2^(s log2(e) - m log2(e)); LSE = m +
-// ln(l), -inf (and O = 0) for a row with no key.
+// ln(l), -inf (and O = 0) for a row with no key. A form may take the
+// scale in the exponents instead (FlashConfig::scaleInExponent): for an
+// identity score_mod, m is then over the unscaled products and the FMA's
+// factor is |scale| log2(e) (flash.score_scale).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TILED_TILEDPROGRAM_H
@@ -28,7 +31,13 @@ namespace attnc {
 struct FlashConfig {
   rt::KernelSpec spec;
   int64_t vectorWidth = 8; // f32 lanes of the target's SIMD registers (CPU)
+  /// The form takes the softmax scale in the forward's exponents where the
+  /// score_mod is the identity (KernelForm::takesScaleInExponent).
+  bool scaleInExponent = false;
 };
+
+/// Whether `variant`'s score_mod returns the score unchanged.
+bool scoreModIsIdentity(mlir::attn::VariantOp variant);
 
 /// The forward kernel `name` of `variant` for the form named `form`.
 mlir::flash::KernelOp buildForwardKernel(mlir::ModuleOp module,

@@ -147,6 +147,10 @@ private:
   void computeRows();
   void loadQ();
   Frag qFragment(int64_t mt, int64_t ks);
+  /// Q's fragments negated where the scale is negative (load_query
+  /// signed_by_scale): a sign-bit xor of every element, once per item.
+  void signQ();
+  bool qSigned = false;
   void loadTile(Value j, Value base);
   /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
   /// kernel: per copy, its row, its element offset in the stage and in the
@@ -291,6 +295,21 @@ TensorCoreKernel::Frag TensorCoreKernel::qFragment(int64_t mt, int64_t ks) {
   return ldmatrix(sharedIndex(cIdx(L.qOffset), L.ldQ, L.swizzleQ, D / 8, row,
                               divu(mat, 2), 16 * mt, 2 * ks),
                   /*trans=*/false);
+}
+
+void TensorCoreKernel::signQ() {
+  Value negative = arith::CmpFOp::create(b_, arith::CmpFPredicate::OLT, e.scale,
+                                         e.zeroF);
+  Value mask = select(negative, cI32(int32_t(0x80008000u)), cI32(0));
+  for (auto &row : qf)
+    for (Frag &f : row)
+      for (Value &x : f) {
+        // bf16 pairs are i32 already; f16 pairs are vector<2xf16>.
+        const bool packed = x.getType() == i32_;
+        Value bits = packed ? x : LLVM::BitcastOp::create(b_, i32_, x);
+        bits = arith::XOrIOp::create(b_, bits, mask);
+        x = packed ? bits : LLVM::BitcastOp::create(b_, x.getType(), bits);
+      }
 }
 
 /// Tile j's K and V rows into the stage at element `base`; rows past the
@@ -475,9 +494,23 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
   auto rowsOf = [&](Value v) -> const SmallVector<Value> & { return regs[v]; };
   if (isa<flash::WorkItemOp>(op))
     return success(); // one block per item: decoded at the entry
-  if (isa<flash::LoadQueryOp>(op)) {
+  if (auto l = dyn_cast<flash::LoadQueryOp>(op)) {
+    if (l.getSignedByScale() && !L.qInRegisters)
+      return op.emitOpError("the mma.sync form signs Q held in registers only");
+    qSigned = l.getSignedByScale();
     loadQ();
     NVVM::CpAsyncCommitGroupOp::create(b_);
+    return success();
+  }
+  if (auto s = dyn_cast<flash::ScoreScaleOp>(op)) {
+    // A zero scale becomes the smallest normal float: a masked score's
+    // -inf times the factor stays -inf (not NaN), and a product below
+    // 2^100 times it is below 2^-26, whose 2^x rounds to exactly 1
+    // in f32, as the unfolded form's 2^0 does.
+    Value mag = arith::MaximumFOp::create(
+        b_, math::AbsFOp::create(b_, e.scale),
+        cF32(std::numeric_limits<float>::min()));
+    regs[s] = SmallVector<Value>(R, mag);
     return success();
   }
   if (auto z = dyn_cast<flash::ZeroAccOp>(op)) {
@@ -541,9 +574,12 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       for (int64_t nt = 0; nt < NT; ++nt)
         for (int64_t c = 0; c < 4; ++c) {
           int64_t r = mt * 2 + (c >> 1);
-          sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
-                                   rows[r].hI32, rows[r].qpos,
-                                   kvpos[nt * 2 + (c & 1)], &scoreRow[r]));
+          Value x = S[(mt * NT + nt) * 4 + c];
+          sv.push_back(a.getUnscaled()
+                           ? x
+                           : scaledScore(x, e.scale, it.bI32, rows[r].hI32,
+                                         rows[r].qpos, kvpos[nt * 2 + (c & 1)],
+                                         &scoreRow[r]));
         }
     regs[a] = ifYield(
         arith::XOrIOp::create(b_, tile.skipMask,
@@ -766,6 +802,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t ks = 0; ks < KS; ++ks)
         qf[mt].push_back(qFragment(mt, ks));
+    if (qSigned)
+      signQ();
   }
 
   // The loop over visited tiles: (j, the stage's first element, the
@@ -1000,6 +1038,10 @@ public:
     l.threads = L.warps * 32;
     l.dynamicSharedBytes = L.sharedBytes();
     return {KernelEntry{"", l, tensorCoreTileWork(s)}};
+  }
+  /// Q held in registers takes its sign once per work item.
+  bool takesScaleInExponent(const rt::KernelSpec &s) const override {
+    return tensorCoreLayout(s).qInRegisters;
   }
   std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,
                                              StringRef target) const override {
