@@ -1,8 +1,12 @@
 """Committed baselines, one file per ptxas version, and the gate: a kernel
 whose MMA-FLOP per instruction falls more than the tolerance below its
-baseline, that spills more than it did, or whose structure is no longer
-recognized fails; a kernel the baseline has and the run lacks fails too
-(coverage is never dropped silently)."""
+baseline, that has more spill traffic in its tile loop than it had, or
+whose structure is no longer recognized fails; a kernel the baseline has
+and the run lacks fails too (coverage is never dropped silently). Spills
+outside the tile loop (values that live across it, stored once before it
+and loaded once after, per work item) are noted, not failed: the model
+measures the cost per tile, and ptxas trades them for registers in the
+loop."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ KEPT = ("entry", "config", "instructions", "mma", "mma_flop_per_instruction",
         "instructions_per_mma", "async_copies", "instructions_per_async_copy",
         "int64_ops", "global_loads", "constant_loads", "loop_invariant_registers",
         "registers", "spill_store_bytes", "spill_load_bytes",
-        "predicted_tensor_busy")
+        "loop_local_memory", "predicted_tensor_busy")
 
 
 def path_for(ptxas_version: str) -> Path:
@@ -74,8 +78,19 @@ def compare(records: list[dict], base: dict, tolerance: float = TOLERANCE,
         elif now > was * (1 + tolerance):
             notes.append(f"{kid}: {now} MMA-FLOP per instruction, up from {was} "
                          f"(update the baseline)")
-        if spills(r) > spills(b):
-            failures.append(f"{kid}: spills {spills(r)} bytes, the baseline {spills(b)}")
+        loop_was = b.get("loop_local_memory")
+        if loop_was is None:
+            # A baseline from before the loop's own count: every spill counts.
+            if spills(r) > spills(b):
+                failures.append(f"{kid}: spills {spills(r)} bytes, the baseline {spills(b)}")
+        elif r.get("loop_local_memory", 0) > loop_was:
+            failures.append(
+                f"{kid}: {r['loop_local_memory']} local-memory instructions (spills) in "
+                f"its tile loop, the baseline {loop_was} ({spills(r)} spill bytes, "
+                f"were {spills(b)})")
+        elif spills(r) > spills(b):
+            notes.append(f"{kid}: spills {spills(r)} bytes, the baseline {spills(b)}; "
+                         f"none in the tile loop (once per work item)")
         if r.get("entry") != b.get("entry"):
             notes.append(f"{kid}: entry {r.get('entry')} (baseline {b.get('entry')})")
     for kid in sorted(set(by_id) - set(base["kernels"])):

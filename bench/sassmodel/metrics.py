@@ -98,6 +98,7 @@ class PathMetrics:
     global_loads: int
     constant_loads: int
     local_memory: int  # LDL/STL on the path (spill traffic)
+    loop_local_memory: int  # LDL/STL anywhere in the tile loop, any path
     atomics: int
     sfu: int
     shuffles: int
@@ -177,6 +178,8 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
         global_loads=sum(1 for x in seq if x.stem == "LDG"),
         constant_loads=sum(1 for x in seq if x.stem in ("LDC", "ULDC")),
         local_memory=sum(1 for x in seq if x.stem in ("LDL", "STL")),
+        loop_local_memory=sum(1 for b in walk.loop.body for x in cfg.instructions(b)
+                              if x.stem in ("LDL", "STL")),
         atomics=sum(1 for x in seq if x.stem in ATOMIC_OPS),
         sfu=sum(1 for x in seq if x.stem == "MUFU"),
         shuffles=sum(1 for x in seq if x.stem == "SHFL"),

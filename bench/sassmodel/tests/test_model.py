@@ -228,10 +228,13 @@ def test_prediction_uses_the_calibrated_constant():
     assert model.predict(m, "sm_89", cal)["calibrated_on"] == "sm_90"
 
 
-def _rec(kid, flop, spills=0, instructions=100):
-    return {"id": kid, "entry": "e", "mma_flop_per_instruction": flop,
-            "instructions": instructions, "spill_store_bytes": spills,
-            "spill_load_bytes": 0}
+def _rec(kid, flop, spills=0, instructions=100, loop_spills=None):
+    r = {"id": kid, "entry": "e", "mma_flop_per_instruction": flop,
+         "instructions": instructions, "spill_store_bytes": spills,
+         "spill_load_bytes": 0}
+    if loop_spills is not None:
+        r["loop_local_memory"] = loop_spills
+    return r
 
 
 def test_baseline_gate():
@@ -250,3 +253,31 @@ def test_baseline_gate():
     assert len(bad) == 1 and "not recognized" in bad[0]
     _, notes = baseline.compare([_rec("a", 600.0), _rec("b", 400.0)], base)
     assert any("update the baseline" in n for n in notes)
+
+
+def test_baseline_gate_spills_in_and_outside_the_loop():
+    # A baseline that counts the loop's local memory: spills outside the
+    # tile loop are a note, spill traffic inside it fails.
+    base = {"kernels": {"a": _rec("a", 500.0, spills=0, loop_spills=0)}}
+    bad, notes = baseline.compare([_rec("a", 500.0, spills=16, loop_spills=0)], base)
+    assert bad == [] and any("none in the tile loop" in n for n in notes)
+    bad, _ = baseline.compare([_rec("a", 500.0, spills=16, loop_spills=2)], base)
+    assert len(bad) == 1 and "in its tile loop" in bad[0]
+    bad, _ = baseline.compare([_rec("a", 500.0, spills=0, loop_spills=1)], base)
+    assert len(bad) == 1
+
+
+# KERNEL with a spill before the loop (not counted) and a spill and refill
+# on the mask branch, inside the loop but off the full tile's path.
+KERNEL_WITH_LOOP_SPILL = KERNEL.replace(
+    "    MOV R40, RZ\n", "    MOV R40, RZ\n    STL [R1], R40\n").replace(
+    "    FSEL R25, R25, -INF, P6\n",
+    "    FSEL R25, R25, -INF, P6\n    STL [R1+0x4], R25\n    LDL R25, [R1+0x4]\n")
+
+
+def test_loop_local_memory_counts_spills_off_the_path():
+    # A spill on the loop's tail branch is in the loop, not on the path.
+    g = Cfg(func(KERNEL_WITH_LOOP_SPILL))
+    w = steady_state(g, TileWork(2, 2))
+    m = path_metrics(g, w)
+    assert m.local_memory == 0 and m.loop_local_memory == 2

@@ -132,6 +132,21 @@ private:
   Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
                     Value row, Value chunk, int64_t rowC = 0,
                     int64_t chunkC = 0);
+  /// sharedIndex as (the part computed at run time, the constant the
+  /// tile row and k-step add): for an address the constant is an
+  /// instruction's immediate offset (sharedAt).
+  struct SharedPlace {
+    Value at;
+    int64_t offset;
+  };
+  SharedPlace sharedPlace(Value base, int64_t ld, bool swizzle, int64_t chunks,
+                          Value row, Value chunk, int64_t rowC = 0,
+                          int64_t chunkC = 0);
+  /// Shared memory seen from element `at` on, and the index of element
+  /// `at + offset` in it: the address is (base + 2 at) + 2 offset, whose
+  /// constant PTX and ptxas keep as an immediate (an index `at + offset`
+  /// becomes `at | offset` in LLVM, an instruction per access).
+  std::pair<Value, Value> sharedAt(SharedPlace p);
 
   // ---- fragments (the mma helpers are ProgramBuilder's) ----
   using Frag = MmaFragments::Frag;
@@ -139,6 +154,10 @@ private:
     return mf.mma(a, b, c);
   }
   Frag ldmatrix(Value idx, bool trans) { return mf.ldMatrix(smem, idx, trans); }
+  Frag ldmatrix(SharedPlace p, bool trans) {
+    auto [view, idx] = sharedAt(p);
+    return mf.ldMatrix(view, idx, trans);
+  }
   Value shfl(Value x, int64_t off) { return mf.shflXor(x, off); }
   Value packF32Pair(Value x0, Value x1) { return mf.packF32Pair(x0, x1); }
   Value ex2(Value x);
@@ -164,14 +183,27 @@ private:
   struct CopyPlan {
     int64_t count = 0, rowStep = 0, ld = 0;
     Value stepGlobal; // rowStep rows of global memory, when rowStep
+    Value tileStride; // BN rows of global memory
+    Value first;      // the item's tile 0: copy 0's element (strided plans)
+                      // or the item's first (the others add `global`)
     SmallVector<Value> row, shared, global, has;
   };
   void planCopies();
-  /// The unrolled copies of a contiguous tile at `j` into the stage at
-  /// `base`: straight-line, no page arithmetic; rows past the sequence are
-  /// zero-filled only on the tile that has them.
+  /// The unrolled copies of a contiguous tile at `j` (i32) into the stage
+  /// at `base`: straight-line, no page arithmetic; rows past the sequence
+  /// are zero-filled only on the tile that has them.
   void copyContiguous(Value j, Value base);
+  /// The item's tiles with no row past the sequence (i32).
+  Value fullTiles;
+  /// The first tile from `from` on that the item visits, or nKT (i32:
+  /// tile indices and their loop stay 32-bit).
   Value nextVisited(Value from, Value nKT, IRMapping &inv);
+  /// j + 1 for an i32 tile index below nKT (no wrap).
+  Value nextTile(Value j) {
+    return arith::AddIOp::create(b_, j, cI32(1),
+                                 arith::IntegerOverflowFlags::nuw |
+                                     arith::IntegerOverflowFlags::nsw);
+  }
   /// The flash ops of a kernel body, in order.
   LogicalResult lowerOps(Block::iterator from, Block::iterator to);
   LogicalResult lowerOp(Operation &op);
@@ -195,7 +227,7 @@ private:
   int64_t MT, NT, KS, DT, KP, TH;
   Entry e;
   Item it;
-  Value smem, tid, lane, warp, g, tig, mat, r8, zeroE;
+  Value smem, smemBytes, tid, lane, warp, g, tig, mat, r8, zeroE;
   Value fastQ, fastKV, fastO, paged, contiguous;
   CopyPlan planK, planV;
   SmallVector<Row> rows;                 // [mt * 2 + k]
@@ -203,9 +235,10 @@ private:
   SmallVector<SmallVector<Frag>> qf;     // [mt][ks] when in registers
 };
 
-Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
-                                    int64_t chunks, Value row, Value chunk,
-                                    int64_t rowC, int64_t chunkC) {
+TensorCoreKernel::SharedPlace
+TensorCoreKernel::sharedPlace(Value base, int64_t ld, bool swizzle,
+                              int64_t chunks, Value row, Value chunk,
+                              int64_t rowC, int64_t chunkC) {
   Value c = chunk;
   int64_t offset = rowC * ld + chunkC * 8;
   if (swizzle) {
@@ -219,8 +252,26 @@ Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
     c = arith::XOrIOp::create(b_, lo ? add(chunk, cIdx(lo)) : chunk, key);
     offset = rowC * ld + (chunkC - lo) * 8;
   }
-  Value at = add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8))));
+  return {add(base, add(mul(row, cIdx(ld)), mul(c, cIdx(8)))), offset};
+}
+
+Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
+                                    int64_t chunks, Value row, Value chunk,
+                                    int64_t rowC, int64_t chunkC) {
+  auto [at, offset] =
+      sharedPlace(base, ld, swizzle, chunks, row, chunk, rowC, chunkC);
   return offset ? add(at, cIdx(offset)) : at;
+}
+
+std::pair<Value, Value> TensorCoreKernel::sharedAt(SharedPlace p) {
+  if (!p.offset)
+    return {smem, p.at};
+  auto wg = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
+  Value view = memref::ViewOp::create(
+      b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
+      smemBytes, mul(p.at, cIdx(elem_.getIntOrFloatBitWidth() / 8)),
+      ValueRange{});
+  return {view, cIdx(p.offset)};
 }
 
 /// exp2 on the special-function unit, subnormals flushed (they are below
@@ -325,6 +376,7 @@ void TensorCoreKernel::planCopies() {
     plan->rowStep = strided ? TH / chunks : 0;
     if (strided)
       plan->stepGlobal = mul((*st)[2], cIdx(plan->rowStep));
+    plan->tileStride = mul((*st)[2], cIdx(BN));
     for (int64_t i = 0; i < plan->count; ++i) {
       Value c = add(tid, cIdx(i * TH));
       if (!strided || i == 0) {
@@ -338,36 +390,40 @@ void TensorCoreKernel::planCopies() {
                               ? Value()
                               : cmp(arith::CmpIPredicate::slt, c, cIdx(total)));
     }
+    Value itemBase = plan == &planK ? it.kBase : it.vBase;
+    plan->first = strided ? add(itemBase, plan->global[0]) : itemBase;
   }
+  fullTiles = arith::IndexCastUIOp::create(b_, i32_, divu(it.kvLen, BN));
 }
 
-void TensorCoreKernel::copyContiguous(Value j, Value base) {
-  Value kv0 = mul(j, cIdx(BN));
-  Value cols = minI(cIdx(BN), sub(it.kvLen, kv0));
-  Value full = cmp(arith::CmpIPredicate::eq, cols, cIdx(BN));
+void TensorCoreKernel::copyContiguous(Value j32, Value base) {
+  // j < 2^32: its products with the strides are one wide multiply each.
+  Value j = arith::IndexCastUIOp::create(b_, b_.getIndexType(), j32);
+  Value full = cmp(arith::CmpIPredicate::ult, j32, fullTiles);
   auto copies = [&](bool tail) {
-    for (auto [plan, src, itemBase, st, at] :
-         {std::tuple{&planK, e.k, it.kBase, &e.ks, base},
-          std::tuple{&planV, e.v, it.vBase, &e.vs,
-                     add(base, cIdx(BN * L.ldK))}}) {
-      // The tile's first row; each copy adds its fixed offset. Strided
+    Value cols = tail ? sub(it.kvLen, mul(j, cIdx(BN))) : Value();
+    for (auto [plan, src, at] :
+         {std::tuple{&planK, e.k, base},
+          std::tuple{&planV, e.v, add(base, cIdx(BN * L.ldK))}}) {
+      // The tile's first copy; each copy adds its fixed offset. Strided
       // plans walk down the tile from copy 0 (each global address the last
       // plus stepGlobal, each shared one an immediate offset), so nothing
       // per copy is invariant for LLVM to hoist into a register.
-      Value tileBase = add(itemBase, mul(kv0, (*st)[2]));
+      Value tileBase = add(plan->first, mul(j, plan->tileStride));
       Value from = Value(), row = Value();
       for (int64_t i = 0; i < plan->count; ++i) {
         const bool strided = plan->rowStep != 0;
         if (!strided || i == 0) {
           row = plan->row[i];
-          from = add(tileBase, plan->global[i]);
+          from = strided ? tileBase : add(tileBase, plan->global[i]);
         } else {
           row = add(plan->row[0], cIdx(i * plan->rowStep));
           from = add(from, plan->stepGlobal);
         }
-        Value shared = strided ? add(add(at, plan->shared[0]),
-                                     cIdx(i * plan->rowStep * plan->ld))
-                               : add(at, plan->shared[i]);
+        auto [dst, shared] =
+            strided ? sharedAt({add(at, plan->shared[0]),
+                                i * plan->rowStep * plan->ld})
+                    : sharedAt({add(at, plan->shared[i]), 0});
         auto issue = [&] {
           Value size = cIdx(8);
           if (tail) {
@@ -377,7 +433,7 @@ void TensorCoreKernel::copyContiguous(Value j, Value base) {
             size = select(live, cIdx(8), cIdx(0));
           }
           nvgpu::DeviceAsyncCopyOp::create(
-              b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+              b_, nvgpu::DeviceAsyncTokenType::get(ctx_), dst,
               ValueRange{shared}, src, ValueRange{from},
               b_.getIndexAttr(8), size, b_.getUnitAttr());
         };
@@ -453,24 +509,22 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
 /// The first visited KV tile at or after `from` (nKT when none): empty
 /// tiles are skipped with no copy and no barrier.
 Value TensorCoreKernel::nextVisited(Value from, Value nKT, IRMapping &inv) {
-  auto w = scf::WhileOp::create(b_, TypeRange{b_.getIndexType()},
-                                ValueRange{from});
+  auto w = scf::WhileOp::create(b_, TypeRange{i32_}, ValueRange{from});
   {
     OpBuilder::InsertionGuard guard(b_);
-    Block *before = b_.createBlock(&w.getBefore(), {}, {b_.getIndexType()},
-                                   {b_.getLoc()});
+    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_}, {b_.getLoc()});
     Value j = before->getArgument(0);
     Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
     // Classify only tiles that exist (a block mask has no entry past nKT).
     Value skip = ifYield(inRange, ValueRange{inRange}, [&] {
-      Tile t = tileAt(it, j, inv);
+      Tile t = tileAt(
+          it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv);
       return SmallVector<Value>{arith::XOrIOp::create(
           b_, t.visit, arith::ConstantOp::create(b_, b_.getBoolAttr(true)))};
     })[0];
     scf::ConditionOp::create(b_, andI(inRange, skip), ValueRange{j});
-    Block *after = b_.createBlock(&w.getAfter(), {}, {b_.getIndexType()},
-                                  {b_.getLoc()});
-    scf::YieldOp::create(b_, ValueRange{add(after->getArgument(0), cIdx(1))});
+    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_}, {b_.getLoc()});
+    scf::YieldOp::create(b_, ValueRange{nextTile(after->getArgument(0))});
   }
   return w.getResult(0);
 }
@@ -544,7 +598,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
         a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
       for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
         Value key = add(mul(divu(mat, 2), cIdx(8)), r8);
-        Frag fr = ldmatrix(sharedIndex(kBase, L.ldK, L.swizzleK, D / 8, key,
+        Frag fr = ldmatrix(sharedPlace(kBase, L.ldK, L.swizzleK, D / 8, key,
                                        remu(mat, 2), 16 * nt2, 2 * ks),
                            false);
         for (int64_t mt = 0; mt < MT; ++mt)
@@ -713,7 +767,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
                       packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
       for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
         Value key = add(mul(remu(mat, 2), cIdx(8)), r8);
-        Frag fr = ldmatrix(sharedIndex(vBase, L.ldV, L.swizzleV, DV / 8, key,
+        Frag fr = ldmatrix(sharedPlace(vBase, L.ldV, L.swizzleV, DV / 8, key,
                                        divu(mat, 2), 16 * kk, 2 * dt2),
                            true);
         for (int64_t mt = 0; mt < MT; ++mt)
@@ -786,13 +840,20 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 }
 
 LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
-  Value c0 = cIdx(0), c1 = cIdx(1);
+  Value c0 = cIdx(0);
+  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  // Tile indices are i32 (fewer than 2^31 tiles): the loop's counter, its
+  // bound and the next tile's search need no 64-bit arithmetic.
+  Value nKT32 = toI32(nKT);
   // Prologue: the first visited tile into stage 0 (Q's copy is already
   // committed), then Q's fragments once it has landed.
-  Value first = nextVisited(it.jlo, nKT, inv);
-  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT), [&] {
+  Value first = nextVisited(toI32(it.jlo), nKT32, inv);
+  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
     ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
-               [&] { loadTile(first, c0); });
+               [&] { loadTile(toIdx32(first), c0); });
   });
   NVVM::CpAsyncCommitGroupOp::create(b_);
   if (L.qInRegisters) {
@@ -809,11 +870,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   // The loop over visited tiles: (j, the stage's first element, the
   // iteration values' registers), j and the stage as i32 (one register
   // each across the loop).
-  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
-  auto toIdx32 = [&](Value x) {
-    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
-  };
-  SmallVector<Value> init = {toI32(first), cI32(0)};
+  SmallVector<Value> init = {first, cI32(0)};
   SmallVector<size_t> widths;
   for (Value v : loopOp.getInits()) {
     init.append(regs[v]);
@@ -829,22 +886,22 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     SmallVector<Location> locs(types.size(), b_.getLoc());
     Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
     scf::ConditionOp::create(
-        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), toI32(nKT)),
+        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
         before->getArguments());
     Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
-    Value j = toIdx32(after->getArgument(0)), stage = after->getArgument(1);
+    Value j32 = after->getArgument(0), stage = after->getArgument(1);
     // Tile j has arrived (its group is the only one pending) and every warp
     // is past the previous tile, whose stage the prefetch now refills.
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
     gpu::BarrierOp::create(b_);
-    Value next = nextVisited(add(j, c1), nKT, inv);
+    Value next = nextVisited(nextTile(j32), nKT32, inv);
     Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
-    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT), [&] {
+    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
       ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
-                 [&] { loadTile(next, toIdx32(other)); });
+                 [&] { loadTile(toIdx32(next), toIdx32(other)); });
     });
     NVVM::CpAsyncCommitGroupOp::create(b_);
-    tile = tileAt(it, j, inv);
+    tile = tileAt(it, toIdx32(j32), inv);
     stageBase = toIdx32(stage);
     size_t at = 2;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
@@ -853,7 +910,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     }
     if (failed(lowerOps(body.begin(), Block::iterator(yield))))
       result = failure();
-    SmallVector<Value> out = {toI32(next), other};
+    SmallVector<Value> out = {next, other};
     for (Value v : yield.getValues())
       out.append(regs[v]);
     scf::YieldOp::create(b_, out);
@@ -884,6 +941,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   Value raw = gpu::DynamicSharedMemoryOp::create(
       b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                           MemRefLayoutAttrInterface(), wg));
+  smemBytes = raw;
   smem = memref::ViewOp::create(
       b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
       raw, cIdx(0), ValueRange{});
