@@ -30,7 +30,7 @@ void ProgramBuilder::forEachVisitedTile(const Item &it,
 }
 
 ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
-                                            IRMapping &inv) {
+                                            IRMapping &inv, Value noTail) {
   Tile t;
   t.j = j;
   t.kv0 = mul(j, cIdx(BN));
@@ -44,8 +44,9 @@ ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
                                   i8(abi::kEmpty));
   Value full = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cls,
                                      i8(abi::kFull));
-  Value noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cols,
-                                       cIdx(BN));
+  if (!noTail)
+    noTail = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, t.cols,
+                                   cIdx(BN));
   t.skipMask = arith::AndIOp::create(b_, full, noTail);
   return t;
 }

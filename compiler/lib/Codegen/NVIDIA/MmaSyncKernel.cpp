@@ -901,7 +901,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
                  [&] { loadTile(toIdx32(next), toIdx32(other)); });
     });
     NVVM::CpAsyncCommitGroupOp::create(b_);
-    tile = tileAt(it, toIdx32(j32), inv);
+    tile = tileAt(it, toIdx32(j32), inv,
+                  cmp(arith::CmpIPredicate::ult, j32, fullTiles));
     stageBase = toIdx32(stage);
     size_t at = 2;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
