@@ -238,8 +238,10 @@ protected:
   /// Tile j of a work item: its keys and class (`inv` holds the mask's
   /// values that do not depend on q or kv). `noTail`, where the form knows
   /// it more cheaply (an i32 compare with the item's full tiles), says
-  /// whether the tile ends before the sequence does.
-  Tile tileAt(const Item &it, Value j, IRMapping &inv, Value noTail = {});
+  /// whether the tile ends before the sequence does; `cls`, where the form
+  /// classified the tile already (while looking for it), is its class.
+  Tile tileAt(const Item &it, Value j, IRMapping &inv, Value noTail = {},
+              Value cls = {});
   /// The kernel operands (KernelABI.h order, then the launch's first work
   /// item; the CPU form adds the end of its range).
   SmallVector<Type> kernelArgs();

@@ -30,13 +30,15 @@ void ProgramBuilder::forEachVisitedTile(const Item &it,
 }
 
 ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
-                                            IRMapping &inv, Value noTail) {
+                                            IRMapping &inv, Value noTail,
+                                            Value cls) {
   Tile t;
   t.j = j;
   t.kv0 = mul(j, cIdx(BN));
   t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
   t.khi = sub(add(t.kv0, t.cols), cIdx(1));
-  t.cls = classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
+  t.cls = cls ? cls
+              : classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
   auto i8 = [&](int64_t c) {
     return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
   };

@@ -196,8 +196,8 @@ private:
   /// The item's tiles with no row past the sequence (i32).
   Value fullTiles;
   /// The first tile from `from` on that the item visits, or nKT (i32:
-  /// tile indices and their loop stay 32-bit).
-  Value nextVisited(Value from, Value nKT, IRMapping &inv);
+  /// tile indices and their loop stay 32-bit), and its class (i8).
+  std::pair<Value, Value> nextVisited(Value from, Value nKT, IRMapping &inv);
   /// j + 1 for an i32 tile index below nKT (no wrap).
   Value nextTile(Value j) {
     return arith::AddIOp::create(b_, j, cI32(1),
@@ -506,27 +506,38 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
   }
 }
 
-/// The first visited KV tile at or after `from` (nKT when none): empty
-/// tiles are skipped with no copy and no barrier.
-Value TensorCoreKernel::nextVisited(Value from, Value nKT, IRMapping &inv) {
-  auto w = scf::WhileOp::create(b_, TypeRange{i32_}, ValueRange{from});
+/// The first visited KV tile at or after `from` (nKT when none) and its
+/// class: empty tiles are skipped with no copy and no barrier, and the
+/// class found here is the one the tile's iteration uses (classified once).
+std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
+                                                      IRMapping &inv) {
+  Type i8 = b_.getI8Type();
+  // Past nKT the class is never read; kFull keeps it a constant where
+  // every tile is full (no mask_mod).
+  Value none = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull));
+  auto w = scf::WhileOp::create(b_, TypeRange{i32_, i8}, ValueRange{from, none});
   {
     OpBuilder::InsertionGuard guard(b_);
-    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_}, {b_.getLoc()});
+    SmallVector<Location> locs(2, b_.getLoc());
+    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_, i8}, locs);
     Value j = before->getArgument(0);
     Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
     // Classify only tiles that exist (a block mask has no entry past nKT).
-    Value skip = ifYield(inRange, ValueRange{inRange}, [&] {
+    auto found = ifYield(inRange, ValueRange{inRange, none}, [&] {
       Tile t = tileAt(
           it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv);
-      return SmallVector<Value>{arith::XOrIOp::create(
-          b_, t.visit, arith::ConstantOp::create(b_, b_.getBoolAttr(true)))};
-    })[0];
-    scf::ConditionOp::create(b_, andI(inRange, skip), ValueRange{j});
-    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_}, {b_.getLoc()});
-    scf::YieldOp::create(b_, ValueRange{nextTile(after->getArgument(0))});
+      return SmallVector<Value>{
+          arith::XOrIOp::create(
+              b_, t.visit, arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
+          t.cls};
+    });
+    scf::ConditionOp::create(b_, andI(inRange, found[0]),
+                             ValueRange{j, found[1]});
+    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_, i8}, locs);
+    scf::YieldOp::create(
+        b_, ValueRange{nextTile(after->getArgument(0)), after->getArgument(1)});
   }
-  return w.getResult(0);
+  return {w.getResult(0), w.getResult(1)};
 }
 
 Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
@@ -850,7 +861,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   Value nKT32 = toI32(nKT);
   // Prologue: the first visited tile into stage 0 (Q's copy is already
   // committed), then Q's fragments once it has landed.
-  Value first = nextVisited(toI32(it.jlo), nKT32, inv);
+  auto [first, firstClass] = nextVisited(toI32(it.jlo), nKT32, inv);
   ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
     ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
                [&] { loadTile(toIdx32(first), c0); });
@@ -867,10 +878,11 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
       signQ();
   }
 
-  // The loop over visited tiles: (j, the stage's first element, the
-  // iteration values' registers), j and the stage as i32 (one register
+  // The loop over visited tiles: (j, the stage's first element, j's class,
+  // the iteration values' registers), j and the stage as i32 (one register
   // each across the loop).
-  SmallVector<Value> init = {first, cI32(0)};
+  constexpr size_t kLoopState = 3;
+  SmallVector<Value> init = {first, cI32(0), firstClass};
   SmallVector<size_t> widths;
   for (Value v : loopOp.getInits()) {
     init.append(regs[v]);
@@ -889,12 +901,13 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
         b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
         before->getArguments());
     Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
-    Value j32 = after->getArgument(0), stage = after->getArgument(1);
+    Value j32 = after->getArgument(0), stage = after->getArgument(1),
+          cls = after->getArgument(2);
     // Tile j has arrived (its group is the only one pending) and every warp
     // is past the previous tile, whose stage the prefetch now refills.
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
     gpu::BarrierOp::create(b_);
-    Value next = nextVisited(nextTile(j32), nKT32, inv);
+    auto [next, nextClass] = nextVisited(nextTile(j32), nKT32, inv);
     Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
     ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
       ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
@@ -902,22 +915,22 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     });
     NVVM::CpAsyncCommitGroupOp::create(b_);
     tile = tileAt(it, toIdx32(j32), inv,
-                  cmp(arith::CmpIPredicate::ult, j32, fullTiles));
+                  cmp(arith::CmpIPredicate::ult, j32, fullTiles), cls);
     stageBase = toIdx32(stage);
-    size_t at = 2;
+    size_t at = kLoopState;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
       regs[arg] = SmallVector<Value>(after->getArguments().slice(at, n));
       at += n;
     }
     if (failed(lowerOps(body.begin(), Block::iterator(yield))))
       result = failure();
-    SmallVector<Value> out = {next, other};
+    SmallVector<Value> out = {next, other, nextClass};
     for (Value v : yield.getValues())
       out.append(regs[v]);
     scf::YieldOp::create(b_, out);
   }
   NVVM::CpAsyncWaitGroupOp::create(b_, 0);
-  size_t at = 2;
+  size_t at = kLoopState;
   for (auto [res, n] : llvm::zip(loopOp.getResults(), widths)) {
     regs[res] = SmallVector<Value>(w.getResults().slice(at, n));
     at += n;
