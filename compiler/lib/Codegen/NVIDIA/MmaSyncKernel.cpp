@@ -289,7 +289,10 @@ void TensorCoreKernel::computeRows() {
     for (int64_t k = 0; k < 2; ++k) {
       Value r = add(add(mul(warp, cIdx(16 * MT)), g), cIdx(16 * mt + 8 * k));
       Row R;
-      R.live = cmp(arith::CmpIPredicate::slt, r, it.rows);
+      // In i32 (both are below block_m): what stays live to the epilogue,
+      // which alone reads it, is two 32-bit values, not two 64-bit ones.
+      R.live = cmp(arith::CmpIPredicate::slt, arith::IndexCastOp::create(b_, i32_, r),
+                   arith::IndexCastOp::create(b_, i32_, it.rows));
       // Rows past the end compute on the last row; they are not stored.
       auto [h, i] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
       R.hI32 = arith::IndexCastOp::create(b_, i32_, h);
@@ -914,8 +917,15 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
                  [&] { loadTile(toIdx32(next), toIdx32(other)); });
     });
     NVVM::CpAsyncCommitGroupOp::create(b_);
-    tile = tileAt(it, toIdx32(j32), inv,
-                  cmp(arith::CmpIPredicate::ult, j32, fullTiles), cls);
+    // The class the search found and the tail from the item's full-tile
+    // count, where registers allow: with Q read from shared memory per
+    // tile (Dqk > 128, or two m-tiles) the kernel is at the register
+    // file's limit and either value live across the loop spills (synaptic
+    // at D=256); the tile is classified again there, its tail from kvLen.
+    tile = L.qInRegisters
+               ? tileAt(it, toIdx32(j32), inv,
+                        cmp(arith::CmpIPredicate::ult, j32, fullTiles), cls)
+               : tileAt(it, toIdx32(j32), inv);
     stageBase = toIdx32(stage);
     size_t at = kLoopState;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
