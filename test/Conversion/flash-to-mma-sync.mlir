@@ -167,12 +167,21 @@ module {
 // barrier, prefetch the next tile, Q K^T on mma.sync from ldmatrix
 // fragments, the softmax on the fragments (a row's 4 lanes by xor
 // shuffles, exp2 on the SFU), P V.
+// The visited-tile search and the loop keep the tile index in i32, and
+// the search's class (i8) is carried into the tile's iteration; shared
+// addresses past a copy's or a fragment's run-time part are a view's
+// constant index (an immediate offset in SASS, not an OR per access).
 // CHECK: nvgpu.device_async_copy
-// CHECK: scf.while
+// CHECK: %[[FIRST:.*]]:2 = scf.while ({{.*}}) : (i32, i8) -> (i32, i8)
+// CHECK: scf.while (%{{.*}} = %[[FIRST]]#0, %{{.*}} = %{{.*}}, %{{.*}} = %[[FIRST]]#1, {{.*}}) : (i32, i32, i8, f32
 // CHECK: nvvm.cp.async.wait.group 0
 // CHECK: gpu.barrier
-// CHECK: nvgpu.device_async_copy
+// CHECK: scf.while ({{.*}}) : (i32, i8) -> (i32, i8)
+// CHECK: %[[CV:.*]] = memref.view
+// CHECK: nvgpu.device_async_copy %{{.*}}, %[[CV]][%c1024{{.*}}]
 // CHECK: nvgpu.ldmatrix
+// CHECK: %[[KV:.*]] = memref.view
+// CHECK: nvgpu.ldmatrix %[[KV]][%c1024{{.*}}]
 // CHECK: nvvm.mma.sync
 // CHECK: gpu.shuffle  xor
 // CHECK: llvm.nvvm.ex2.approx.ftz.f32
