@@ -84,9 +84,7 @@ OwningOpRef<ModuleOp> buildFlashModule(attn::VariantOp variant,
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
-  FlashConfig cfg = config;
-  cfg.spec = choice.spec;
-  cfg.scaleInExponent = choice.form->takesScaleInExponent(cfg.spec);
+  FlashConfig cfg = choice.flashConfig(config);
   std::string name = target == "cpu"
                          ? "kernel"
                          : kernelName(variant.getSymName(), *choice.form,

@@ -24,8 +24,7 @@ mlir::LogicalResult KernelForm::build(mlir::Operation *container,
                                       const MaskAnalysis &mask,
                                       const FlashConfig &config,
                                       llvm::StringRef name) const {
-  FlashConfig cfg = config;
-  cfg.scaleInExponent = takesScaleInExponent(config.spec);
+  FlashConfig cfg = flashConfig(config, config.spec);
   if (direction() == Direction::Forward)
     return lowerWithForm(
         *this, buildForwardKernel(parent, variant, this->name(), cfg, name),

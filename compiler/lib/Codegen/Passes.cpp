@@ -79,10 +79,9 @@ LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
   FormChoice choice = formFor(*s, target, direction);
   if (!choice)
     return m.emitError("no kernel form takes the configuration on ") << target;
-  FlashConfig config;
-  config.spec = choice.spec;
-  config.vectorWidth = vectorWidth;
-  config.scaleInExponent = choice.form->takesScaleInExponent(config.spec);
+  FlashConfig base;
+  base.vectorWidth = vectorWidth;
+  FlashConfig config = choice.flashConfig(base);
   for (auto v : llvm::to_vector(m.getOps<attn::VariantOp>())) {
     if (backward && (!v.getGradBlock() || v.getGradBlock()->empty()))
       return v.emitError("the variant has no score_grad region; run "

@@ -70,6 +70,14 @@ public:
   virtual bool takesScaleInExponent(const rt::KernelSpec &) const {
     return false;
   }
+  /// `base` (the vector width, ...) with what this form fixes for `spec`:
+  /// the spec itself and whether the scale goes into the exponents. Every
+  /// tiled program of the form is built from a configuration made here.
+  FlashConfig flashConfig(FlashConfig base, const rt::KernelSpec &spec) const {
+    base.spec = spec;
+    base.scaleInExponent = takesScaleInExponent(spec);
+    return base;
+  }
   /// The configurations the tuner times for a request's shape class.
   virtual std::vector<rt::KernelSpec>
   tileCandidates(const rt::KernelSpec &request, llvm::StringRef target) const;
@@ -107,6 +115,10 @@ struct FormChoice {
   const KernelForm *form = nullptr; // null: no form takes the request
   rt::KernelSpec spec;              // as the form configured it
   explicit operator bool() const { return form != nullptr; }
+  /// The tiled program's configuration for this choice (KernelForm::flashConfig).
+  FlashConfig flashConfig(const FlashConfig &base) const {
+    return form->flashConfig(base, spec);
+  }
 };
 
 /// The first form of `direction` that runs on `target` and takes the

@@ -56,10 +56,9 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   MaskAnalysis mask = analyzeMask(copy);
   FormChoice choice = formFor(config.spec, "cpu", Direction::Forward);
-  FlashConfig cfg = config;
-  cfg.spec = choice.spec;
   if (!choice || failed(buildForwardProgram(*choice.form, *m, *m, copy, mask,
-                                            cfg, "kernel"))) {
+                                            choice.flashConfig(config),
+                                            "kernel"))) {
     error = "cannot build the tiled program for variant '" +
             variant.getSymName().str() + "'";
     return nullptr;
@@ -87,10 +86,10 @@ OwningOpRef<ModuleOp> buildBackwardTiledModule(attn::VariantOp variant,
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
   FormChoice choice = formFor(config.spec, "cpu", Direction::Backward);
-  FlashConfig cfg = config;
-  cfg.spec = choice.spec;
   if (!choice || failed(buildBackwardProgram(*choice.form, *m, *m, copy,
-                                             analyzeMask(copy), cfg, "kernel"))) {
+                                             analyzeMask(copy),
+                                             choice.flashConfig(config),
+                                             "kernel"))) {
     error = "cannot build the backward program of '" +
             variant.getSymName().str() + "'";
     return nullptr;

@@ -98,8 +98,7 @@ OwningOpRef<ModuleOp> buildGpuModuleOf(attn::VariantOp variant,
                                       : " (form '" + config.spec.form + "')");
     return nullptr;
   }
-  FlashConfig cfg = config;
-  cfg.spec = choice.spec;
+  FlashConfig cfg = choice.flashConfig(config);
   std::string name = kernelName(variant.getSymName(), *choice.form, cfg.spec);
   return buildGpuModuleWith(
       variant, error,
