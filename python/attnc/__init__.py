@@ -15,8 +15,10 @@ the device, on torch's current stream. Kernel packages compiled ahead of
 time (`attnc.compile_package`, `attnc compile --emit=package`) run on CUDA
 devices with the runtime alone (`attnc.load_package`).
 """
+import operator as _operator
 import os as _os
 import sys as _sys
+import threading as _threading
 
 from . import _attnc, cuda
 from ._attnc import Error
@@ -48,6 +50,9 @@ def _load_program(source, name=None):
 
 
 def _pick_variant(names, variant):
+    if not names:
+        raise Error("the source defines no variant (expected at least one "
+                    "`variant name(...) { ... }`)")
     if variant is None:
         if len(names) != 1:
             raise Error("the source has variants %s: pass variant=..." % ", ".join(names))
@@ -106,13 +111,85 @@ def load_package(path):
     return p
 
 
-def _ints(xs):
-    """A list of Python ints (from a list, NumPy array or CPU tensor)."""
+_I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
+#: The longest sequence a call takes (the runtime's i32 positions).
+_MAX_SEQ = _I32_MAX // 2
+
+
+def _ints(xs, name="argument"):
+    """A list of Python ints in int32's range (from a list, a NumPy array,
+    a torch tensor or a device array), or a TypeError/ValueError naming the
+    argument and the entry."""
     if xs is None:
         return None
-    if hasattr(xs, "tolist"):
-        xs = xs.tolist()
-    return [int(x) for x in xs]
+    if not isinstance(xs, (list, tuple)):
+        if not hasattr(xs, "tolist") and hasattr(xs, "__dlpack_device__") \
+                and _device_of(xs)[0] == _CUDA:
+            xs = cuda.to_host(xs)  # a device array: read back
+        if hasattr(xs, "tolist"):
+            xs = xs.tolist()
+    if isinstance(xs, (int, float, str, bytes)) or not hasattr(xs, "__iter__"):
+        raise TypeError("'%s' must be a sequence of integers (a list, NumPy "
+                        "array or tensor), got %s" % (name, type(xs).__name__))
+    out = []
+    for i, x in enumerate(xs):
+        out.append(_int(x, "%s[%d]" % (name, i), _I32_MIN, _I32_MAX))
+    return out
+
+
+def _int(x, name, lo, hi):
+    """x as an int in [lo, hi], or a TypeError/ValueError naming it."""
+    if isinstance(x, bool) or isinstance(x, float):
+        raise TypeError("'%s' must be an integer, got %r" % (name, x))
+    try:
+        n = _operator.index(x)
+    except TypeError:
+        raise TypeError("'%s' must be an integer, got %s" % (name, type(x).__name__)) from None
+    if not lo <= n <= hi:
+        raise ValueError("'%s' is %d, expected %d..%d" % (name, n, lo, hi))
+    return n
+
+
+def _array(x, name):
+    """x when it is an array attnc reads (a NumPy array, a torch tensor, a
+    DLPack array), else a TypeError naming the argument."""
+    if x is None or _is_scalar(x) or not (hasattr(x, "__dlpack__") or
+                                          hasattr(x, "__array_interface__")):
+        raise TypeError("'%s' must be an array (a NumPy array, a torch tensor "
+                        "or a DLPack array), got %s" % (name, type(x).__name__))
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if kind in ("O", "U", "S", "V"):
+        raise TypeError("'%s' has dtype %s; expected float32, float16 or "
+                        "bfloat16" % (name, x.dtype))
+    return x
+
+
+def _dtype_of(x, name):
+    try:
+        return _attnc.dtype_of(x, name)
+    except TypeError:
+        raise TypeError("'%s' is not an array attnc can read (%s)" %
+                        (name, type(x).__name__)) from None
+
+
+def _check_qkv(q, k, v, out):
+    """The arrays of a call: rank 4, sequence lengths in range, a writable
+    `out`; errors name the argument."""
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        _array(x, name)
+        if len(x.shape) != 4:
+            raise ValueError("'%s' must be 4-d [B, H, S, D], got shape %s" %
+                             (name, tuple(int(s) for s in x.shape)))
+    for x, name in ((q, "q"), (k, "k")):
+        if int(x.shape[2]) > _MAX_SEQ:
+            raise ValueError("'%s' has %d positions; sequence lengths must fit "
+                             "in i32 (at most %d)" % (name, int(x.shape[2]), _MAX_SEQ))
+    if out is not None:
+        _array(out, "out")
+        flags = getattr(out, "flags", None)
+        if flags is not None and not flags.writeable:
+            raise ValueError("'out' is read-only (a broadcast or read-only "
+                             "view); pass a writable array")
 
 
 def _is_scalar(x):
@@ -171,6 +248,8 @@ def _host(x):
     return cuda.to_host(x)
 
 
+_PAGE_ARGS = ("kv_indptr", "kv_indices", "kv_last_page_len")
+
 _registry = []  # every Kernel, by the number torch.ops.attnc.attention names
 
 
@@ -183,17 +262,21 @@ class Kernel:
         self.variant = variant
         self.signature = program.signature(variant)
         self._kernels = {}
+        # Threads making a first call at once compile it once: the others
+        # wait here (the compile itself runs without the GIL).
+        self._compile_lock = _threading.Lock()
         self._op_id = len(_registry)
         _registry.append(self)
 
     def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0):
         a = _attnc.CallArgs()
         a.scale = scale
-        a.num_splits = int(num_splits)
-        a.kv_lens = _ints(kv_lens)
-        a.q_offsets = _ints(q_offsets)
+        a.num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
+        a.kv_lens = _ints(kv_lens, "kv_lens")
+        a.q_offsets = _ints(q_offsets, "q_offsets")
         if pages is not None:
-            a.kv_indptr, a.kv_indices, a.kv_last_page_len = (_ints(x) for x in pages)
+            a.kv_indptr, a.kv_indices, a.kv_last_page_len = (
+                _ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
         tensors, scalars = {}, {}
         for key, value in params.items():
             if _is_scalar(value):
@@ -209,6 +292,14 @@ class Kernel:
         k = self._kernels.get(key)
         if k is not None:
             return k
+        with self._compile_lock:
+            k = self._kernels.get(key)
+            if k is None:
+                k = self._compile(where, dtype, d, dv)
+                self._kernels[key] = k
+        return k
+
+    def _compile(self, where, dtype, d, dv):
         if where[0] == _CUDA:
             k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1])
         elif where[0] == _CPU:
@@ -219,7 +310,6 @@ class Kernel:
         else:
             raise Error("'q' is on DLPack device type %d; attnc runs CPU and "
                         "CUDA arrays" % where[0])
-        self._kernels[key] = k
         return k
 
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
@@ -245,9 +335,15 @@ class Kernel:
         num_splits: split-KV (docs/runtime.md): 0 lets the planner split
         small decode batches across cores or SMs, 1 never splits, N forces
         N splits (at most 256)."""
+        _check_qkv(q, k, v, out)
+        num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
+        num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
+        kv_lens = _ints(kv_lens, "kv_lens")
+        q_offsets = _ints(q_offsets, "q_offsets")
         pages = None
         if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
-            pages = (kv_indptr, kv_indices, kv_last_page_len)
+            pages = tuple(_ints(x, n) for x, n in zip(
+                (kv_indptr, kv_indices, kv_last_page_len), _PAGE_ARGS))
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q)):
             from . import torch_op
@@ -262,7 +358,7 @@ class Kernel:
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
              num_threads, stream, params, pages=None, num_splits=0):
         where = _device_of(q)
-        dtype = _attnc.dtype_of(q, "q")
+        dtype = _dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
         kernel = self._kernel(where, dtype, d, dv)
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
@@ -294,12 +390,16 @@ class Kernel:
         key = ("backward", where, dtype, d, dv)
         kernel = self._kernels.get(key)
         if kernel is None:
-            if where[0] == _CUDA:
-                kernel = self.program.gpu_backward_kernel(self.variant, dtype, d,
-                                                          dv, where[1])
-            else:
-                kernel = self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
-            self._kernels[key] = kernel
+            with self._compile_lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    if where[0] == _CUDA:
+                        kernel = self.program.gpu_backward_kernel(
+                            self.variant, dtype, d, dv, where[1])
+                    else:
+                        kernel = self.program.cpu_backward_kernel(
+                            self.variant, dtype, d, dv)
+                    self._kernels[key] = kernel
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()

@@ -10,6 +10,8 @@ without a copy). attnc opens each device's primary context (the one torch
 and the CUDA runtime use) through the driver library it finds at run time:
 libcuda.so.1, or $ATTNC_LIBCUDA.
 """
+import operator
+
 from . import _attnc
 
 __all__ = ["DeviceArray", "device", "empty", "to_device", "to_host", "synchronize"]
@@ -44,8 +46,21 @@ def device(ordinal=0):
 
 def empty(shape, dtype, device=0):
     """An uninitialized device array (dtype: f32, f16, bf16, i32, i64, bool)."""
-    return DeviceArray(_attnc.cuda_empty([int(s) for s in shape], dtype, device),
-                       shape, dtype)
+    dims = _shape(shape)
+    return DeviceArray(_attnc.cuda_empty(dims, dtype, device), dims, dtype)
+
+
+def _shape(shape):
+    """The shape as non-negative ints, or a TypeError/ValueError naming it."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = [operator.index(s) for s in shape]
+    except TypeError:
+        raise TypeError("'shape' must be a sequence of ints, got %r" % (shape,)) from None
+    if any(s < 0 for s in dims):
+        raise ValueError("'shape' must not have negative sizes, got %r" % (tuple(dims),))
+    return dims
 
 
 def to_device(array, device=0):

@@ -14,6 +14,7 @@ import hashlib
 import math
 import os
 import sys
+import threading
 import types
 
 from . import _attnc
@@ -518,6 +519,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, **_ignored):
 
 
 _kernels = {}
+_kernels_lock = threading.Lock()  # a traced program compiles once
 
 
 def _is_torch_default(fn, name):
@@ -588,10 +590,20 @@ _kernel_id._dynamo_marked_constant = True
 def _kernel_for(src, name, on_cuda):
     """The traced variant's kernel: from a loaded package (CUDA arrays),
     else compiled (once per traced program)."""
-    import attnc
     kernel = _kernels.get((src, on_cuda))
     if kernel is not None:
         return kernel
+    with _kernels_lock:
+        kernel = _kernels.get((src, on_cuda))
+        if kernel is None:
+            kernel = _find_or_compile(src, name, on_cuda)
+            _kernels[(src, on_cuda)] = kernel
+    return kernel
+
+
+def _find_or_compile(src, name, on_cuda):
+    import attnc
+    kernel = None
     if on_cuda:
         for p in reversed(attnc._packages):
             if name in p.variants:
@@ -604,7 +616,6 @@ def _kernel_for(src, name, on_cuda):
                 "compiler: export it where the compiler is (attnc.flex.export_package) "
                 "and attnc.load_package the file here" % name)
         kernel = attnc.compile(src, name="<flex_attention>")
-    _kernels[(src, on_cuda)] = kernel
     return kernel
 
 

@@ -10,6 +10,8 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 namespace attnc::python {
 
@@ -112,6 +114,23 @@ referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
   if (q.ndim() != 4 || v.ndim() != 4)
     throw Error("q and v must be 4-d [B, H, S, D]");
   size_t B = q.shape(0), H = q.shape(1), L = q.shape(2), DV = v.shape(3);
+  // Sizes first: a stride-0 view can describe far more than memory holds.
+  constexpr size_t kMaxSeq = size_t(INT32_MAX) / 2;
+  if (L > kMaxSeq || (k.ndim() == 4 && k.shape(2) > kMaxSeq))
+    throw Error("sequence lengths must fit in i32 (at most " +
+                std::to_string(kMaxSeq) + "): 'q' has " + std::to_string(L) +
+                " queries");
+  // The fp64 oracle holds its result and one row of scores per query in
+  // memory: it is for problems that fit.
+  constexpr uint64_t kMaxResult = uint64_t(1) << 28; // elements, 2 GiB fp64
+  uint64_t elems = 0;
+  if (__builtin_mul_overflow(uint64_t(B) * H, uint64_t(L) * DV, &elems) ||
+      elems > kMaxResult)
+    throw Error("the fp64 reference's result [B, H, Lq, Dv] = [" +
+                std::to_string(B) + ", " + std::to_string(H) + ", " +
+                std::to_string(L) + ", " + std::to_string(DV) +
+                "] is beyond its limit of 2^28 elements; the reference is "
+                "for problems that fit in memory");
   std::vector<unsigned char> scratch(
       std::max<size_t>(1, B * H * L * DV * rt::dtypeSize(a.q.dtype)));
   a.out = rt::TensorView::contiguous(

@@ -13,6 +13,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <climits>
+#include <cstdint>
 #include <mutex>
 
 namespace attnc::python {
@@ -35,11 +37,25 @@ const Context &contextFor(int ordinal) {
 
 namespace {
 
+/// The bytes of an array of `shape`, or an error when that many bytes (or
+/// elements) do not fit in an int64 (a wrapped size would allocate a tiny
+/// buffer under a huge array).
 size_t byteSize(const std::vector<size_t> &shape, rt::DType t) {
-  size_t n = rt::dtypeSize(t);
-  for (size_t s : shape)
-    n *= s;
-  return n;
+  uint64_t n = rt::dtypeSize(t);
+  bool empty = false;
+  bool overflow = false;
+  for (size_t s : shape) {
+    empty = empty || s == 0;
+    overflow = overflow || __builtin_mul_overflow(n, uint64_t(s), &n);
+  }
+  if (!empty && (overflow || n > uint64_t(INT64_MAX))) {
+    std::string dims;
+    for (size_t s : shape)
+      dims += (dims.empty() ? "" : ", ") + std::to_string(s);
+    throw Error("'shape' [" + dims + "] of " + std::string(rt::dtypeName(t)) +
+                " is more than 2^63 bytes");
+  }
+  return empty ? 0 : size_t(n);
 }
 
 /// A DLPack array (nanobind's: __dlpack__ and __dlpack_device__ only;

@@ -98,7 +98,7 @@ def test_read_only_output_is_refused():
     q, k, v = qkv(rng, LQ=8, LKV=8)
     out = np.zeros((2, 4, 8, 64), dtype=np.float32)
     out.setflags(write=False)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="'out' is read-only"):
         kernel(q, k, v, out=out)
 
 

@@ -70,6 +70,14 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
           (x != std::trunc(x) || x < -2147483648.0 || x > 2147483647.0))
         return Status::invalidArgument(fmt::format(
             "scalar '{}' is i32 but was given {}", ps.name, x));
+      // A finite value beyond f32's range would become inf (and every
+      // output NaN); an explicit inf or NaN is taken as given.
+      if (ps.dtype == DType::F32 && std::isfinite(x) &&
+          std::fabs(x) > double(std::numeric_limits<float>::max()))
+        return Status::invalidArgument(fmt::format(
+            "scalar '{}' is f32 but was given {}, beyond f32's range "
+            "(|x| <= 3.4028235e38)",
+            ps.name, x));
       if (ps.dtype == DType::Bool && x != 0.0 && x != 1.0)
         return Status::invalidArgument(fmt::format(
             "scalar '{}' is bool but was given {} (expected 0 or 1)", ps.name, x));
@@ -297,9 +305,23 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
       return Status::invalidArgument(fmt::format(
           "'qOffsets[{}]' is {}, expected a non-negative position", b,
           p.qPos0[b]));
+  if (a.numThreads < 0)
+    return Status::invalidArgument(fmt::format(
+        "'numThreads' must be 0 (every core) or a positive count, got {}",
+        a.numThreads));
   p.scale = a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(double(p.Dqk));
   if (!std::isfinite(p.scale))
     return Status::invalidArgument("'scale' must be finite");
+  std::vector<std::pair<const TensorView *, std::string>> written = {
+      {&a.out, "out"}};
+  if (p.hasLse)
+    written.emplace_back(&a.lse, "lse");
+  std::vector<std::pair<const TensorView *, std::string>> read = {
+      {&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}};
+  for (const auto &[name, t] : a.tensors)
+    read.emplace_back(&t, name);
+  if (Status s = checkWritesDisjoint(written, read); !s)
+    return s;
   return bindParams(v, a, p);
 }
 
@@ -313,7 +335,10 @@ std::array<int64_t, 3> BlockMask::histogram() const {
 Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
                           std::vector<double> &out, std::vector<double> &lse,
                           GatherViolation *violation,
-                          std::vector<double> *rowScale, bool exact) {
+                          std::vector<double> *rowScale,
+                          ReferenceRounding rounding) {
+  const bool exact = rounding == ReferenceRounding::None;
+  const bool f32Dots = rounding == ReferenceRounding::DotsAndMods;
   Problem p;
   if (Status s = resolveProblem(v, nullptr, a, p); !s)
     return s;
@@ -366,8 +391,15 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           double dot = 0;
           const double *kr = kb + j * p.Dqk;
-          for (int64_t d = 0; d < p.Dqk; ++d)
-            dot += qr[d] * kr[d];
+          if (f32Dots) {
+            float acc = 0; // inputs of every dtype are exact in f32
+            for (int64_t d = 0; d < p.Dqk; ++d)
+              acc = std::fma(float(qr[d]), float(kr[d]), acc);
+            dot = acc; // times the scale, rounded to f32 as score_mod's input
+          } else {
+            for (int64_t d = 0; d < p.Dqk; ++d)
+              dot += qr[d] * kr[d];
+          }
           double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
                                    int32_t(h), qpos, int32_t(j), violation,
                                    exact);

@@ -59,7 +59,15 @@ Status checkBackwardCall(const VariantInfo &v, const KernelSpec &spec,
     if (Status s = checkTensor(a.dLse, "dLse", DType::F32, {p.B, p.Hq, p.Lq});
         !s)
       return s;
-  return Status::ok();
+  std::vector<std::pair<const TensorView *, std::string>> read = {
+      {&f.q, "q"},   {&f.k, "k"},   {&f.v, "v"},
+      {&f.out, "out"}, {&f.lse, "lse"}, {&a.dOut, "dOut"}};
+  if (a.dLse.data)
+    read.emplace_back(&a.dLse, "dLse");
+  for (const auto &[name, t] : f.tensors)
+    read.emplace_back(&t, name);
+  return checkWritesDisjoint({{&a.dq, "dq"}, {&a.dk, "dk"}, {&a.dv, "dv"}},
+                             read);
 }
 
 int64_t paramGradientLayout(const ParamGradients &layout,

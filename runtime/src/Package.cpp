@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <cstring>
 #include <sstream>
 #include <unistd.h>
 
@@ -193,12 +194,13 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
     return false;
   }
   // The PTX is for the manifest's target, and declares the entries with
-  // the parameter sizes the launcher will pass.
+  // the parameter sizes the launcher will pass and the block size.
   return checkPtx(k.ptx, k.target,
                   {{&k.kernel, &k.kernelParams},
                    {&k.maskBuilder, &k.maskBuilderParams},
                    {&k.merge, &k.mergeParams}},
-                  why);
+                  why) &&
+         entryThreadsMatch(k.ptx, k.kernel, k.threads, why);
 }
 
 } // namespace
@@ -369,6 +371,37 @@ Status ptxEntryParams(const std::string &ptx, const std::string &entry,
     sizes.push_back(bits / 8);
   }
   return Status::ok();
+}
+
+int64_t ptxEntryMaxThreads(const std::string &ptx, const std::string &entry) {
+  std::string head = ".entry " + entry + "(";
+  size_t at = ptx.find(head);
+  if (at == std::string::npos)
+    return 0;
+  size_t close = ptx.find(')', at);
+  size_t body = ptx.find('{', at);
+  if (close == std::string::npos || body == std::string::npos)
+    return 0;
+  // Directives sit between the parameter list and the body.
+  std::string between = ptx.substr(close + 1, body - close - 1);
+  for (const char *d : {".reqntid", ".maxntid"}) {
+    size_t p = between.find(d);
+    if (p == std::string::npos)
+      continue;
+    std::istringstream in(between.substr(p + std::strlen(d)));
+    int64_t x = 0, y = 1, z = 1;
+    char comma = 0;
+    in >> x;
+    if (in >> comma && comma == ',') {
+      in >> y;
+      if (in >> comma && comma == ',')
+        in >> z;
+    }
+    if (x > 0 && y > 0 && z > 0 && x <= 1024 && y <= 1024 && z <= 64)
+      return x * y * z;
+    return -1;
+  }
+  return 0;
 }
 
 } // namespace attnc::rt

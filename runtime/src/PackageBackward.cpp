@@ -42,6 +42,41 @@ json backwardToJson(const GpuBackwardImage &k) {
   return j;
 }
 
+namespace {
+
+/// The tiles the entry names encode (m<M>n<N>w<W>s<S>) against the
+/// manifest's block_m, block_n, warps and thread counts: a relabelled
+/// manifest would launch the kernel over the wrong grid or block.
+/// Tensor-core kernels (warps > 0) run warps x 32 threads in both entries,
+/// a warp per 16 query rows, two stages; SIMT kernels a thread per query
+/// row (_bwd_q) and per key row (_bwd_kv), one stage.
+bool checkBackwardTiles(const GpuBackwardImage &k, const std::string &tiles,
+                        std::string &why) {
+  int64_t m = k.spec.blockM, n = k.spec.blockN, w = k.spec.warps;
+  bool mma = w > 0;
+  std::string want = fmt::format("m{}n{}w{}s{}", m, n,
+                                 mma ? w : (k.queryThreads + 31) / 32,
+                                 mma ? 2 : 1);
+  if (tiles != want) {
+    why = fmt::format("backward kernel '{}' names tiles '{}', its manifest "
+                      "gives '{}' (block_m, block_n, warps, threads)",
+                      k.query, tiles, want);
+    return false;
+  }
+  int64_t qThreads = mma ? w * 32 : m, kvThreads = mma ? w * 32 : n;
+  if ((mma && m != w * 16) || k.queryThreads != qThreads ||
+      k.keyValueThreads != kvThreads) {
+    why = fmt::format("backward kernel '{}' launches {} and {} threads with "
+                      "block_m {} and warps {}; its tiles take {} and {}",
+                      k.query, k.queryThreads, k.keyValueThreads, m, w,
+                      qThreads, kvThreads);
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
 bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
                    std::string &why) {
   if (!j.is_object()) {
@@ -101,6 +136,8 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
                       k.query, k.keyValue);
     return false;
   }
+  if (!checkBackwardTiles(k, stem.substr(prefix.size()), why))
+    return false;
   if (!maskBuilderFields(j, info, "backward kernel '" + k.query + "'", stem,
                          k.maskBuilder, k.maskBuilderParams, why))
     return false;
@@ -108,7 +145,9 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
                   {{&k.query, &k.queryParams},
                    {&k.keyValue, &k.keyValueParams},
                    {&k.maskBuilder, &k.maskBuilderParams}},
-                  why);
+                  why) &&
+         entryThreadsMatch(k.ptx, k.query, k.queryThreads, why) &&
+         entryThreadsMatch(k.ptx, k.keyValue, k.keyValueThreads, why);
 }
 
 Status selectBackward(const PackageVariant &v, int cc, DType dtype,

@@ -118,6 +118,10 @@ inline bool checkPtx(
     std::initializer_list<std::pair<const std::string *, const std::vector<int> *>>
         entries,
     std::string &why) {
+  if (ptx.find_first_not_of(" \t\r\n") == std::string::npos) {
+    why = fmt::format("the PTX of '{}' is empty", *entries.begin()->first);
+    return false;
+  }
   std::string targetLine = "\n.target " + target;
   size_t at = ptx.find(targetLine);
   if (at == std::string::npos ||
@@ -135,11 +139,37 @@ inline bool checkPtx(
       why = st.message();
       return false;
     }
-    if (actual != *sizes) {
+    if (actual.size() != sizes->size()) {
       why = fmt::format("the manifest gives '{}' {} parameters, its PTX "
                         "declares {}", *entry, sizes->size(), actual.size());
       return false;
     }
+    for (size_t i = 0; i < actual.size(); ++i)
+      if (actual[i] != (*sizes)[i]) {
+        why = fmt::format("the manifest gives parameter {} of '{}' {} bytes, "
+                          "its PTX declares {}",
+                          i, *entry, (*sizes)[i], actual[i]);
+        return false;
+      }
+  }
+  return true;
+}
+
+/// The block size the manifest launches `entry` with agrees with the one
+/// its PTX declares (.maxntid/.reqntid), where it declares one: a kernel
+/// written for 256 threads and launched with 128 races in shared memory.
+inline bool entryThreadsMatch(const std::string &ptx, const std::string &entry,
+                              int64_t threads, std::string &why) {
+  int64_t declared = ptxEntryMaxThreads(ptx, entry);
+  if (declared < 0) {
+    why = fmt::format("cannot read the block size (.maxntid) of '{}'", entry);
+    return false;
+  }
+  if (declared && declared != threads) {
+    why = fmt::format("the manifest launches '{}' with {} threads, its PTX "
+                      "declares {} (.maxntid)",
+                      entry, threads, declared);
+    return false;
   }
   return true;
 }

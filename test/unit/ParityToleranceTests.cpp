@@ -73,3 +73,65 @@ TEST_CASE("the parity tolerance grows with the scores, and only with them",
   CHECK(p.tol == 1e-5);
   CHECK(perturbed(plain, 2e-6).pass);
 }
+
+namespace {
+// PyTorch's poison_mod_fwd: 1 / score under a causal mask. Scores near 0
+// give huge, rounding-amplified scores; every f32 kernel's LSE moves by
+// more than f32's 1e-5 relative.
+const char *kPoison = R"(variant poison
+mask-kind closed
+mask-uses
+score
+  %0 = const.f32 1
+  %1 = arith.divf %0 %score
+  yield %1
+mask
+  %0 = arith.cmpi sge %q %kv
+  yield %0
+end
+)";
+
+/// An f32 computation of `v` (the reference with f32 dot products, as a
+/// kernel computes them) compared with the fp64 reference; `lseDelta` is
+/// added to one row's LSE.
+Row f32Computation(const rt::VariantInfo &v, double lseDelta) {
+  Shape s;
+  s.batch = 1;
+  s.heads = 4;
+  s.qLen = 64;
+  s.kvLen = 64;
+  s.dtype = rt::DType::F32;
+  s.resolve();
+  Inputs in;
+  REQUIRE(makeInputs(v, s, {}, {}, in).isOk());
+  std::vector<double> out, lse;
+  REQUIRE(rt::referenceAttention(v, in.args, out, lse, nullptr, nullptr,
+                                 rt::ReferenceRounding::DotsAndMods)
+              .isOk());
+  float *o = static_cast<float *>(in.args.out.data);
+  for (size_t i = 0; i < out.size(); ++i)
+    o[i] = static_cast<float>(out[i]);
+  for (size_t i = 0; i < lse.size(); ++i)
+    in.lse[i] = static_cast<float>(lse[i]);
+  in.lse[7] += static_cast<float>(lseDelta);
+  return compareWithReference(v, v.name, in, false);
+}
+} // namespace
+
+TEST_CASE("the LSE tolerance covers the rounding a row's modifiers amplify",
+          "[parity]") {
+  rt::VariantInfo poison = parsed(kPoison);
+  // An f32 computation fails f32's plain 1e-5 and passes within its own
+  // error (the note says which test it passed).
+  Row r = f32Computation(poison, 0);
+  INFO(r.note);
+  CHECK(r.pass);
+  CHECK(r.note == "within the f32 computation's own error");
+  // A wrong LSE still fails.
+  Row wrong = f32Computation(poison, 0.5);
+  CHECK_FALSE(wrong.pass);
+  CHECK_THAT(wrong.note, Catch::StartsWith("lse[0, 0, 7]"));
+  // Plain scores never widen: an LSE off by 1e-3 fails.
+  Row plain = f32Computation(parsed(kPlainVariant), 1e-3);
+  CHECK_FALSE(plain.pass);
+}

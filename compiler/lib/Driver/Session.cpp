@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "attnc/CodegenId.h"
@@ -24,7 +25,11 @@ const char *kCompilerId =
     "attnc " ATTNC_VERSION " (LLVM/MLIR " ATTNC_LLVM_VERSION ")";
 } // namespace
 
+// A Session is safe to share between threads: its MLIR context and module
+// are not, so every entry point that reads or compiles into them holds `mu`
+// (compiles of one Session run one at a time; distinct Sessions in parallel).
 struct Session::Impl {
+  std::mutex mu;
   mlir::MLIRContext ctx;
   mlir::OwningOpRef<mlir::ModuleOp> module;
   std::vector<std::string> names;
@@ -91,6 +96,12 @@ const std::vector<std::string> &Session::variants() const {
 
 rt::Status Session::info(const std::string &variant,
                          rt::VariantInfo &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return infoLocked(variant, out);
+}
+
+rt::Status Session::infoLocked(const std::string &variant,
+                               rt::VariantInfo &out) const {
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
@@ -100,6 +111,7 @@ rt::Status Session::info(const std::string &variant,
 rt::Status Session::compileCpu(const std::string &variant,
                                const rt::KernelSpec &spec,
                                std::unique_ptr<rt::CpuKernel> &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
@@ -109,6 +121,7 @@ rt::Status Session::compileCpu(const std::string &variant,
 rt::Status Session::compileCpuBackward(const std::string &variant,
                                const rt::KernelSpec &spec,
                                std::unique_ptr<rt::CpuBackwardKernel> &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
@@ -119,6 +132,7 @@ rt::Status Session::compileGpuBackward(const std::string &variant,
                                        const rt::KernelSpec &spec,
                                        const std::string &target,
                                        rt::GpuBackwardImage &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
@@ -126,6 +140,7 @@ rt::Status Session::compileGpuBackward(const std::string &variant,
 }
 
 void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->cache = std::move(cache);
   impl_->cacheChosen = true;
 }
@@ -146,6 +161,7 @@ rt::Status Session::compileGpu(const std::string &variant,
                                const rt::KernelSpec &spec,
                                const std::string &target,
                                rt::GpuKernelImage &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
@@ -183,7 +199,7 @@ rt::Status Session::compileGpu(const std::string &variant,
     rt::Package p;
     p.compiler = kCompilerId;
     rt::PackageVariant pv;
-    if (rt::Status s = info(variant, pv.info); !s)
+    if (rt::Status s = infoLocked(variant, pv.info); !s)
       return s;
     pv.kernels.push_back(out);
     p.variants.push_back(std::move(pv));
@@ -199,6 +215,7 @@ rt::Status Session::countTiles(const std::string &variant,
                                const std::vector<int32_t> &qPos0,
                                const std::map<std::string, int64_t> &scalars,
                                std::array<int64_t, 3> &counts) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");

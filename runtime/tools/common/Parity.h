@@ -38,9 +38,13 @@ double scoreRoundingTolerance(double rowScale);
 /// Compares `in.args.out` and `in.lse` (already computed by a backend) with
 /// the fp64 reference on the same inputs: each output element within the
 /// larger of the dtype's tolerance and scoreRoundingTolerance of its row
-/// (row.tol is the largest row tolerance), the LSE within the dtype's tolerance relative
-/// to max(1, |LSE|). With `checked`, notes the first gather outside its
-/// tensor.
+/// (row.tol is the largest row tolerance), the LSE within the dtype's
+/// tolerance relative to max(1, |LSE|). A row outside that is compared
+/// again with each tolerance widened by 4x the distance of an f32
+/// computation (f32 dot products: rt::ReferenceRounding::DotsAndMods) from
+/// the fp64 reference: modifiers that amplify rounding (1 / score) move
+/// every f32 kernel that far. With `checked`, notes the first gather
+/// outside its tensor.
 Row compareWithReference(const rt::VariantInfo &v, std::string name,
                          const Inputs &in, bool checked);
 

@@ -25,6 +25,9 @@ namespace attnc {
 /// capability `cc` (90 for sm_90) runs: sm_90, sm_89, sm_86 or sm_80.
 std::string gpuTargetFor(int cc);
 
+/// Thread-safe: any number of threads may call one Session; its compiles
+/// run one at a time (they share one MLIR context), distinct Sessions
+/// compile in parallel.
 class Session {
 public:
   ~Session();
@@ -80,6 +83,8 @@ public:
                         std::array<int64_t, 3> &counts) const;
 
 private:
+  rt::Status infoLocked(const std::string &variant,
+                        rt::VariantInfo &out) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -123,13 +123,22 @@ public:
 /// (|max score| + the softmax-weighted mean |score|) times the largest |v|
 /// element of the kept keys: about what rounding the scores to f32 moves
 /// the row's output by, in units of f32's unit roundoff (attnc check's
-/// tolerance grows with it). With `exact`, score_mod is evaluated without
-/// rounding to f32 (for finite differences: Backward.h).
+/// tolerance grows with it). `rounding` says what is rounded to f32.
+enum class ReferenceRounding {
+  /// score_mod's inputs and arithmetic, as the kernels round them.
+  Mods,
+  /// Nothing: exact modifiers, for finite differences (Backward.h).
+  None,
+  /// The q.k dot products too, accumulated in f32: an f32 result, whose
+  /// distance from the default shows how much a row's modifiers amplify
+  /// the rounding every kernel's scores carry (attnc check's yardstick).
+  DotsAndMods,
+};
 Status referenceAttention(const VariantInfo &variant, const AttentionArgs &args,
                           std::vector<double> &out, std::vector<double> &lse,
                           GatherViolation *violation = nullptr,
                           std::vector<double> *rowScale = nullptr,
-                          bool exact = false);
+                          ReferenceRounding rounding = ReferenceRounding::Mods);
 
 /// A kernel compiled for the host CPU (see KernelABI.h for the calling
 /// convention). `owner` keeps the code alive.

@@ -93,6 +93,9 @@ Status selectBackward(const PackageVariant &v, int cc, DType dtype,
 /// Sizes in bytes of the parameters of `.entry <entry>(...)` in PTX text.
 Status ptxEntryParams(const std::string &ptx, const std::string &entry,
                       std::vector<int> &sizes);
+/// The block size `.entry <entry>` declares (.reqntid or .maxntid: the
+/// product of its dimensions); 0 when it declares none, -1 when unreadable.
+int64_t ptxEntryMaxThreads(const std::string &ptx, const std::string &entry);
 
 } // namespace attnc::rt
 

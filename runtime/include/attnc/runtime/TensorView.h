@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnc::rt {
@@ -49,6 +50,18 @@ Status checkTensor(const TensorView &t, const std::string &name, DType dtype,
 /// As checkTensor, without the dtype.
 Status checkShape(const TensorView &t, const std::string &name,
                   const std::vector<int64_t> &shape);
+
+/// Whether some byte lies under an element of both views (Overlap.cpp;
+/// exact for array layouts, "yes" when undecided).
+bool sharesMemory(const TensorView &a, const TensorView &b);
+/// Whether two elements of `t` can share a byte (a zero stride, or strides
+/// that do not nest): such a view cannot be written in parallel.
+bool hasInternalOverlap(const TensorView &t);
+/// Refuses an output that overlaps itself, another output or an input,
+/// naming both.
+Status checkWritesDisjoint(
+    const std::vector<std::pair<const TensorView *, std::string>> &written,
+    const std::vector<std::pair<const TensorView *, std::string>> &read);
 
 } // namespace attnc::rt
 
