@@ -266,3 +266,40 @@ def test_sources_without_variants_say_so():
         attnc.compile("")
     with pytest.raises(attnc.Error, match="the source defines no variant"):
         attnc.compile("// nothing here\n", variant="x")
+
+
+EDGE = """
+variant shift(c: f32) { score_mod(s, b, h, q, kv) = s + c }
+variant soft_mask(c: f32) { score_mod(s, b, h, q, kv) = kv > q ? s - c : s }
+"""
+
+
+@pytest.mark.parametrize("variant", ["shift", "soft_mask"])
+@pytest.mark.parametrize("c", [1e9, 1e30, -1e30, 2.3e38, 2.4e38, -3.0e38])
+def test_finite_scores_at_the_range_edge(variant, c):
+    """Scores shifted far from 0 (a "soft" mask of -1e30, finite scores up
+    to f32's limit) keep their softmax: the exponent is exp2((s - m) c),
+    exact near the row maximum at any magnitude. (One FMA, s c - round(m c),
+    gave NaN or an empty row from |m| ~ 1e30.)"""
+    rng = np.random.default_rng(9)
+    kernel = attnc.compile(EDGE, variant=variant)
+    q, k, v = qkv(rng, L=40)
+    out, lse = kernel(q, k, v, c=c, return_lse=True)
+    ref, ref_lse = kernel.reference(q, k, v, c=c)
+    assert np.isfinite(out).all() and np.isfinite(lse).all()
+    assert np.abs(out - ref).max() < 2e-5
+    assert np.abs(lse - ref_lse).max() <= 1e-5 * np.abs(ref_lse).max()
+
+
+def test_finite_scores_at_the_range_edge_on_the_device(cuda_device):
+    rng = np.random.default_rng(10)
+    kernel = attnc.compile(EDGE, variant="soft_mask")
+    q, k, v = qkv(rng, L=40)
+    for dtype in (np.float32, np.float16):
+        dq, dk, dv = (attnc.cuda.to_device(x.astype(dtype)) for x in (q, k, v))
+        for c in (1e30, 2.4e38):
+            out = attnc.cuda.to_host(kernel(dq, dk, dv, c=c))
+            ref, _ = kernel.reference(q.astype(dtype), k.astype(dtype),
+                                      v.astype(dtype), c=c)
+            assert np.isfinite(out).all()
+            assert np.abs(out.astype(np.float64) - ref).max() < 3e-3, (dtype, c)

@@ -41,13 +41,12 @@ attn.variant @softcap() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) 
 // MMA: %[[S:.*]] = flash.apply_mods %[[PROD]] on %[[T]] unscaled
 // MMA: %[[MNEW:.*]] = flash.rows_map(%[[M]], %{{.*}}) {
 // MMA: %[[MUSE:.*]] = flash.rows_map(%[[MNEW]]) {
-// MMA: %[[NEGM:.*]] = flash.rows_map(%[[MUSE]], %[[C]]) {
-// MMA-NOT: 1.44269502
 // MMA: flash.rows_map(%[[M]], %[[MUSE]], %[[C]]) {
 // MMA-NOT: 1.44269502
-// MMA: flash.scores_map(%[[S]]) rows(%[[NEGM]], %[[C]]) {
-// MMA-NEXT: ^bb0(%[[X:.*]]: f32, %[[NM:.*]]: f32, %[[CC:.*]]: f32):
-// MMA-NEXT:   %[[E:.*]] = math.fma %[[X]], %[[CC]], %[[NM]] : f32
+// MMA: flash.scores_map(%[[S]]) rows(%[[MUSE]], %[[C]]) {
+// MMA-NEXT: ^bb0(%[[X:.*]]: f32, %[[MU:.*]]: f32, %[[CC:.*]]: f32):
+// MMA-NEXT:   %[[D:.*]] = arith.subf %[[X]], %[[MU]] : f32
+// MMA-NEXT:   %[[E:.*]] = arith.mulf %[[D]], %[[CC]] : f32
 // MMA-NEXT:   math.exp2 %[[E]]
 // The epilogue's LSE: |scale| m + ln l.
 // MMA: flash.complete

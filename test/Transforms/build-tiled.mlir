@@ -35,14 +35,15 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 // CPU: %[[MUSE:.*]] = flash.rows_map(%[[MNEW]]) {
 // CPU:   arith.cmpf oeq
 // CPU:   arith.select
-// CPU: %[[NEGM:.*]] = flash.rows_map(%[[MUSE]]) {
-// CPU:   arith.constant 1.44269502 : f32
-// CPU:   arith.negf
 // CPU: %[[ALPHA:.*]] = flash.rows_map(%[[M]], %[[MUSE]]) {
 // CPU:   math.exp2
-// CPU: %[[P:.*]] = flash.scores_map(%[[S]]) rows(%[[NEGM]]) {
-// CPU:   math.fma
-// CPU:   math.exp2
+// The exponent is (s - m) log2(e): the difference first, exact near the
+// row's maximum at any magnitude (one FMA, s c - round(m c), is not).
+// CPU: %[[P:.*]] = flash.scores_map(%[[S]]) rows(%[[MUSE]]) {
+// CPU-NEXT: ^bb0(%[[X:.*]]: f32, %[[MU:.*]]: f32):
+// CPU:   %[[D:.*]] = arith.subf %[[X]], %[[MU]] : f32
+// CPU:   %[[E:.*]] = arith.mulf %[[D]], %{{.*}} : f32
+// CPU:   math.exp2 %[[E]]
 // CPU: %[[SUM:.*]] = flash.row_sum %[[P]]
 // CPU: %[[LNEW:.*]] = flash.rescale_sum %[[L]] * %[[ALPHA]] + %[[SUM]]
 // CPU: %[[SCALED:.*]] = flash.scale_acc %[[ACC]] by %[[ALPHA]]

@@ -23,6 +23,17 @@ def AttnMaskAnalysis : Pass<"attn-mask-analysis", "mlir::ModuleOp"> {
   }];
 }
 
+def AttnBalanceLogic : Pass<"attn-balance-logic", "mlir::ModuleOp"> {
+  let summary = "Rebuild chains of integer and/or as balanced trees";
+  let description = [{
+    `a && b && c && ...` parses into a left-deep chain whose depth is its
+    length; LLVM's InstCombine spends time quadratic in that depth on it
+    (per score element). Every unbalanced tree of `arith.andi` (or of
+    `arith.ori`) whose inner ops have one use becomes a balanced tree over
+    the same leaves, in order: the same value, depth log2 n.
+  }];
+}
+
 def AttnDifferentiate : Pass<"attn-differentiate", "mlir::ModuleOp"> {
   let summary = "Build each attn.variant's score_grad region";
   let description = [{

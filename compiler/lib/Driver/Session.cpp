@@ -84,6 +84,12 @@ rt::Status Session::loadSource(const std::string &name, std::string text,
   std::string error;
   if (mlir::failed(runAttnPipeline(*s->impl_->module, true, error)))
     return rt::Status::internal(error);
+  if (!checkModifierSizes(*s->impl_->module, ast, diag)) {
+    std::ostringstream os;
+    diag.print(os);
+    diagnostics = os.str();
+    return rt::Status::invalidArgument("'" + name + "' has errors");
+  }
   for (const Variant &v : ast.variants)
     s->impl_->names.push_back(v.name);
   out = std::move(s);

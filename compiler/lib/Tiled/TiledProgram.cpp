@@ -131,18 +131,20 @@ public:
             f32(-std::numeric_limits<double>::infinity()));
         return arith::SelectOp::create(b_, none, f32(0.0), x[0]);
       });
-      Value negM = rowsMap(with({mUse}, c), [&](ArrayRef<Value> x) -> Value {
-        return arith::NegFOp::create(
-            b_, arith::MulFOp::create(b_, x[0], log2Factor(x, 1)));
-      });
       Value alpha = rowsMap(with({m, mUse}, c), [&](ArrayRef<Value> x) -> Value {
         return math::Exp2Op::create(
             b_, arith::MulFOp::create(
                     b_, arith::SubFOp::create(b_, x[0], x[1]), log2Factor(x, 2)));
       });
-      Value p = scoresMap({s}, with({negM}, c), [&](ArrayRef<Value> x) -> Value {
+      // exp2((s - m) c): the difference first. One FMA, s c - round(m c),
+      // is off by m c's rounding, which grows with |m| (at |m| ~ 1e9 it
+      // moves the row's exponents by units, at 1e30 by 2^76: a row of
+      // scores all near -1e30, a "soft" mask, came out NaN); s - m is exact
+      // near the maximum and 0 at it, at any magnitude short of overflow.
+      Value p = scoresMap({s}, with({mUse}, c), [&](ArrayRef<Value> x) -> Value {
         return math::Exp2Op::create(
-            b_, math::FmaOp::create(b_, x[0], log2Factor(x, 2), x[1]));
+            b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, x[0], x[1]),
+                                      log2Factor(x, 2)));
       });
       Value lNew = RescaleSumOp::create(b_, partT, l, alpha,
                                         RowSumOp::create(b_, partT, p));

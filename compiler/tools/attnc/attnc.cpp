@@ -385,8 +385,9 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
   return 0;
 }
 
-int emitStage(attnc::Module &module, const CompileOptions &o,
-              const std::string &name, std::ostream &os);
+int emitStage(attnc::Module &module, attnc::DiagnosticEngine &diag,
+              const CompileOptions &o, const std::string &name,
+              std::ostream &os);
 
 int runCompile(const std::vector<std::string> &args) {
   CompileOptions o;
@@ -571,7 +572,7 @@ int runCompile(const std::vector<std::string> &args) {
   std::ostringstream buffered;
   bool toFile = !o.output.empty() && o.output != "-";
   std::ostream *os = toFile ? static_cast<std::ostream *>(&buffered) : &std::cout;
-  int status = emitStage(module, o, name, *os);
+  int status = emitStage(module, diag, o, name, *os);
   if (status == 0 && toFile)
     if (attnc::rt::Status s = attnc::rt::writeFileAtomic(o.output, buffered.str()); !s) {
       std::cerr << "attnc: error: " << s.message() << "\n";
@@ -581,8 +582,9 @@ int runCompile(const std::vector<std::string> &args) {
 }
 
 /// Emits the requested stage of a checked module to `os`; 0 on success.
-int emitStage(attnc::Module &module, const CompileOptions &o,
-              const std::string &name, std::ostream &os_) {
+int emitStage(attnc::Module &module, attnc::DiagnosticEngine &diag,
+              const CompileOptions &o, const std::string &name,
+              std::ostream &os_) {
   std::ostream *os = &os_;
 
   if (o.emit == "ast") {
@@ -608,6 +610,10 @@ int emitStage(attnc::Module &module, const CompileOptions &o,
   std::string error;
   if (mlir::failed(attnc::runAttnPipeline(*ir, o.canonicalize, error))) {
     std::cerr << "attnc: error: internal error: " << error << "\n";
+    return 1;
+  }
+  if (!attnc::checkModifierSizes(*ir, module, diag)) {
+    diag.print(std::cerr);
     return 1;
   }
   if (o.emit == "package")
