@@ -16,7 +16,9 @@
 //   ATTNC_EMU_SYNC=1          run launches and copies as they are issued
 //   ATTNC_EMU_THREADS, ATTNC_EMU_RACECHECK, ATTNC_EMU_MAX_STEPS: Launch.h
 //
-// For tests: attnc_emu_* below (launch log, live allocations, last report).
+// For tests: attnc_emu_* below (launch log, live allocations, last report,
+// call counts and injected failures: attnc_emu_fail_call makes the nth
+// call of an entry point return an error without doing anything).
 //
 //===----------------------------------------------------------------------===//
 #include "DeviceMemory.h"
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -57,6 +60,10 @@ struct State {
   bool initialized = false;
   std::vector<LaunchRecord> launches;
   std::string lastReport;
+  std::map<std::string, long> calls; // per entry point, since the last reset
+  std::string failName;              // attnc_emu_fail_call's entry point
+  long failAt = 0;                   // ... its call number (0: none)
+  int failError = 0;
 };
 State &state() {
   static State s; // destroyed when the library is unloaded
@@ -66,6 +73,17 @@ State &state() {
 struct EmuModule {
   std::unique_ptr<Module> module;
 };
+
+/// Counts a call of `name`; true (with the error in `err`) when it is the
+/// one attnc_emu_fail_call chose to fail.
+bool injectedFault(const char *name, int &err) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  long n = ++state().calls[name];
+  if (state().failAt == 0 || n != state().failAt || state().failName != name)
+    return false;
+  err = state().failError;
+  return true;
+}
 
 void report(const std::string &what) {
   {
@@ -108,6 +126,15 @@ void writeLog(unsigned n, int *opts, void **vals, int bufOpt, int sizeOpt,
 namespace attnc::emu {
 void reportFault(const std::string &what) { report(what); }
 } // namespace attnc::emu
+
+// The entry points a test can fail (the frees and destroys cannot: as on
+// a device, they do not fail for valid handles).
+#define ATTNC_EMU_FAULT_POINT(name)                                            \
+  do {                                                                         \
+    int injected_ = 0;                                                         \
+    if (injectedFault(name, injected_))                                        \
+      return injected_;                                                        \
+  } while (0)
 
 extern "C" {
 using R = int;
@@ -183,9 +210,13 @@ R cuCtxGetCurrent(void **c) {
   *c = &ctx;
   return kSuccess;
 }
-R cuCtxSynchronize() { return Streams::get().syncAll(); }
+R cuCtxSynchronize() {
+  ATTNC_EMU_FAULT_POINT("cuCtxSynchronize");
+  return Streams::get().syncAll();
+}
 
 R cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *opts, void **vals) {
+  ATTNC_EMU_FAULT_POINT("cuModuleLoadDataEx");
   if (!m || !image)
     return kInvalidValue;
   if (!state().initialized)
@@ -213,6 +244,7 @@ R cuModuleUnload(void *m) {
   return r;
 }
 R cuModuleGetFunction(void **f, void *m, const char *name) {
+  ATTNC_EMU_FAULT_POINT("cuModuleGetFunction");
   if (!m || !f || !name)
     return kInvalidValue;
   const Kernel *k = static_cast<EmuModule *>(m)->module->find(name);
@@ -222,6 +254,7 @@ R cuModuleGetFunction(void **f, void *m, const char *name) {
   return kSuccess;
 }
 R cuFuncSetAttribute(void *f, int attr, int value) {
+  ATTNC_EMU_FAULT_POINT("cuFuncSetAttribute");
   auto *k = static_cast<Kernel *>(f);
   if (!k)
     return kInvalidHandle;
@@ -255,6 +288,7 @@ R cuFuncGetAttribute(int *v, int attr, void *f) {
 R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                  unsigned by, unsigned bz, unsigned smem, void *stream,
                  void **params, void **extra) {
+  ATTNC_EMU_FAULT_POINT("cuLaunchKernel");
   auto *k = static_cast<Kernel *>(f);
   if (!k)
     return kInvalidHandle;
@@ -290,6 +324,7 @@ R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 }
 
 R cuMemAlloc_v2(unsigned long long *p, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemAlloc_v2");
   if (!p)
     return kInvalidValue;
   if (env("ATTNC_EMU_ALLOC_FAIL", 0))
@@ -315,6 +350,7 @@ R cuMemFree_v2(unsigned long long p) {
   return kSuccess;
 }
 R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemcpyHtoD_v2");
   // Synchronous: waits for the work of the legacy stream(s) first.
   if (int r = Streams::get().sync(nullptr))
     return r;
@@ -325,6 +361,7 @@ R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {
   return kSuccess;
 }
 R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemcpyDtoH_v2");
   // Synchronous: waits for the work of the legacy stream(s) first.
   if (int r = Streams::get().sync(nullptr))
     return r;
@@ -335,6 +372,7 @@ R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {
   return kSuccess;
 }
 R cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemcpyDtoD_v2");
   // Synchronous: waits for the work of the legacy stream(s) first.
   if (int r = Streams::get().sync(nullptr))
     return r;
@@ -345,16 +383,19 @@ R cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
   return kSuccess;
 }
 R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *stream) {
+  ATTNC_EMU_FAULT_POINT("cuMemcpyHtoDAsync_v2");
   if (!inAllocation(d, n, "cuMemcpyHtoDAsync"))
     return kInvalidValue;
   return Streams::get().copyToDevice(stream, d, s, n);
 }
 R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *stream) {
+  ATTNC_EMU_FAULT_POINT("cuMemcpyDtoHAsync_v2");
   if (!inAllocation(s, n, "cuMemcpyDtoHAsync"))
     return kInvalidValue;
   return Streams::get().copyToHost(stream, d, s, n);
 }
 R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemsetD8_v2");
   // Synchronous: waits for the work of the legacy stream(s) first.
   if (int r = Streams::get().sync(nullptr))
     return r;
@@ -365,6 +406,7 @@ R cuMemsetD8_v2(unsigned long long d, unsigned char v, size_t n) {
   return kSuccess;
 }
 R cuMemsetD32_v2(unsigned long long d, unsigned v, size_t n) {
+  ATTNC_EMU_FAULT_POINT("cuMemsetD32_v2");
   // Synchronous: waits for the work of the legacy stream(s) first.
   if (int r = Streams::get().sync(nullptr))
     return r;
@@ -381,6 +423,7 @@ R cuMemGetInfo_v2(size_t *free, size_t *total) {
   return kSuccess;
 }
 R cuStreamCreate(void **s, unsigned flags) {
+  ATTNC_EMU_FAULT_POINT("cuStreamCreate");
   if (!s)
     return kInvalidValue;
   auto *st = new Stream();
@@ -394,8 +437,12 @@ R cuStreamDestroy_v2(void *s) {
     delete static_cast<Stream *>(s);
   return r;
 }
-R cuStreamSynchronize(void *s) { return Streams::get().sync(s); }
+R cuStreamSynchronize(void *s) {
+  ATTNC_EMU_FAULT_POINT("cuStreamSynchronize");
+  return Streams::get().sync(s);
+}
 R cuStreamBeginCapture_v2(void *s, int /*mode*/) {
+  ATTNC_EMU_FAULT_POINT("cuStreamBeginCapture_v2");
   return Streams::get().beginCapture(s);
 }
 R cuStreamEndCapture(void *s, void **graph) {
@@ -403,16 +450,26 @@ R cuStreamEndCapture(void *s, void **graph) {
     return kInvalidValue;
   Graph *g = nullptr;
   int r = Streams::get().endCapture(s, &g);
+  // An injected failure still ends the capture (as a failed end does on a
+  // device: the stream is no longer capturing), and returns no graph.
+  int injected = 0;
+  if (injectedFault("cuStreamEndCapture", injected)) {
+    delete g;
+    *graph = nullptr;
+    return injected;
+  }
   *graph = g;
   return r;
 }
 R cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long) {
+  ATTNC_EMU_FAULT_POINT("cuGraphInstantiateWithFlags");
   if (!exec || !graph)
     return kInvalidValue;
   *exec = new Graph(*static_cast<Graph *>(graph));
   return kSuccess;
 }
 R cuGraphLaunch(void *exec, void *stream) {
+  ATTNC_EMU_FAULT_POINT("cuGraphLaunch");
   if (!exec)
     return kInvalidHandle;
   return Streams::get().launchGraph(stream, *static_cast<Graph *>(exec));
@@ -430,12 +487,16 @@ R cuEventCreate(void **e, unsigned) {
   return kSuccess;
 }
 R cuEventRecord(void *e, void *stream) {
+  ATTNC_EMU_FAULT_POINT("cuEventRecord");
   if (!e)
     return kInvalidHandle;
   Streams::get().record(stream, static_cast<Event *>(e));
   return kSuccess;
 }
-R cuEventSynchronize(void *) { return Streams::get().syncAll(); }
+R cuEventSynchronize(void *) {
+  ATTNC_EMU_FAULT_POINT("cuEventSynchronize");
+  return Streams::get().syncAll();
+}
 R cuEventElapsedTime(float *ms, void *a, void *b) {
   if (!ms || !a || !b)
     return kInvalidHandle;
@@ -477,6 +538,7 @@ static const char *errorName(R r) {
   case 719: return "CUDA_ERROR_LAUNCH_FAILED";
   case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
   case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+  case 999: return "CUDA_ERROR_UNKNOWN";
   default: return nullptr;
   }
 }
@@ -494,6 +556,7 @@ static const char *errorText(R r) {
   case 401: return "the operation is not permitted in this state";
   case 900: return "operation not permitted when stream is capturing";
   case 901: return "operation failed due to a previous error during capture";
+  case 999: return "unknown error";
   case 500: return "named symbol not found";
   case 700: return "an illegal memory access was encountered";
   case 702: return "the launch timed out and was terminated";
@@ -537,6 +600,27 @@ int attnc_emu_launch(int i, const char **name, unsigned *grid, unsigned *block,
   for (int k = 0; k < n && k < max; ++k)
     params[k] = l.params[static_cast<size_t>(k)];
   return n;
+}
+/// Makes the `nth` call (counted from the last attnc_emu_reset_calls) of
+/// entry point `name` (e.g. "cuMemAlloc_v2") return `error` and do
+/// nothing; nth = 0 fails nothing.
+void attnc_emu_fail_call(const char *name, long nth, int error) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().failName = name ? name : "";
+  state().failAt = nth;
+  state().failError = error;
+}
+/// Calls of `name` since the last reset.
+long attnc_emu_call_count(const char *name) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().calls.find(name);
+  return it == state().calls.end() ? 0 : it->second;
+}
+/// Zeroes the call counts and fails nothing.
+void attnc_emu_reset_calls() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().calls.clear();
+  state().failAt = 0;
 }
 int attnc_emu_live_allocations() {
   return static_cast<int>(DeviceMemory::get().live());

@@ -344,24 +344,33 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
   ParamSlot *slot = nullptr;
   if (Status s = acquire(c.layout(image_.spec).total, slot); !s)
     return s;
-  if (c.buildsMask()) {
-    // Build the block mask on the device, into the slot the kernel reads
-    // (the kernel's upload rewrites ip and fp there, keeps the classes).
-    Operands builder;
-    if (Status s = upload(a, c, true, *slot, stream, builder); !s)
+  auto enqueue = [&]() -> Status {
+    if (c.buildsMask()) {
+      // Build the block mask on the device, into the slot the kernel reads
+      // (the kernel's upload rewrites ip and fp there, keeps the classes).
+      Operands builder;
+      if (Status s = upload(a, c, true, *slot, stream, builder); !s)
+        return s;
+      if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream);
+          !s)
+        return s;
+    }
+    Operands ops;
+    if (Status s = upload(a, c, false, *slot, stream, ops); !s)
       return s;
-    if (Status s = launch(maskBuilder_, builder.descs, builder.items, stream); !s)
+    if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
       return s;
-  }
-  Operands ops;
-  if (Status s = upload(a, c, false, *slot, stream, ops); !s)
-    return s;
-  if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
-    return s;
-  if (c.split.splits > 1)
-    if (Status s = launch(merge_, ops.merge, ops.rows, stream); !s)
-      return s;
-  return release(*slot, stream);
+    if (c.split.splits > 1)
+      if (Status s = launch(merge_, ops.merge, ops.rows, stream); !s)
+        return s;
+    return Status::ok();
+  };
+  // The slot stays busy until what was enqueued is done, also when a later
+  // step failed: the next call must not rewrite what a queued copy or
+  // launch still reads.
+  Status enqueued = enqueue();
+  Status released = release(*slot, stream);
+  return enqueued ? released : enqueued;
 }
 
 Status GpuKernel::buildBlockMask(const AttentionArgs &a, BlockMask &out) const {
