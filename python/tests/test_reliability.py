@@ -303,3 +303,44 @@ def test_finite_scores_at_the_range_edge_on_the_device(cuda_device):
                                       v.astype(dtype), c=c)
             assert np.isfinite(out).all()
             assert np.abs(out.astype(np.float64) - ref).max() < 3e-3, (dtype, c)
+
+
+def resident_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def test_soak_through_torch_with_changing_shapes():
+    """A long loop of calls through torch.compile'd code (the attnc
+    operator in the graph) with batch and lengths changing every call:
+    after the first dynamic compile, no recompiles; resident memory flat;
+    outputs checked against the reference at intervals."""
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.testing import CompileCounter
+    kernel = attnc.compile(CAUSAL)
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter, dynamic=True, fullgraph=True)
+    def attend(q, k, v):
+        return kernel(q, k, v) * 2
+
+    g = torch.Generator().manual_seed(5)
+
+    def shapes(i):
+        return 1 + i % 3, 4 + (i * 7) % 45  # batch, length
+
+    for i in range(20):  # warm-up: the first shapes, the allocator's pools
+        B, L = shapes(i)
+        attend(*(torch.randn(B, 2, L, 64, generator=g) for _ in range(3)))
+    compiles, before = counter.frame_count, resident_mib()
+    samples = []
+    for i in range(20, 620):
+        B, L = shapes(i)
+        q, k, v = (torch.randn(B, 2, L, 64, generator=g) for _ in range(3))
+        out = attend(q, k, v)
+        if i % 100 == 0:
+            ref, _ = kernel.reference(q, k, v)
+            assert (out.double() / 2 - torch.from_numpy(ref)).abs().max() < 2e-5
+            samples.append(resident_mib())
+    assert counter.frame_count == compiles, "recompiled with changing shapes"
+    assert max(samples) - before < 32, (before, samples)
