@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import attnc
+import test_attn_route as attn_route  # its page-pool builder
 
 SOURCE = """
 variant causal_bias(bias: f32[H]) {
@@ -59,24 +60,22 @@ def layout(rng, a):
 
 
 def paged(rng, k, v, lens, page_size):
-    """K/V [B, Hkv, S, D] in a shuffled page pool."""
-    B, HKV, _, D = k.shape
-    counts = [-(-n // page_size) for n in lens]
-    pool = sum(counts) + 1
-    order = rng.permutation(pool)
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    indices = order[:sum(counts)].astype(np.int32)
-    last = np.array([n - (c - 1) * page_size if c else 0 for n, c in zip(lens, counts)],
-                    np.int32)
-    pools = []
-    for t in (k, v):
-        p = np.zeros((pool, HKV, page_size, t.shape[3]), t.dtype)
-        for b, n in enumerate(lens):
-            for j in range(n):
-                p[indices[indptr[b] + j // page_size], :, j % page_size] = t[b, :, j]
-        pools.append(p)
-    return pools[0], pools[1], [int(x) for x in indptr], [int(x) for x in indices], \
+    """K/V [B, Hkv, S, D] in a shuffled page pool (test_attn_route.paged:
+    spare pages of NaN), the table as lists."""
+    kp, vp, indptr, indices, last = attn_route.paged(rng, k, v, lens, page_size)
+    return kp, vp, [int(x) for x in indptr], [int(x) for x in indices], \
         [int(x) for x in last]
+
+
+def to_paged(rng, k, v, lens, kwargs):
+    """(k, v) moved into a page pool of 4-row pages unless they already
+    are, with the table in kwargs (replacing kv_lens)."""
+    if "kv_indptr" in kwargs:
+        return k, v
+    kp, vp, indptr, indices, last = paged(rng, np.asarray(k), np.asarray(v), lens, 4)
+    kwargs.update(kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
+    kwargs.pop("kv_lens", None)
+    return kp, vp
 
 
 def make_call(rng, defect):
@@ -141,19 +140,11 @@ def make_call(rng, defect):
     elif defect == "bias_shape":
         kwargs["bias"] = np.zeros(H + 1, np.float32)
     elif defect == "page_outside_pool":
-        if "kv_indptr" not in kwargs:
-            kp, vp, indptr, indices, last = paged(rng, np.asarray(k), np.asarray(v), lens, 4)
-            k, v = kp, vp
-            kwargs.update(kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
-            kwargs.pop("kv_lens", None)
+        k, v = to_paged(rng, k, v, lens, kwargs)
         kwargs["kv_indices"] = list(kwargs["kv_indices"])
         kwargs["kv_indices"][0] = k.shape[0] + 3
     elif defect == "page_float":
-        if "kv_indptr" not in kwargs:
-            kp, vp, indptr, indices, last = paged(rng, np.asarray(k), np.asarray(v), lens, 4)
-            k, v = kp, vp
-            kwargs.update(kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last)
-            kwargs.pop("kv_lens", None)
+        k, v = to_paged(rng, k, v, lens, kwargs)
         kwargs["kv_indices"] = [float(x) for x in kwargs["kv_indices"]]
     elif defect == "num_splits_float":
         kwargs["num_splits"] = 2.0
@@ -167,7 +158,7 @@ def test_random_calls_match_the_reference_or_name_the_defect(seed):
     rng = np.random.default_rng(1000 + seed)
     kernel = attnc.compile(SOURCE)
     checked = {"valid": 0, "refused": 0}
-    for case in range(30):
+    for case in range(40):
         defect = DEFECTS[int(rng.integers(len(DEFECTS)))]
         args, kwargs, reference = make_call(rng, defect)
         what = "seed %d case %d (%s)" % (seed, case, defect or "valid")

@@ -9,6 +9,7 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/PagedKVCache.h"
 #include "attnc/runtime/cuda/DevicePagedKVCache.h"
+#include "PagedCaches.h"
 #include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
@@ -68,25 +69,7 @@ struct PagedPool {
   }
   /// Appends `T` random K/V rows to each of `ids`, in every layer.
   void append(const std::vector<int32_t> &ids, int64_t T) {
-    int64_t n = static_cast<int64_t>(ids.size()), elems = n * kHkv * T * kD;
-    for (int l = 0; l < kLayers; ++l) {
-      std::vector<uint8_t> k = test::randomValues(dt, elems, rng()),
-                           v = test::randomValues(dt, elems, rng());
-      TensorView kv = TensorView::contiguous(k.data(), dt, {n, kHkv, T, kD});
-      TensorView vv = TensorView::contiguous(v.data(), dt, {n, kHkv, T, kD});
-      REQUIRE(host[l].append(ids, kv, vv).isOk());
-      if (ctx) {
-        cuda::DeviceBuffer dk, dv;
-        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, k.size(), dk).isOk());
-        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, v.size(), dv).isOk());
-        REQUIRE(dk.upload(k.data(), k.size()).isOk());
-        REQUIRE(dv.upload(v.data(), v.size()).isOk());
-        kv.data = dk.data();
-        vv.data = dv.data();
-        REQUIRE(device[l].append(ids, kv, vv).isOk());
-        REQUIRE(ctx->synchronize().isOk()); // before the rows' buffers go
-      }
-    }
+    test::appendRandomRows(host, device, ctx, dt, rng, ids, T, kHkv, kD);
     for (int32_t id : ids)
       length[id] += static_cast<int32_t>(T);
   }

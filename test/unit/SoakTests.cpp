@@ -9,6 +9,7 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/PagedKVCache.h"
 #include "attnc/runtime/cuda/DevicePagedKVCache.h"
+#include "PagedCaches.h"
 #include "ReferenceCheck.h"
 
 #include <catch2/catch.hpp>
@@ -63,25 +64,7 @@ struct Batch {
     }
   }
   void append(const std::vector<int32_t> &ids, int64_t T) {
-    int64_t n = static_cast<int64_t>(ids.size()), elems = n * kHkv * T * kD;
-    for (int l = 0; l < kLayers; ++l) {
-      auto k = test::randomValues(DType::F32, elems, rng()),
-           v = test::randomValues(DType::F32, elems, rng());
-      TensorView kv = TensorView::contiguous(k.data(), DType::F32, {n, kHkv, T, kD});
-      TensorView vv = TensorView::contiguous(v.data(), DType::F32, {n, kHkv, T, kD});
-      REQUIRE(host[l].append(ids, kv, vv).isOk());
-      if (ctx) {
-        cuda::DeviceBuffer dk, dv;
-        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, k.size(), dk).isOk());
-        REQUIRE(cuda::DeviceBuffer::allocate(*ctx, v.size(), dv).isOk());
-        REQUIRE(dk.upload(k.data(), k.size()).isOk());
-        REQUIRE(dv.upload(v.data(), v.size()).isOk());
-        kv.data = dk.data();
-        vv.data = dv.data();
-        REQUIRE(dev[l].append(ids, kv, vv).isOk());
-        REQUIRE(ctx->synchronize().isOk());
-      }
-    }
+    test::appendRandomRows(host, dev, ctx, DType::F32, rng, ids, T, kHkv, kD);
     for (int32_t id : ids)
       live[id].first += static_cast<int32_t>(T);
   }
