@@ -15,6 +15,30 @@
 
 namespace attnc::test {
 
+/// `layers` host caches and, with `ctx`, as many device caches, each with
+/// pools for `spec` (dtype, heads and head dim as a model's layer has them,
+/// `pageSize`-row pages, `numPages` of them).
+inline void createLayerCaches(
+    rt::DType dt, int64_t kvHeads, int64_t headDim, int64_t pageSize,
+    int64_t numPages, int layers, const rt::cuda::Context *ctx,
+    std::vector<rt::PagedKVCache> &host,
+    std::vector<rt::cuda::DevicePagedKVCache> &device) {
+  rt::PagedKVCacheSpec spec;
+  spec.dtype = dt;
+  spec.kvHeads = kvHeads;
+  spec.headDim = spec.vHeadDim = headDim;
+  spec.pageSize = pageSize;
+  spec.numPages = numPages;
+  host.resize(static_cast<size_t>(layers));
+  for (rt::PagedKVCache &c : host)
+    REQUIRE(rt::PagedKVCache::create(spec, c).isOk());
+  if (!ctx)
+    return;
+  device.resize(static_cast<size_t>(layers));
+  for (rt::cuda::DevicePagedKVCache &c : device)
+    REQUIRE(rt::cuda::DevicePagedKVCache::create(*ctx, spec, c).isOk());
+}
+
 /// Appends `T` random K/V rows [ids, Hkv, T, D] to sequences `ids` in
 /// every layer's host cache and (when `ctx`) its device cache: the same
 /// rows, uploaded, appended, and synchronized before the upload goes.

@@ -43,21 +43,10 @@ struct PagedPool {
   std::mt19937_64 rng{3};
 
   PagedPool(DType d, const cuda::Context *gpu = nullptr) : dt(d), ctx(gpu) {
-    PagedKVCacheSpec spec;
-    spec.dtype = dt;
-    spec.kvHeads = kHkv;
-    spec.headDim = spec.vHeadDim = kD;
-    spec.pageSize = kPage;
-    spec.numPages = kPages;
-    host.resize(kLayers);
-    for (PagedKVCache &c : host)
-      REQUIRE(PagedKVCache::create(spec, c).isOk());
-    if (ctx) {
-      device.resize(kLayers);
-      for (cuda::DevicePagedKVCache &c : device)
-        REQUIRE(cuda::DevicePagedKVCache::create(*ctx, spec, c).isOk());
-    }
+    test::createLayerCaches(dt, kHkv, kD, kPage, kPages, kLayers, ctx, host,
+                            device);
   }
+
   int32_t add() {
     int32_t id = host[0].addSequence();
     for (size_t l = 1; l < host.size(); ++l)

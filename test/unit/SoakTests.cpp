@@ -48,21 +48,10 @@ struct Batch {
   std::mt19937_64 rng{11};
 
   explicit Batch(const cuda::Context *gpu) : ctx(gpu) {
-    PagedKVCacheSpec spec;
-    spec.dtype = DType::F32;
-    spec.kvHeads = kHkv;
-    spec.headDim = spec.vHeadDim = kD;
-    spec.pageSize = kPage;
-    spec.numPages = kPages;
-    host.resize(kLayers);
-    for (PagedKVCache &c : host)
-      REQUIRE(PagedKVCache::create(spec, c).isOk());
-    if (ctx) {
-      dev.resize(kLayers);
-      for (cuda::DevicePagedKVCache &c : dev)
-        REQUIRE(cuda::DevicePagedKVCache::create(*ctx, spec, c).isOk());
-    }
+    test::createLayerCaches(DType::F32, kHkv, kD, kPage, kPages, kLayers, ctx, host,
+                            dev);
   }
+
   void append(const std::vector<int32_t> &ids, int64_t T) {
     test::appendRandomRows(host, dev, ctx, DType::F32, rng, ids, T, kHkv, kD);
     for (int32_t id : ids)
