@@ -10,6 +10,7 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <cstdint>
 
@@ -17,9 +18,25 @@ namespace attnc::python {
 
 using rt::DType;
 
+namespace {
+/// The runtime's messages name its C++ fields; Python callers passed the
+/// keyword arguments of the same meaning.
+std::string inPythonTerms(std::string m) {
+  static const std::pair<const char *, const char *> kNames[] = {
+      {"'kvLens", "'kv_lens"},         {"'qOffsets", "'q_offsets"},
+      {"'numSplits'", "'num_splits'"}, {"'numThreads'", "'num_threads'"},
+      {"'dOut'", "'grad_out'"},        {"'dLse'", "'grad_lse'"}};
+  for (auto [from, to] : kNames)
+    for (size_t at = m.find(from); at != std::string::npos;
+         at = m.find(from, at + std::strlen(to)))
+      m.replace(at, std::strlen(from), to);
+  return m;
+}
+} // namespace
+
 void check(const rt::Status &s) {
   if (!s)
-    throw Error(s.message());
+    throw Error(inPythonTerms(s.message()));
 }
 
 std::string Where::str() const {

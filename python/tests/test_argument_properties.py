@@ -29,8 +29,8 @@ DEFECTS = [
 NAMED = {
     "out_aliases_k": r"'out' shares memory with the input 'k'",
     "out_overlaps_q": r"'out' shares memory with the input 'q'",
-    "kv_len_too_long": r"'kvLens\[\d+\]' is \d+, expected 0\.\.\d+",
-    "negative_offset": r"'qOffsets\[\d+\]' is -\d+",
+    "kv_len_too_long": r"'kv_lens\[\d+\]' is \d+, expected 0\.\.\d+",
+    "negative_offset": r"'q_offsets\[\d+\]' is -\d+",
     "float_in_lengths": r"'kv_lens\[\d+\]' must be an integer",
     "rank3_v": r"'v' must be 4-d",
     "k_dtype": r"'k' has dtype",
@@ -123,7 +123,7 @@ def make_call(rng, defect):
     elif defect == "kv_len_too_long":
         if "kv_indptr" in kwargs:
             kwargs["kv_lens"] = [n + 1 for n in lens]  # disagrees with the table
-            return (q, k, v), kwargs, "'kvLens\\[\\d+\\]' is \\d+, but the page table"
+            return (q, k, v), kwargs, "'kv_lens\\[\\d+\\]' is \\d+, but the page table"
         kwargs["kv_lens"] = [LKV + 1] * B
     elif defect == "negative_offset":
         kwargs["q_offsets"] = [-1 - int(rng.integers(5))] * B

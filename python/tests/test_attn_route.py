@@ -181,5 +181,5 @@ def test_split_kv_matches_one_pass():
         assert np.abs(lse[finite] - lse1[finite]).max() < 2e-5
     ref, _ = kernel.reference(q, k, v, kv_lens=lens, q_offsets=offs, window=100)
     assert np.abs(got - ref).max() < 2e-5
-    with pytest.raises(attnc.Error, match="'numSplits' must be 0 .* or 1 to 256, got 300"):
+    with pytest.raises(attnc.Error, match="'num_splits' must be 0 .* or 1 to 256, got 300"):
         kernel(q, k, v, num_splits=300, window=100)

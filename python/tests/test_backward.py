@@ -168,7 +168,7 @@ def test_backward_errors_name_what_is_wrong():
     kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"), variant="causal")
     q, k, v = leaves((1, 2, 8, 8), (1, 2, 8, 8), (1, 2, 8, 8))
     out = kernel(q, k, v)
-    with pytest.raises(Exception, match="dOut"):
+    with pytest.raises(Exception, match="grad_out"):
         kernel._backward(q.detach(), k.detach(), v.detach(), out.detach(),
                          torch.zeros(1, 2, 8), torch.zeros(1, 2, 7, 8), None,
                          scale=None, kv_lens=None, q_offsets=None, params={})
