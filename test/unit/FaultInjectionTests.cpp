@@ -208,6 +208,8 @@ const std::vector<std::pair<const char *, const char *>> kFaultPoints = {
     {"cuStreamEndCapture", "cuStreamEndCapture"},
     {"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags"},
     {"cuGraphLaunch", "cuGraphLaunch"},
+    {"cuEventRecord", "cuEventRecord"},
+    {"cuEventSynchronize", "cuEventSynchronize"},
 };
 
 /// Up to `most` call numbers spread over 1..n (the first and the last
