@@ -8,11 +8,12 @@
 // else writes the algorithm.
 //
 // The softmax's convention: the running maximum m is in the scores' own
-// units (after the modifiers), and exponentials are taken in base 2 with
-// log2(e) folded into one FMA, p = 2^(s log2(e) - m log2(e)); LSE = m +
+// units (after the modifiers), and exponentials are taken in base 2,
+// p = 2^((s - m) log2(e)), the difference first (exact near the maximum at
+// any magnitude; one FMA, s log2(e) - round(m log2(e)), is not); LSE = m +
 // ln(l), -inf (and O = 0) for a row with no key. A form may take the
 // scale in the exponents instead (FlashConfig::scaleInExponent): for an
-// identity score_mod, m is then over the unscaled products and the FMA's
+// identity score_mod, m is then over the unscaled products and the
 // factor is |scale| log2(e) (flash.score_scale).
 //
 //===----------------------------------------------------------------------===//

@@ -8,8 +8,8 @@
 // loop walks only the visited KV tiles (empty ones cost a classification,
 // no barrier): per tile, wait for its copy, one barrier, prefetch the next
 // visited tile into the other stage, compute. Softmax runs on the
-// accumulator fragments in the scores' own units, the scale by log2(e) and
-// the row max folded into one FMA before ex2.approx.ftz.
+// accumulator fragments in the scores' own units: ex2.approx.ftz of
+// (score - row max) times log2(e) (or |scale| log2(e)).
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/KernelForm.h"
