@@ -126,6 +126,14 @@ def _ints(xs, name="argument"):
         if not hasattr(xs, "tolist") and hasattr(xs, "__dlpack_device__") \
                 and _device_of(xs)[0] == _CUDA:
             xs = cuda.to_host(xs)  # a device array: read back
+        kind = getattr(getattr(xs, "dtype", None), "kind", None)
+        if kind in ("i", "u") and getattr(xs, "ndim", None) == 1:
+            # A NumPy integer array (a page table): checked whole.
+            if xs.size and (xs.min() < _I32_MIN or xs.max() > _I32_MAX):
+                bad = int(((xs < _I32_MIN) | (xs > _I32_MAX)).argmax())
+                raise ValueError("'%s[%d]' is %d, expected %d..%d" % (
+                    name, bad, int(xs[bad]), _I32_MIN, _I32_MAX))
+            return xs.tolist()
         if hasattr(xs, "tolist"):
             xs = xs.tolist()
     if isinstance(xs, (int, float, str, bytes)) or not hasattr(xs, "__iter__"):
@@ -337,15 +345,18 @@ class Kernel:
         N splits (at most 256)."""
         _check_qkv(q, k, v, out)
         num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
-        num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
-        kv_lens = _ints(kv_lens, "kv_lens")
-        q_offsets = _ints(q_offsets, "q_offsets")
         pages = None
         if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
-            pages = tuple(_ints(x, n) for x, n in zip(
-                (kv_indptr, kv_indices, kv_last_page_len), _PAGE_ARGS))
+            pages = (kv_indptr, kv_indices, kv_last_page_len)
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q)):
+            # The operator's schema takes int lists: checked here (on the
+            # other route, _args checks them).
+            num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
+            kv_lens = _ints(kv_lens, "kv_lens")
+            q_offsets = _ints(q_offsets, "q_offsets")
+            if pages is not None:
+                pages = tuple(_ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
             from . import torch_op
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
                                  q_offsets, return_lse, params, pages,

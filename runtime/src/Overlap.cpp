@@ -84,6 +84,17 @@ void addTerms(const TensorView &t, int sign, std::vector<Term> &terms) {
   }
 }
 
+/// The bytes [first, last] a view's elements span (strides of any sign).
+std::pair<Wide, Wide> byteExtent(const TensorView &t) {
+  Wide es = dtypeSize(t.dtype), lo = 0, hi = 0;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    Wide reach = Wide(t.shape[d] - 1) * t.strides[d] * es;
+    (reach < 0 ? lo : hi) += reach;
+  }
+  Wide base = Wide(reinterpret_cast<intptr_t>(t.data));
+  return {base + lo, base + hi + es - 1};
+}
+
 /// Whether sum terms == target is solvable, exactly up to the budget.
 bool anySolution(std::vector<Term> terms, Wide target) {
   std::sort(terms.begin(), terms.end(),
@@ -113,6 +124,12 @@ bool anySolution(std::vector<Term> terms, Wide target) {
 
 bool sharesMemory(const TensorView &a, const TensorView &b) {
   if (!a.data || !b.data || isEmpty(a) || isEmpty(b))
+    return false;
+  // Disjoint spans (separate arrays: every call's common case) decide it
+  // without the search.
+  auto [aFirst, aLast] = byteExtent(a);
+  auto [bFirst, bLast] = byteExtent(b);
+  if (aLast < bFirst || bLast < aFirst)
     return false;
   // A's index terms and byte offset x, minus B's and y, equal baseB - baseA.
   std::vector<Term> terms;

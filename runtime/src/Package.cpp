@@ -325,18 +325,33 @@ Status selectKernel(const PackageVariant &v, int cc, DType dtype,
       have.empty() ? "none" : have));
 }
 
-Status ptxEntryParams(const std::string &ptx, const std::string &entry,
-                      std::vector<int> &sizes) {
-  sizes.clear();
+namespace {
+
+/// Where `.entry <entry>(` starts its parameter list (`open`, just past
+/// the parenthesis) and where the list closes (`close`, at ')').
+Status findEntryParams(const std::string &ptx, const std::string &entry,
+                       size_t &open, size_t &close) {
   std::string head = ".entry " + entry + "(";
   size_t at = ptx.find(head);
   if (at == std::string::npos)
     return Status::notFound("the PTX has no entry '" + entry + "'");
-  size_t end = ptx.find(')', at);
-  if (end == std::string::npos)
+  close = ptx.find(')', at);
+  if (close == std::string::npos)
     return Status::invalidArgument("the PTX entry '" + entry +
                                    "' is not closed");
-  std::istringstream params(ptx.substr(at + head.size(), end - at - head.size()));
+  open = at + head.size();
+  return Status::ok();
+}
+
+} // namespace
+
+Status ptxEntryParams(const std::string &ptx, const std::string &entry,
+                      std::vector<int> &sizes) {
+  sizes.clear();
+  size_t open = 0, end = 0;
+  if (Status s = findEntryParams(ptx, entry, open, end); !s)
+    return s;
+  std::istringstream params(ptx.substr(open, end - open));
   std::string decl;
   while (std::getline(params, decl, ',')) {
     size_t p = decl.find(".param");
@@ -374,13 +389,11 @@ Status ptxEntryParams(const std::string &ptx, const std::string &entry,
 }
 
 int64_t ptxEntryMaxThreads(const std::string &ptx, const std::string &entry) {
-  std::string head = ".entry " + entry + "(";
-  size_t at = ptx.find(head);
-  if (at == std::string::npos)
+  size_t open = 0, close = 0;
+  if (!findEntryParams(ptx, entry, open, close))
     return 0;
-  size_t close = ptx.find(')', at);
-  size_t body = ptx.find('{', at);
-  if (close == std::string::npos || body == std::string::npos)
+  size_t body = ptx.find('{', close);
+  if (body == std::string::npos)
     return 0;
   // Directives sit between the parameter list and the body.
   std::string between = ptx.substr(close + 1, body - close - 1);

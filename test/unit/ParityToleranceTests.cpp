@@ -35,25 +35,37 @@ mask
 end
 )";
 
-/// The reference's own output, every element moved by `delta`.
-Row perturbed(const rt::VariantInfo &v, double delta) {
+/// The reference computed with `rounding`, written as a kernel's output
+/// (every element moved by `outDelta`, the LSE of row 7 by `lseDelta`),
+/// compared with the fp64 reference.
+Row referenceAsKernel(const rt::VariantInfo &v, int64_t heads, int64_t qLen,
+                      int64_t kvLen, rt::ReferenceRounding rounding,
+                      double outDelta, double lseDelta) {
   Shape s;
   s.batch = 1;
-  s.heads = 2;
-  s.qLen = 40;
-  s.kvLen = 60;
+  s.heads = heads;
+  s.qLen = qLen;
+  s.kvLen = kvLen;
   s.dtype = rt::DType::F32;
   s.resolve();
   Inputs in;
   REQUIRE(makeInputs(v, s, {}, {}, in).isOk());
-  std::vector<double> ref, lse;
-  REQUIRE(rt::referenceAttention(v, in.args, ref, lse).isOk());
+  std::vector<double> out, lse;
+  REQUIRE(rt::referenceAttention(v, in.args, out, lse, nullptr, nullptr,
+                                 rounding)
+              .isOk());
   float *o = static_cast<float *>(in.args.out.data);
-  for (size_t i = 0; i < ref.size(); ++i)
-    o[i] = static_cast<float>(ref[i] + delta);
+  for (size_t i = 0; i < out.size(); ++i)
+    o[i] = static_cast<float>(out[i] + outDelta);
   for (size_t i = 0; i < lse.size(); ++i)
     in.lse[i] = static_cast<float>(lse[i]);
+  in.lse[7] += static_cast<float>(lseDelta);
   return compareWithReference(v, v.name, in, false);
+}
+
+/// The reference's own output, every element moved by `delta`.
+Row perturbed(const rt::VariantInfo &v, double delta) {
+  return referenceAsKernel(v, 2, 40, 60, rt::ReferenceRounding::Mods, delta, 0);
 }
 } // namespace
 
@@ -95,26 +107,8 @@ end
 /// kernel computes them) compared with the fp64 reference; `lseDelta` is
 /// added to one row's LSE.
 Row f32Computation(const rt::VariantInfo &v, double lseDelta) {
-  Shape s;
-  s.batch = 1;
-  s.heads = 4;
-  s.qLen = 64;
-  s.kvLen = 64;
-  s.dtype = rt::DType::F32;
-  s.resolve();
-  Inputs in;
-  REQUIRE(makeInputs(v, s, {}, {}, in).isOk());
-  std::vector<double> out, lse;
-  REQUIRE(rt::referenceAttention(v, in.args, out, lse, nullptr, nullptr,
-                                 rt::ReferenceRounding::DotsAndMods)
-              .isOk());
-  float *o = static_cast<float *>(in.args.out.data);
-  for (size_t i = 0; i < out.size(); ++i)
-    o[i] = static_cast<float>(out[i]);
-  for (size_t i = 0; i < lse.size(); ++i)
-    in.lse[i] = static_cast<float>(lse[i]);
-  in.lse[7] += static_cast<float>(lseDelta);
-  return compareWithReference(v, v.name, in, false);
+  return referenceAsKernel(v, 4, 64, 64, rt::ReferenceRounding::DotsAndMods, 0,
+                           lseDelta);
 }
 } // namespace
 

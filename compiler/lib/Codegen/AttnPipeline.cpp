@@ -1,6 +1,7 @@
 //===- AttnPipeline.cpp - The attn module the later stages start from -----===//
 #include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Autodiff/ScoreModDerivative.h"
+#include "attnc/Codegen/BalanceLogic.h"
 #include "attnc/Codegen/Canonicalize.h"
 
 #include "mlir/IR/Diagnostics.h"

@@ -11,7 +11,7 @@
 // value.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/Codegen/Canonicalize.h"
+#include "attnc/Codegen/BalanceLogic.h"
 #include "attnc/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -36,20 +36,29 @@ bool isInner(Operation *op) {
   return op->hasOneUse() && sameKind(*op->user_begin(), op);
 }
 
-/// The leaves of the tree rooted at `op` (left to right), its inner ops
-/// (`nodes`) and its depth.
-unsigned collect(Operation *op, SmallVectorImpl<Value> &leaves,
+/// The leaves of the tree rooted at `root` (left to right), its inner ops
+/// (`nodes`, the root first) and its depth. Iterative: a chain of one
+/// `let` per term is as deep as it is long.
+unsigned collect(Operation *root, SmallVectorImpl<Value> &leaves,
                  SmallVectorImpl<Operation *> &nodes) {
-  nodes.push_back(op);
-  unsigned depth = 0;
-  for (Value v : op->getOperands()) {
+  SmallVector<std::pair<Value, unsigned>> stack; // (operand, its depth)
+  nodes.push_back(root);
+  stack.push_back({root->getOperand(1), 1});
+  stack.push_back({root->getOperand(0), 1});
+  unsigned depth = 1;
+  while (!stack.empty()) {
+    auto [v, d] = stack.pop_back_val();
     Operation *def = v.getDefiningOp();
-    if (sameKind(def, op) && def->hasOneUse())
-      depth = std::max(depth, collect(def, leaves, nodes));
-    else
+    if (!(sameKind(def, root) && def->hasOneUse())) {
       leaves.push_back(v);
+      continue;
+    }
+    nodes.push_back(def);
+    depth = std::max(depth, d + 1);
+    stack.push_back({def->getOperand(1), d + 1});
+    stack.push_back({def->getOperand(0), d + 1});
   }
-  return depth + 1;
+  return depth;
 }
 
 Value build(OpBuilder &b, Operation *like, ArrayRef<Value> leaves) {

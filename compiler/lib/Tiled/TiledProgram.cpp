@@ -105,6 +105,17 @@ public:
         in.push_back(extra);
       return in;
     };
+    // exp2((a - b) c) over a map's arguments (a, b, then c when the scale
+    // is in the exponents): the difference first. One FMA, a c - round(b c),
+    // is off by b c's rounding, which grows with |b| (at |m| ~ 1e9 it moves
+    // a row's exponents by units, at 1e30 by 2^76: a row of scores all near
+    // -1e30, a "soft" mask, came out NaN); a - b is exact near the maximum
+    // and 0 at it, at any magnitude short of overflow.
+    auto exp2OfDifference = [&](ArrayRef<Value> x) -> Value {
+      return math::Exp2Op::create(
+          b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, x[0], x[1]),
+                                    log2Factor(x, 2)));
+    };
     Value acc0 = ZeroAccOp::create(b_, accT, "v");
     Value m0 = FillRowsOp::create(
         b_, rowsT, b_.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
@@ -131,21 +142,8 @@ public:
             f32(-std::numeric_limits<double>::infinity()));
         return arith::SelectOp::create(b_, none, f32(0.0), x[0]);
       });
-      Value alpha = rowsMap(with({m, mUse}, c), [&](ArrayRef<Value> x) -> Value {
-        return math::Exp2Op::create(
-            b_, arith::MulFOp::create(
-                    b_, arith::SubFOp::create(b_, x[0], x[1]), log2Factor(x, 2)));
-      });
-      // exp2((s - m) c): the difference first. One FMA, s c - round(m c),
-      // is off by m c's rounding, which grows with |m| (at |m| ~ 1e9 it
-      // moves the row's exponents by units, at 1e30 by 2^76: a row of
-      // scores all near -1e30, a "soft" mask, came out NaN); s - m is exact
-      // near the maximum and 0 at it, at any magnitude short of overflow.
-      Value p = scoresMap({s}, with({mUse}, c), [&](ArrayRef<Value> x) -> Value {
-        return math::Exp2Op::create(
-            b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, x[0], x[1]),
-                                      log2Factor(x, 2)));
-      });
+      Value alpha = rowsMap(with({m, mUse}, c), exp2OfDifference);
+      Value p = scoresMap({s}, with({mUse}, c), exp2OfDifference);
       Value lNew = RescaleSumOp::create(b_, partT, l, alpha,
                                         RowSumOp::create(b_, partT, p));
       Value scaled = ScaleAccOp::create(b_, accT, acc, alpha);

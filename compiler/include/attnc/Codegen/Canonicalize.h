@@ -24,10 +24,6 @@ constexpr unsigned kMaxFusedLocations = 8;
 /// The canonicalizer with fused locations kept to kMaxFusedLocations.
 std::unique_ptr<mlir::Pass> createCanonicalizer();
 
-/// -attn-balance-logic on `root` (BalanceLogic.cpp): and/or chains as
-/// balanced trees.
-void balanceLogic(mlir::Operation *root);
-
 } // namespace attnc
 
 #endif
