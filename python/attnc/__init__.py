@@ -352,12 +352,16 @@ class Kernel:
                 and _is_torch_tensor(q)):
             # The operator's schema takes int lists: checked here (on the
             # other route, _args checks them).
+            from . import torch_op
             num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
-            kv_lens = _ints(kv_lens, "kv_lens")
-            q_offsets = _ints(q_offsets, "q_offsets")
+            # A torch tensor of lengths stays a tensor (a graph input under
+            # torch.compile; its values are checked when the kernel runs).
+            kv_lens = (torch_op.check_lengths(kv_lens, "kv_lens")
+                       if _is_torch_tensor(kv_lens) else _ints(kv_lens, "kv_lens"))
+            q_offsets = (torch_op.check_lengths(q_offsets, "q_offsets")
+                         if _is_torch_tensor(q_offsets) else _ints(q_offsets, "q_offsets"))
             if pages is not None:
                 pages = tuple(_ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
-            from . import torch_op
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
                                  q_offsets, return_lse, params, pages,
                                  num_splits)

@@ -12,6 +12,12 @@ The operator is differentiable (torch.library.register_autograd): its
 backward is the operator attnc::attention_backward, the compiled backward
 kernels (CPU), giving q, k, v and every float captured tensor their
 gradients.
+
+Per-sequence key counts and query offsets come as int lists (constants of
+a compiled graph) or as integer tensors (`kv_lens_t`, `q_offsets_t`: graph
+inputs, so a compiled decode loop whose cache length grows every step
+does not recompile). The tensors are read on the host when the operator
+runs (a CUDA tensor costs one device-to-host copy).
 """
 from typing import List, Optional, Tuple
 
@@ -30,12 +36,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
               q_offsets: Optional[List[int]], kv_indptr: Optional[List[int]] = None,
               kv_indices: Optional[List[int]] = None,
               kv_last_page_len: Optional[List[int]] = None,
-              num_splits: int = 0
+              num_splits: int = 0, kv_lens_t: Optional[torch.Tensor] = None,
+              q_offsets_t: Optional[torch.Tensor] = None
               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out [B, H, Lq, Dv] in q's dtype, lse [B, H, Lq] float32). The
     names are comma-separated (the schema has no list of strings)."""
     params = dict(zip(_names(tensor_names), tensors))
     params.update(zip(_names(scalar_names), scalars))
+    kv_lens = _lengths(kv_lens, kv_lens_t, "kv_lens")
+    q_offsets = _lengths(q_offsets, q_offsets_t, "q_offsets")
     pages = None if kv_indptr is None else (kv_indptr, kv_indices, kv_last_page_len)
     return _kernel(kernel)._run(q, k, v, scale=scale, kv_lens=kv_lens,
                                 q_offsets=q_offsets, out=None, return_lse=True,
@@ -47,10 +56,28 @@ def _names(joined):
     return joined.split(",") if joined else []
 
 
+def _lengths(as_list, as_tensor, name):
+    """The per-sequence ints of a call, from the list or the tensor form."""
+    if as_tensor is None:
+        return as_list
+    import attnc
+    return attnc._ints(as_tensor.detach().cpu().numpy(), name)
+
+
+def check_lengths(t, name):
+    """An integer tensor of per-sequence values, checked without reading
+    it (reading would break a torch.compile graph): 1-d, integer dtype."""
+    if t.dim() != 1 or t.dtype not in (torch.int32, torch.int64, torch.int16,
+                                      torch.int8, torch.uint8):
+        raise TypeError("'%s' must be a 1-d integer tensor, got %s of shape %s"
+                        % (name, t.dtype, tuple(t.shape)))
+    return t
+
+
 @attention.register_fake
 def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
       kv_lens, q_offsets, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
-      num_splits=0):
+      num_splits=0, kv_lens_t=None, q_offsets_t=None):
     B, H, L = q.shape[0], q.shape[1], q.shape[2]
     return (q.new_empty((B, H, L, v.shape[3])),
             q.new_empty((B, H, L), dtype=torch.float32))
@@ -63,13 +90,17 @@ def attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor],
                        tensor_names: str, tensors: List[torch.Tensor],
                        scalar_names: str, scalars: List[float],
                        scale: Optional[float], kv_lens: Optional[List[int]],
-                       q_offsets: Optional[List[int]]
+                       q_offsets: Optional[List[int]],
+                       kv_lens_t: Optional[torch.Tensor] = None,
+                       q_offsets_t: Optional[torch.Tensor] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                   List[torch.Tensor]]:
     """(dq, dk, dv, the gradient of each captured tensor: zeros for those
     that are not floats)."""
     params = dict(zip(_names(tensor_names), tensors))
     params.update(zip(_names(scalar_names), scalars))
+    kv_lens = _lengths(kv_lens, kv_lens_t, "kv_lens")
+    q_offsets = _lengths(q_offsets, q_offsets_t, "q_offsets")
     return _kernel(kernel)._backward(
         q, k, v, out, lse, grad_out, grad_lse, scale=scale, kv_lens=kv_lens,
         q_offsets=q_offsets, params=params)
@@ -77,7 +108,8 @@ def attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor],
 
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, kernel, tensor_names, tensors,
-      scalar_names, scalars, scale, kv_lens, q_offsets):
+      scalar_names, scalars, scale, kv_lens, q_offsets, kv_lens_t=None,
+      q_offsets_t=None):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             [torch.empty_like(t) for t in tensors])
 
@@ -85,9 +117,11 @@ def _(grad_out, grad_lse, q, k, v, out, lse, kernel, tensor_names, tensors,
 def _setup_context(ctx, inputs, output):
     (q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
      kv_lens, q_offsets, kv_indptr, kv_indices, kv_last_page_len,
-     num_splits) = inputs
+     num_splits, kv_lens_t, q_offsets_t) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, *tensors)
+    lengths = [t for t in (kv_lens_t, q_offsets_t) if t is not None]
+    ctx.save_for_backward(q, k, v, out, lse, *lengths, *tensors)
+    ctx.lengths = (kv_lens_t is not None, q_offsets_t is not None)
     ctx.args = (kernel, tensor_names, scalar_names, scalars, scale, kv_lens,
                 q_offsets)
     ctx.paged = kv_indptr is not None
@@ -104,12 +138,15 @@ def _backward(ctx, grad_out, grad_lse):
         raise RuntimeError("attnc: the backward pass takes contiguous K/V, "
                            "not pages (kv_indptr, ...)")
     q, k, v, out, lse, *tensors = ctx.saved_tensors
+    kv_lens_t = tensors.pop(0) if ctx.lengths[0] else None
+    q_offsets_t = tensors.pop(0) if ctx.lengths[1] else None
     kernel, tensor_names, scalar_names, scalars, scale, kv_lens, q_offsets = ctx.args
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv, dts = torch.ops.attnc.attention_backward(
         grad_out.contiguous(), grad_lse, q, k, v, out, lse, kernel,
-        tensor_names, tensors, scalar_names, scalars, scale, kv_lens, q_offsets)
+        tensor_names, tensors, scalar_names, scalars, scale, kv_lens, q_offsets,
+        kv_lens_t, q_offsets_t)
     dts = [d if t.is_floating_point() else None for d, t in zip(dts, tensors)]
     grads = [None if n is None else [None] * n for n in ctx.structure]
     grads[0], grads[1], grads[2], grads[5] = dq, dk, dv, dts
@@ -132,13 +169,16 @@ def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
         else:
             scalar_names.append(name)
             scalars.append(float(value))
+    kv_lens_t = kv_lens if isinstance(kv_lens, torch.Tensor) else None
+    q_offsets_t = q_offsets if isinstance(q_offsets, torch.Tensor) else None
     out, lse = torch.ops.attnc.attention(
         q, k, v, kernel_id, ",".join(tensor_names), tensors,
         ",".join(scalar_names), scalars,
         None if scale is None else float(scale),
-        None if kv_lens is None else [int(x) for x in kv_lens],
-        None if q_offsets is None else [int(x) for x in q_offsets],
+        None if kv_lens is None or kv_lens_t is not None else [int(x) for x in kv_lens],
+        None if q_offsets is None or q_offsets_t is not None else
+        [int(x) for x in q_offsets],
         *([None] * 3 if pages is None else
           [[int(x) for x in (p.tolist() if hasattr(p, "tolist") else p)] for p in pages]),
-        int(num_splits))
+        int(num_splits), kv_lens_t, q_offsets_t)
     return (out, lse) if return_lse else out

@@ -119,3 +119,39 @@ def test_split_kv_through_the_operator():
     assert (eager - one).abs().max() < 2e-6
     compiled = torch.compile(split, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q), eager)
+
+
+def test_lengths_as_tensors_are_graph_inputs():
+    """kv_lens / q_offsets given as integer tensors reach the kernel as the
+    operator's tensor inputs: the same result as int lists, eager, compiled
+    (new values, no recompile) and in the backward; bad ones are named."""
+    import torch._dynamo
+    kernel = attnc.compile(os.path.join(EXAMPLES, "causal.attn"))
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 2, 3, 64, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 2, 30, 64, generator=g) for _ in range(2))
+    lens = torch.tensor([30, 17], dtype=torch.int32)
+    want = kernel(q, k, v, kv_lens=[30, 17])
+    got = kernel(q, k, v, kv_lens=lens)
+    assert torch.equal(got, want)
+    got.sum().backward()
+    dq = q.grad.clone()
+    q.grad = None
+    want.sum().backward()
+    assert torch.equal(q.grad, dq)
+    torch._dynamo.reset()
+    f = torch.compile(lambda q, n: kernel(q, k, v, kv_lens=n, q_offsets=n - 3),
+                      fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert torch.equal(f(q, lens), kernel(q, k, v, kv_lens=[30, 17], q_offsets=[27, 14]))
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for n in (5, 9, 22):
+                two = torch.tensor([n, n + 1], dtype=torch.int32)
+                assert torch.equal(f(q, two), kernel(q, k, v, kv_lens=[n, n + 1],
+                                                     q_offsets=[n - 3, n - 2]))
+    with pytest.raises(TypeError, match="'kv_lens' must be a 1-d integer tensor"):
+        kernel(q, k, v, kv_lens=torch.tensor([3.0, 4.0]))
+    with pytest.raises(ValueError, match=r"'q_offsets\[1\]' is 4294967296"):
+        kernel(q, k, v, q_offsets=torch.tensor([0, 2 ** 32]))
+    with pytest.raises(attnc.Error, match="kv_lens"):
+        kernel(q, k, v, kv_lens=torch.tensor([31, 3]))

@@ -1,0 +1,118 @@
+"""The attention of the example GPTs, behind one switch: `backend` is one of
+
+    "manual"      softmax(q kᵀ · scale + bias, masked) v, written out in torch
+                  (the synaptic model's reference, as the seeds wrote it)
+    "sdpa"        torch.nn.functional.scaled_dot_product_attention
+    "flex"        torch.nn.attention.flex_attention (its score_mod/mask_mod)
+    "attnc"       an attnc kernel compiled from examples/*.attn
+    "attnc_flex"  attnc.flex_attention with the same closures as "flex"
+
+Every backend takes q [B, H, T, D] and a key/value window k, v [B, Hkv, S,
+D] (GQA/MQA when Hkv < H) in which the queries sit at absolute positions
+pos .. pos+T-1 and the first pos+T keys are valid (a training step has
+pos = 0 and S = T; a decode step reads a preallocated cache, S = its
+capacity). `pos` is a 0-d int64 tensor, never a Python int, so a compiled
+decode loop sees a graph input, not a constant to specialize on.
+
+The synaptic bias (docs/language.md, examples/synaptic.attn) is
+    score + log(qamp[b, h, q] · key_factor[b, h, kv]) − barrier · |q − kv|
+under the causal mask, with qamp and key_factor indexed by absolute
+position ([B, H, S], like the keys).
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+
+import attnc
+
+BACKENDS = ("manual", "sdpa", "flex", "attnc", "attnc_flex")
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..")
+
+_kernels = {}
+
+
+def _kernel(name):
+    """The .attn kernel (compiled once per process; attnc caches the
+    specializations per dtype and head dim)."""
+    if name not in _kernels:
+        _kernels[name] = attnc.compile(os.path.join(EXAMPLES, name + ".attn"),
+                                       variant=name)
+    return _kernels[name]
+
+
+def attend(backend, q, k, v, pos, synaptic=None):
+    """Causal attention of q over the window k, v (see the module's doc).
+    synaptic: None, or (qamp, key_factor, barrier) with qamp, key_factor
+    [B, H, S] positive and barrier a float."""
+    if backend not in BACKENDS:
+        raise ValueError("backend must be one of %s, got %r" % (BACKENDS, backend))
+    B, H, T, _ = q.shape
+    S, Hkv = k.shape[2], k.shape[1]
+    if backend == "attnc":
+        # The kernel's default query offset puts the T queries at the end
+        # of the kv_lens valid keys: positions pos .. pos+T-1.
+        kv_lens = (pos + T).to(torch.int32).expand(B)
+        if synaptic is None:
+            return _kernel("causal")(q, k, v, kv_lens=kv_lens)
+        qamp, key_factor, barrier = synaptic
+        return _kernel("synaptic")(q, k, v, kv_lens=kv_lens, qamp=qamp,
+                                   key_factor=key_factor, barrier=barrier)
+    if backend in ("flex", "attnc_flex"):
+        if synaptic is not None and backend == "flex":
+            # torch's flex_attention refuses a closure over a Python float
+            # (a SymFloat when it traces): the barrier as a 0-d tensor.
+            synaptic = synaptic[:2] + (torch.tensor(synaptic[2], device=q.device),)
+        score_mod = _flex_score_mod(pos, synaptic)
+        if backend == "attnc_flex":
+            return attnc.flex_attention(q, k, v, score_mod=score_mod,
+                                        enable_gqa=Hkv != H)
+        from torch.nn.attention.flex_attention import flex_attention
+        return flex_attention(q, k, v, score_mod=score_mod, enable_gqa=Hkv != H)
+    qpos = pos + torch.arange(T, device=q.device)
+    kpos = torch.arange(S, device=q.device)
+    allowed = qpos[:, None] >= kpos[None, :]  # [T, S]; also hides keys >= pos+T
+    if backend == "sdpa" and synaptic is None:
+        if pos.device.type == "cpu" and S == T and _is_zero(pos):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                  enable_gqa=Hkv != H)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                              enable_gqa=Hkv != H)
+    bias = torch.zeros(T, S, dtype=torch.float32, device=q.device)
+    if synaptic is not None:
+        qamp, key_factor, barrier = synaptic
+        qa = qamp.index_select(2, qpos)[..., :, None]         # [B, H, T, 1]
+        bias = (torch.log(qa * key_factor[..., None, :])
+                - barrier * (qpos[:, None] - kpos[None, :]).abs())
+    bias = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    if backend == "sdpa":  # synaptic through SDPA: the bias as a float mask
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                              enable_gqa=Hkv != H)
+    if Hkv != H:
+        k, v = (x.repeat_interleave(H // Hkv, dim=1) for x in (k, v))
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+def _is_zero(pos):
+    # Only outside torch.compile: reading a tensor's value would specialize.
+    return not torch.compiler.is_compiling() and int(pos) == 0
+
+
+def _flex_score_mod(pos, synaptic):
+    """FlexAttention's closures: q_idx counts from 0 in flex_attention, so
+    the query's absolute position is q_idx + pos (a captured 0-d tensor);
+    the causal mask is applied in the score (-inf), which needs no
+    per-step block mask."""
+    if synaptic is None:
+        def causal(score, b, h, q_idx, kv_idx):
+            return torch.where(q_idx + pos >= kv_idx, score, -float("inf"))
+        return causal
+    qamp, key_factor, barrier = synaptic
+
+    def synaptic_score(score, b, h, q_idx, kv_idx):
+        qp = q_idx + pos
+        s = (score + torch.log(qamp[b, h, qp] * key_factor[b, h, kv_idx])
+             - barrier * (qp - kv_idx).abs())
+        return torch.where(qp >= kv_idx, s, -float("inf"))
+    return synaptic_score

@@ -1,0 +1,190 @@
+"""Two small GPTs as the seeds wrote them (nanochat-style), with their
+attention behind a switch (`attention.py`): the standard GPT (rotary
+embeddings, MHA/GQA/MQA by `n_kv_head`) and the synaptic GPT (the same,
+with the synaptic bias: per-position factors qamp and key_factor computed
+from the activations, and a distance barrier). Both train, and generate
+with a KV cache (prefill, decode of one token, decode of a chunk).
+
+    from gpt import GPT, GPTConfig, KVCache
+    model = GPT(GPTConfig(synaptic=True, backend="attnc"))
+    loss = model(idx, targets)                       # a training step
+    cache = KVCache.for_model(model, batch=1, capacity=256)
+    logits = model(prompt, cache=cache)              # prefill
+    logits = model(next_token, cache=cache)          # decode
+
+The cache is preallocated and its position is a 0-d tensor, so a model
+under torch.compile(fullgraph=True) decodes step after step with no
+recompile (tests/test_models.py asserts it).
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention import attend
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 256       # bytes
+    n_layer: int = 2
+    n_head: int = 4
+    n_kv_head: int = 4          # < n_head: GQA; 1: MQA
+    n_embd: int = 64
+    max_seq_len: int = 256
+    synaptic: bool = False
+    barrier: float = 0.05       # the synaptic distance penalty per position
+    backend: str = "attnc"
+
+
+class KVCache:
+    """Keys and values of every layer for `capacity` positions (and, for
+    the synaptic GPT, each position's qamp and key_factor), written at
+    `pos` by each forward call; `pos` (a 0-d int64 tensor) advances after
+    the call."""
+
+    def __init__(self, n_layer, batch, n_head, n_kv_head, capacity, head_dim,
+                 synaptic, dtype=torch.float32, device="cpu"):
+        kv = (n_layer, batch, n_kv_head, capacity, head_dim)
+        self.k = torch.zeros(kv, dtype=dtype, device=device)
+        self.v = torch.zeros(kv, dtype=dtype, device=device)
+        self.factors = None
+        if synaptic:  # qamp, key_factor per layer: [2, n_layer, B, H, capacity]
+            self.factors = torch.ones((2, n_layer, batch, n_head, capacity),
+                                      dtype=torch.float32, device=device)
+        self.pos = torch.zeros((), dtype=torch.int64, device=device)
+        self.capacity = capacity
+
+    @classmethod
+    def for_model(cls, model, batch, capacity=None, dtype=torch.float32):
+        c = model.config
+        return cls(c.n_layer, batch, c.n_head, c.n_kv_head,
+                   capacity or c.max_seq_len, c.n_embd // c.n_head, c.synaptic,
+                   dtype, model.lm_head.weight.device)
+
+
+def _rotary(x, cos, sin):
+    d = x.shape[-1] // 2
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config, layer):
+        super().__init__()
+        c = config
+        assert c.n_embd % c.n_head == 0 and c.n_head % c.n_kv_head == 0
+        self.layer, self.n_head, self.n_kv_head = layer, c.n_head, c.n_kv_head
+        self.head_dim = c.n_embd // c.n_head
+        self.config = c
+        self.c_q = nn.Linear(c.n_embd, c.n_head * self.head_dim, bias=False)
+        self.c_kv = nn.Linear(c.n_embd, 2 * c.n_kv_head * self.head_dim, bias=False)
+        self.c_proj = nn.Linear(c.n_embd, c.n_embd, bias=False)
+        if c.synaptic:  # one qamp and one key_factor per head and position
+            self.c_factors = nn.Linear(c.n_embd, 2 * c.n_head, bias=True)
+
+    def forward(self, x, cos, sin, cache):
+        B, T, _ = x.shape
+        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
+        k, v = self.c_kv(x).view(B, T, 2, self.n_kv_head, self.head_dim).unbind(2)
+        q, k = _rotary(q, cos, sin), _rotary(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))         # [B, H, T, D]
+        factors = None
+        if self.config.synaptic:  # positive: softplus, kept away from 0
+            factors = (F.softplus(self.c_factors(x).float()) + 1e-3)
+            factors = factors.view(B, T, 2, self.n_head).permute(2, 0, 3, 1)
+        if cache is None:
+            pos = torch.zeros((), dtype=torch.int64, device=x.device)
+        else:  # write this call's keys at pos .. pos+T-1, attend over the cache
+            pos = cache.pos
+            where = pos + torch.arange(T, device=x.device)
+            cache.k[self.layer].index_copy_(2, where, k)
+            cache.v[self.layer].index_copy_(2, where, v)
+            k, v = cache.k[self.layer], cache.v[self.layer]
+            if factors is not None:
+                cache.factors[:, self.layer].index_copy_(3, where, factors)
+                factors = cache.factors[:, self.layer]
+        synaptic = None
+        if factors is not None:
+            synaptic = (factors[0], factors[1], self.config.barrier)
+        y = attend(self.config.backend, q, k, v, pos, synaptic)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=False)
+        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=False)
+
+    def forward(self, x):
+        return self.c_proj(F.relu(self.c_fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer):
+        super().__init__()
+        self.attn = Attention(config, layer)
+        self.mlp = MLP(config.n_embd)
+
+    def forward(self, x, cos, sin, cache):
+        x = x + self.attn(F.rms_norm(x, (x.shape[-1],)), cos, sin, cache)
+        return x + self.mlp(F.rms_norm(x, (x.shape[-1],)))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        head_dim = config.n_embd // config.n_head
+        inv = 1.0 / 10000 ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        angles = torch.outer(torch.arange(config.max_seq_len).float(), inv)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def set_backend(self, backend):
+        self.config.backend = backend
+        return self
+
+    def forward(self, idx, targets=None, cache=None):
+        """Logits [B, T, vocab] (or the mean cross-entropy with targets).
+        With a cache, idx continues the cached sequence at cache.pos; the
+        caller advances cache.pos by T afterwards (generate does)."""
+        B, T = idx.shape
+        start = (torch.zeros((), dtype=torch.int64, device=idx.device)
+                 if cache is None else cache.pos)
+        where = start + torch.arange(T, device=idx.device)
+        cos = self.cos.index_select(0, where)[None, :, None, :]
+        sin = self.sin.index_select(0, where)[None, :, None, :]
+        x = F.rms_norm(self.wte(idx), (self.config.n_embd,))
+        for block in self.blocks:
+            x = block(x, cos, sin, cache)
+        logits = self.lm_head(F.rms_norm(x, (self.config.n_embd,))).float()
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+@torch.no_grad()
+def generate(model, prompt, steps, cache=None, step_fn=None):
+    """Greedy continuation of prompt [B, T0] by `steps` tokens with a KV
+    cache: one prefill, then one decode call per token. `step_fn` replaces
+    `model` for the calls (a torch.compile'd model, say)."""
+    run = model if step_fn is None else step_fn
+    if cache is None:
+        cache = KVCache.for_model(model, prompt.shape[0],
+                                  dtype=model.lm_head.weight.dtype)
+    logits = run(prompt, cache=cache)
+    cache.pos += prompt.shape[1]
+    out = [prompt]
+    token = logits[:, -1:].argmax(-1)
+    for _ in range(steps):
+        out.append(token)
+        logits = run(token, cache=cache)
+        cache.pos += 1
+        token = logits[:, -1:].argmax(-1)
+    return torch.cat(out, dim=1)

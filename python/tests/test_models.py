@@ -1,0 +1,188 @@
+"""The seeds' models end to end on attnc (examples/models): the standard GPT
+(MHA/GQA/MQA) and the synaptic GPT, full forward, decode of the last token
+and decode of a chunk from a KV cache, with each attention backend against
+the reference one (SDPA for the standard GPT, the manual softmax path for
+the synaptic one); a training step's gradients; greedy generation; and
+torch.compile(fullgraph=True) decoding step after step with no recompile."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "models")
+sys.path.insert(0, MODELS)
+
+import attention  # noqa: E402
+import gpt  # noqa: E402
+from gpt import GPT, GPTConfig, KVCache, generate  # noqa: E402
+
+HEADS = {"MHA": 4, "GQA": 2, "MQA": 1}
+MODES = ("full", "decode", "chunk")
+T, PREFIX = 40, 32  # tokens; the prefix cached before a decode or a chunk
+
+
+def _model(synaptic, kv_heads, backend, seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(synaptic=synaptic, n_kv_head=kv_heads, backend=backend)).eval()
+
+
+def _reference(synaptic):
+    return "manual" if synaptic else "sdpa"
+
+
+def _run(model, idx, mode):
+    """The logits of the last 8 positions (decode: of the last one), the way
+    `mode` computes them."""
+    if mode == "full":
+        return model(idx)[:, -8:]
+    cache = KVCache.for_model(model, idx.shape[0])
+    start = T - 1 if mode == "decode" else PREFIX
+    model(idx[:, :start], cache=cache)
+    cache.pos += start
+    return model(idx[:, start:], cache=cache)[:, -8:]
+
+
+def _attention_inputs(model, idx, mode):
+    """Every attend() call of a run of `model`: (q, k, v, pos, synaptic)."""
+    calls = []
+    real = gpt.attend
+
+    def record(backend, q, k, v, pos, synaptic=None):
+        calls.append((q, k, v, pos.clone(), synaptic))
+        return real(backend, q, k, v, pos, synaptic)
+    gpt.attend = record
+    try:
+        _run(model, idx, mode)
+    finally:
+        gpt.attend = real
+    return calls
+
+
+@pytest.mark.parametrize("backend", ["attnc", "attnc_flex", "flex"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("heads", list(HEADS))
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_parity_matrix_fp32(synaptic, heads, mode, backend):
+    """The seeds' matrix: each attention call of the model (the kernels
+    compared on the model's own q, k, v) within 1e-6 of the reference
+    backend's in fp32, and the logits within 4e-6 (two layers and the head
+    on top)."""
+    ref_model = _model(synaptic, HEADS[heads], _reference(synaptic))
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        worst = 0.0
+        for q, k, v, pos, syn in _attention_inputs(ref_model, idx, mode):
+            want = attention.attend(_reference(synaptic), q, k, v, pos, syn)
+            got = attention.attend(backend, q, k, v, pos, syn)
+            worst = max(worst, (got - want).abs().max().item())
+        assert worst <= 1e-6, worst
+        want = _run(ref_model, idx, mode)
+        got = _run(_model(synaptic, HEADS[heads], backend), idx, mode)
+    assert (got - want).abs().max().item() <= 4e-6
+
+
+@pytest.mark.parametrize("mode", ["decode", "chunk"])
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_the_cache_gives_the_full_forward(synaptic, mode):
+    """Decoding from the KV cache reproduces the full forward's logits at the
+    same positions (attnc both ways)."""
+    model = _model(synaptic, 2, "attnc")
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = _run(model, idx, "full")
+        cached = _run(model, idx, mode)
+    n = cached.shape[1]
+    assert (cached - full[:, -n:]).abs().max().item() <= 4e-6
+
+
+@pytest.mark.parametrize("heads", ["GQA", "MQA"])
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_training_step_gradients_match(synaptic, heads):
+    """loss.backward() through attnc gives every parameter (the synaptic
+    factors' projection included) the reference model's gradient."""
+    idx = torch.randint(0, 256, (4, T + 1), generator=torch.Generator().manual_seed(3))
+    grads = {}
+    for backend in (_reference(synaptic), "attnc"):
+        model = _model(synaptic, HEADS[heads], backend).train()
+        model(idx[:, :-1], idx[:, 1:]).backward()
+        grads[backend] = {n: p.grad for n, p in model.named_parameters()}
+    ref, got = grads[_reference(synaptic)], grads["attnc"]
+    assert set(ref) == set(got)
+    if synaptic:
+        assert ref["blocks.0.attn.c_factors.weight"].abs().max() > 0
+    for name in ref:
+        err = (got[name] - ref[name]).abs().max().item()
+        scale = ref[name].abs().max().item()
+        assert err <= 1e-5 * max(scale, 1e-3), (name, err, scale)
+
+
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_generation_matches_the_reference(synaptic):
+    prompt = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(4))
+    tokens = {b: generate(_model(synaptic, 2, b), prompt, 20)
+              for b in (_reference(synaptic), "attnc")}
+    assert torch.equal(tokens["attnc"], tokens[_reference(synaptic)])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_error_is_sdpas(dtype):
+    """In bf16/fp16 attnc's attention is as far from the fp32 result as
+    SDPA's (PyTorch's yardstick for low precision: the error against the
+    exact result, relative to another kernel's error)."""
+    model = _model(False, 2, "sdpa")
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(5))
+    calls = _attention_inputs(model, idx, "chunk")
+    for q, k, v, pos, _ in calls:
+        exact = attention.attend("manual", q.double(), k.double(), v.double(), pos)
+        errs = {b: (attention.attend(b, q.to(dtype), k.to(dtype), v.to(dtype), pos)
+                    .double() - exact).abs().max().item() for b in ("sdpa", "attnc")}
+        assert errs["attnc"] <= 2 * errs["sdpa"] + 1e-3, errs
+
+
+def test_compiled_kv_cache_decoding_never_recompiles():
+    """The synaptic GPT under torch.compile(fullgraph=True): a prefill and
+    the first decode step compile (one graph each); then a whole generation
+    (prefill and 14 decode steps of growing length) recompiles nothing
+    (dynamo's error_on_recompile), and the tokens are eager's. This is the
+    path FlexAttention failed on."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]
+    model = _model(True, 2, "attnc")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    prompt = torch.randint(0, 256, (1, 10), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        eager = generate(model, prompt, 14)
+        before = graphs["unique_graphs"]
+        generate(model, prompt, 1, step_fn=compiled)  # compiles prefill, decode
+        assert graphs["unique_graphs"] - before == 2
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            got = generate(model, prompt, 14, step_fn=compiled)
+        assert graphs["unique_graphs"] - before == 2
+    assert torch.equal(got, eager)
+
+
+def test_compiled_training_step_matches_eager():
+    """A compiled synaptic training step (attnc's forward and backward
+    inside the graph) gives eager's loss and gradients."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    idx = torch.randint(0, 256, (2, 25), generator=torch.Generator().manual_seed(7))
+    results = []
+    for compile_it in (False, True):
+        model = _model(True, 2, "attnc").train()
+        run = torch.compile(model, fullgraph=True, backend="aot_eager") if compile_it else model
+        loss = run(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        results.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+    assert abs(results[0][0] - results[1][0]) <= 1e-6
+    for a, b in zip(results[0][1], results[1][1]):
+        assert (a - b).abs().max().item() <= 1e-6
+
+
+def test_a_bad_backend_is_named():
+    with pytest.raises(ValueError, match="backend must be one of"):
+        attention.attend("cudnn", *(torch.zeros(1, 1, 1, 8) for _ in range(3)),
+                         torch.zeros((), dtype=torch.int64))
