@@ -9,10 +9,12 @@
 
 Every backend takes q [B, H, T, D] and a key/value window k, v [B, Hkv, S,
 D] (GQA/MQA when Hkv < H) in which the queries sit at absolute positions
-pos .. pos+T-1 and the first pos+T keys are valid (a training step has
-pos = 0 and S = T; a decode step reads a preallocated cache, S = its
-capacity). `pos` is a 0-d int64 tensor, never a Python int, so a compiled
-decode loop sees a graph input, not a constant to specialize on.
+pos .. pos+T-1 and the first pos+T keys are valid (a decode step reads a
+preallocated cache, S = its capacity). `pos` is a 0-d int64 tensor, never
+a Python int, so a compiled decode loop sees a graph input, not a constant
+to specialize on; pos=None is a training step (S = T, positions 0..T-1),
+where each backend takes its fastest causal form (SDPA's is_causal, a
+causal block mask for flex, no lengths for attnc).
 
 The synaptic bias (docs/language.md, examples/synaptic.attn) is
     score + log(qamp[b, h, q] · key_factor[b, h, kv]) − barrier · |q − kv|
@@ -49,15 +51,16 @@ def attend(backend, q, k, v, pos, synaptic=None):
         raise ValueError("backend must be one of %s, got %r" % (BACKENDS, backend))
     B, H, T, _ = q.shape
     S, Hkv = k.shape[2], k.shape[1]
+    gqa = Hkv != H
     if backend == "attnc":
         # The kernel's default query offset puts the T queries at the end
         # of the kv_lens valid keys: positions pos .. pos+T-1.
-        kv_lens = (pos + T).to(torch.int32).expand(B)
+        lens = {} if pos is None else {"kv_lens": (pos + T).to(torch.int32).expand(B)}
         if synaptic is None:
-            return _kernel("causal")(q, k, v, kv_lens=kv_lens)
+            return _kernel("causal")(q, k, v, **lens)
         qamp, key_factor, barrier = synaptic
-        return _kernel("synaptic")(q, k, v, kv_lens=kv_lens, qamp=qamp,
-                                   key_factor=key_factor, barrier=barrier)
+        return _kernel("synaptic")(q, k, v, qamp=qamp, key_factor=key_factor,
+                                   barrier=barrier, **lens)
     if backend in ("flex", "attnc_flex"):
         if synaptic is not None and backend == "flex":
             # torch's flex_attention refuses a closure over a Python float
@@ -65,19 +68,26 @@ def attend(backend, q, k, v, pos, synaptic=None):
             synaptic = synaptic[:2] + (torch.tensor(synaptic[2], device=q.device),)
         score_mod = _flex_score_mod(pos, synaptic)
         if backend == "attnc_flex":
+            mask = None if pos is not None else attnc.create_block_mask(
+                _causal, B, H, T, S)
             return attnc.flex_attention(q, k, v, score_mod=score_mod,
-                                        enable_gqa=Hkv != H)
+                                        block_mask=mask, enable_gqa=gqa)
         from torch.nn.attention.flex_attention import flex_attention
-        return flex_attention(q, k, v, score_mod=score_mod, enable_gqa=Hkv != H)
-    qpos = pos + torch.arange(T, device=q.device)
+        mask = None if pos is not None else _torch_block_mask(T, S, q.device)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask,
+                              enable_gqa=gqa)
+    if pos is None and synaptic is None:
+        if backend == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                  enable_gqa=gqa)
+    qpos = torch.arange(T, device=q.device)
+    if pos is not None:
+        qpos = qpos + pos
     kpos = torch.arange(S, device=q.device)
     allowed = qpos[:, None] >= kpos[None, :]  # [T, S]; also hides keys >= pos+T
     if backend == "sdpa" and synaptic is None:
-        if pos.device.type == "cpu" and S == T and _is_zero(pos):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                  enable_gqa=Hkv != H)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
-                                              enable_gqa=Hkv != H)
+                                              enable_gqa=gqa)
     bias = torch.zeros(T, S, dtype=torch.float32, device=q.device)
     if synaptic is not None:
         qamp, key_factor, barrier = synaptic
@@ -87,32 +97,48 @@ def attend(backend, q, k, v, pos, synaptic=None):
     bias = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
     if backend == "sdpa":  # synaptic through SDPA: the bias as a float mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-                                              enable_gqa=Hkv != H)
-    if Hkv != H:
+                                              enable_gqa=gqa)
+    if gqa:
         k, v = (x.repeat_interleave(H // Hkv, dim=1) for x in (k, v))
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias
     return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
 
 
-def _is_zero(pos):
-    # Only outside torch.compile: reading a tensor's value would specialize.
-    return not torch.compiler.is_compiling() and int(pos) == 0
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+_block_masks = {}
+
+
+def _torch_block_mask(T, S, device):
+    """torch's causal BlockMask for T queries over S keys, built once."""
+    key = (T, S, str(device))
+    if key not in _block_masks:
+        from torch.nn.attention.flex_attention import create_block_mask
+        _block_masks[key] = create_block_mask(_causal, None, None, T, S,
+                                              device=device)
+    return _block_masks[key]
 
 
 def _flex_score_mod(pos, synaptic):
-    """FlexAttention's closures: q_idx counts from 0 in flex_attention, so
-    the query's absolute position is q_idx + pos (a captured 0-d tensor);
-    the causal mask is applied in the score (-inf), which needs no
-    per-step block mask."""
+    """FlexAttention's closures. In flex_attention q_idx counts from 0, so
+    with a cache the query's absolute position is q_idx + pos (a captured
+    0-d tensor) and the causal mask is applied in the score (-inf), which
+    needs no block mask per step; without one (pos None) the block mask
+    does it."""
     if synaptic is None:
+        if pos is None:
+            return None
+
         def causal(score, b, h, q_idx, kv_idx):
             return torch.where(q_idx + pos >= kv_idx, score, -float("inf"))
         return causal
     qamp, key_factor, barrier = synaptic
 
     def synaptic_score(score, b, h, q_idx, kv_idx):
-        qp = q_idx + pos
+        qp = q_idx if pos is None else q_idx + pos
         s = (score + torch.log(qamp[b, h, qp] * key_factor[b, h, kv_idx])
              - barrier * (qp - kv_idx).abs())
-        return torch.where(qp >= kv_idx, s, -float("inf"))
+        return s if pos is None else torch.where(qp >= kv_idx, s, -float("inf"))
     return synaptic_score

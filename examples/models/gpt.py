@@ -94,9 +94,9 @@ class Attention(nn.Module):
         if self.config.synaptic:  # positive: softplus, kept away from 0
             factors = (F.softplus(self.c_factors(x).float()) + 1e-3)
             factors = factors.view(B, T, 2, self.n_head).permute(2, 0, 3, 1)
-        if cache is None:
-            pos = torch.zeros((), dtype=torch.int64, device=x.device)
-        else:  # write this call's keys at pos .. pos+T-1, attend over the cache
+        pos = None  # no cache: positions 0 .. T-1
+        if cache is not None:
+            # Write this call's keys at pos .. pos+T-1; attend over the cache.
             pos = cache.pos
             where = pos + torch.arange(T, device=x.device)
             cache.k[self.layer].index_copy_(2, where, k)

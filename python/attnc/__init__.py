@@ -431,9 +431,12 @@ class Kernel:
             if _is_scalar(value):
                 continue
             g = grads.get(name)
-            tensor_grads.append(
-                torch.zeros_like(value) if g is None else
-                torch.from_numpy(g).reshape(value.shape).to(value.device, value.dtype))
+            # empty_like/zeros_like: the strides the fake kernel promises
+            # (the capture's own, for a dense view such as a permutation).
+            grad = torch.zeros_like(value)
+            if g is not None:
+                grad.copy_(torch.from_numpy(g).reshape(value.shape))
+            tensor_grads.append(grad)
         return dq, dk, dvv, tensor_grads
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,

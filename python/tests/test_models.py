@@ -50,7 +50,7 @@ def _attention_inputs(model, idx, mode):
     real = gpt.attend
 
     def record(backend, q, k, v, pos, synaptic=None):
-        calls.append((q, k, v, pos.clone(), synaptic))
+        calls.append((q, k, v, None if pos is None else pos.clone(), synaptic))
         return real(backend, q, k, v, pos, synaptic)
     gpt.attend = record
     try:
@@ -186,3 +186,36 @@ def test_a_bad_backend_is_named():
     with pytest.raises(ValueError, match="backend must be one of"):
         attention.attend("cudnn", *(torch.zeros(1, 1, 1, 8) for _ in range(3)),
                          torch.zeros((), dtype=torch.int64))
+
+
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_training_on_attnc_follows_the_reference_curve(synaptic):
+    """examples/models/train.py, short: the loss falls, and attnc's curve is
+    the reference backend's (same seed and batches; rounding apart)."""
+    import train
+    ref, _ = train.train(_reference(synaptic), steps=12, batch=4, seq=32,
+                         synaptic=synaptic)
+    got, model = train.train("attnc", steps=12, batch=4, seq=32, synaptic=synaptic)
+    assert got[-1] < got[0] - 0.5
+    assert max(abs(a - b) for a, b in zip(got, ref)) < 1e-4
+    text = generate(model, train.corpus()[:16][None], 8)
+    assert text.shape == (1, 24)
+
+
+def test_the_model_benchmark_runs(tmp_path):
+    """bench/models.py end to end at a toy size: each backend in its own
+    process, the table printed, the JSON written, the losses equal."""
+    import json
+    import subprocess
+    bench = os.path.join(MODELS, "..", "..", "bench", "models.py")
+    res = subprocess.run(
+        [sys.executable, bench, "--backends", "sdpa,attnc", "--layers", "1",
+         "--seq", "32", "--batch", "2", "--warmup", "0", "--iters", "1",
+         "--train-tokens", "128", "--no-compile", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "| attnc |" in res.stdout
+    (result,) = tmp_path.iterdir()
+    rows = json.load(open(result))["rows"]
+    assert [r["backend"] for r in rows] == ["sdpa", "attnc"]
+    assert abs(rows[0]["final_loss"] - rows[1]["final_loss"]) < 1e-4

@@ -155,3 +155,20 @@ def test_lengths_as_tensors_are_graph_inputs():
         kernel(q, k, v, q_offsets=torch.tensor([0, 2 ** 32]))
     with pytest.raises(attnc.Error, match="kv_lens"):
         kernel(q, k, v, kv_lens=torch.tensor([31, 3]))
+
+
+def test_the_backward_operator_passes_opcheck_with_strided_captures():
+    """The backward's fake kernel and the real one agree on every output's
+    strides, for captures that are permuted views (as a model's per-head
+    factors are): Inductor asserts them, and a mismatch failed a compiled
+    synaptic training step."""
+    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"), variant="synaptic")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 9, 16, generator=g) for _ in range(3))
+    factors = torch.rand(1, 9, 2, 2, generator=g).permute(2, 0, 3, 1) + 0.5
+    captures = [factors[0], factors[1]]           # [B, H, S], strides (.., 1, 4)
+    out, lse = torch.ops.attnc.attention(q, k, v, kernel._op_id, "qamp,key_factor",
+                                         captures, "barrier", [0.05], None, None, None)
+    torch.library.opcheck(torch.ops.attnc.attention_backward,
+                          (torch.randn_like(out), None, q, k, v, out, lse, kernel._op_id,
+                           "qamp,key_factor", captures, "barrier", [0.05], None, None, None))
