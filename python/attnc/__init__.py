@@ -25,7 +25,7 @@ from ._attnc import Error
 
 __all__ = ["compile", "compile_package", "load_package", "Kernel", "Package",
            "Error", "flex_attention", "create_block_mask", "BlockMask",
-           "TraceError", "has_compiler", "cuda"]
+           "TraceError", "has_compiler", "cuda", "set_checked"]
 
 #: Whether this build of attnc compiles .attn (False: the runtime-only
 #: package, which runs kernel packages on CUDA devices).
@@ -258,6 +258,35 @@ def _host(x):
 
 _PAGE_ARGS = ("kv_indptr", "kv_indices", "kv_last_page_len")
 
+_checked = _os.environ.get("ATTNC_CHECKED", "0") not in ("", "0")
+
+
+def set_checked(enabled=True):
+    """The checked mode (also ATTNC_CHECKED=1): before each call runs, its
+    modifiers are evaluated by the fp64 oracle and the first index into a
+    captured tensor outside that tensor raises IndexError, naming the
+    capture, the index and the shape. The kernels clamp such an index (so
+    they never read out of bounds); this mode finds where a modifier relies
+    on it. Slow (naive attention per call): for debugging. Returns the
+    previous setting."""
+    global _checked
+    was, _checked = _checked, bool(enabled)
+    return was
+
+
+def _check_gathers(kernel, q, k, v, args):
+    """The checked mode's test of one call (set_checked)."""
+    hit = kernel.program.out_of_range_gather(kernel.variant, _host(q), _host(k),
+                                             _host(v), args)
+    if hit is not None:
+        capture, index, shape = hit
+        if kernel.variant.startswith("flex_"):  # a traced capture: its name
+            capture = capture.rsplit("_", 1)[0]
+        raise IndexError("index %s is out of bounds for '%s' of shape %s "
+                         "(the first such gather of the call; the kernels "
+                         "clamp it; ATTNC_CHECKED)" % (
+                             list(index), capture, list(shape)))
+
 _registry = []  # every Kernel, by the number torch.ops.attnc.attention names
 
 
@@ -381,6 +410,11 @@ class Kernel:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
         args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits)
+        if _checked:
+            host = args if where[0] != _CUDA else self._args(
+                scale, kv_lens, q_offsets, {n: _host(x) for n, x in params.items()},
+                pages, num_splits)
+            _check_gathers(self, q, k, v, host)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
         else:

@@ -424,10 +424,63 @@ def _is_number(x):
     return isinstance(x, (bool, int, float))
 
 
+class _Object:
+    """An object a modifier reaches (a bound method's `self`, an nn.Module,
+    a config object) while tracing: its attributes are traced stand-ins
+    too, so `self.slopes[h]` is a gather from the parameter `slopes`."""
+
+    def __init__(self, stand_in, obj, source):
+        object.__setattr__(self, "_stand_in", stand_in)
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_source", source)  # (which, root, steps)
+
+    def __getattr__(self, attr):
+        value = getattr(self._obj, attr)
+        if isinstance(value, types.MethodType) and value.__self__ is self._obj:
+            return types.MethodType(value.__func__, self)  # self.helper(...)
+        return self._stand_in(value, attr, _step(self._source, "attr", attr))
+
+    def __call__(self, *args, **kwargs):
+        return self._obj(*args, **kwargs)
+
+
+class _Container:
+    """A dict, list or tuple a modifier reaches: a constant key reads the
+    entry (a stand-in in turn); a traced one is refused."""
+
+    def __init__(self, stand_in, obj, source):
+        self._stand_in, self._obj, self._source = stand_in, obj, source
+
+    def __getitem__(self, key):
+        if isinstance(key, (_Val, _Capture)):
+            raise TraceError("a %s is indexed by a traced value; put the values "
+                             "in a tensor and index that" % type(self._obj).__name__)
+        return self._stand_in(self._obj[key], str(key), _step(self._source, "item", key))
+
+    def __len__(self):
+        return len(self._obj)
+
+    def get(self, key, default=None):
+        return self[key] if key in self._obj else default
+
+
+def _step(source, kind, key):
+    """A parameter's source (which, root, steps) one attribute or key on."""
+    which, root, steps = source
+    return which, root, steps + ((kind, key),)
+
+
+_PASS_THROUGH = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                 types.MethodType, type, str, bytes, type(None))
+
+
 def _rebind(fn, trace, params, which):
-    """`fn` with every tensor and number it closes over (closure cells and
-    globals it names) replaced by a traced stand-in; `which` (0: score_mod,
-    1: mask_mod) and where each came from are recorded (_read)."""
+    """`fn` with every tensor and number it reaches replaced by a traced
+    stand-in: closure cells, the globals it names and (for a bound method)
+    its `self`, through attributes and constant keys of the objects, dicts,
+    lists and tuples on the way. `which` (0: score_mod, 1: mask_mod) and
+    the path to each are recorded, so _read finds the current value on
+    every call."""
     def stand_in(obj, hint, source):
         if _is_tensor(obj):
             name = params.bind(obj, hint, source)
@@ -438,24 +491,47 @@ def _rebind(fn, trace, params, which):
             name = params.bind(obj, hint, source)
             return _Val(trace, name, "bool" if isinstance(obj, bool) else
                         "i32" if isinstance(obj, int) else "f32")
-        return obj
+        if isinstance(obj, (dict, list, tuple)):
+            return _Container(stand_in, obj, source)
+        if isinstance(obj, _PASS_THROUGH) or not hasattr(obj, "__dict__"):
+            return obj
+        return _Object(stand_in, obj, source)
 
+    func, owner = _split_method(fn)
     cells = None
-    if fn.__closure__:
-        cells = tuple(types.CellType(stand_in(c.cell_contents, n, (which, "cell", i)))
-                      for i, (n, c) in enumerate(zip(fn.__code__.co_freevars,
-                                                     fn.__closure__)))
-    g = dict(fn.__globals__)
-    for n in fn.__code__.co_names:
-        if n in g and (_is_tensor(g[n])):
-            g[n] = stand_in(g[n], n, (which, "global", n))
-    return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
+    if func.__closure__:
+        cells = tuple(types.CellType(stand_in(c.cell_contents, n, (which, ("cell", i), ())))
+                      for i, (n, c) in enumerate(zip(func.__code__.co_freevars,
+                                                     func.__closure__)))
+    g = dict(func.__globals__)
+    for n in func.__code__.co_names:
+        if n in g:
+            g[n] = stand_in(g[n], n, (which, ("global", n), ()))
+    f = types.FunctionType(func.__code__, g, func.__name__, func.__defaults__, cells)
+    if owner is not None:
+        return types.MethodType(f, _Object(stand_in, owner, (which, ("self",), ())))
+    return f
 
 
-def _read(fns, which, kind, key):
+def _split_method(fn):
+    """(function, self) of a bound method; (fn, None) otherwise."""
+    if isinstance(fn, types.MethodType):
+        return fn.__func__, fn.__self__
+    return fn, None
+
+
+def _read(fns, which, root, steps):
     """A parameter's current value, from where _rebind found it."""
     fn = fns[which]
-    return fn.__closure__[key].cell_contents if kind == "cell" else fn.__globals__[key]
+    if root[0] == "self":
+        x = fn.__self__
+    elif root[0] == "cell":
+        x = fn.__closure__[root[1]].cell_contents
+    else:
+        x = fn.__globals__[root[1]]
+    for kind, key in steps:
+        x = getattr(x, key) if kind == "attr" else x[key]
+    return x
 
 
 def _trace_mod(fn, params, is_score):
@@ -531,10 +607,27 @@ def _is_torch_default(fn, name):
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
-                   enable_gqa=False, return_lse=False, kernel_options=None):
+                   enable_gqa=False, return_lse=False, kernel_options=None,
+                   return_aux=None):
     """torch.nn.attention.flex_attention's meaning, run by attnc: query
     [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev]; query i sits
-    at position i (FlexAttention's convention)."""
+    at position i (FlexAttention's convention). `return_aux=AuxRequest(
+    lse=True)` (torch's current spelling) returns (out, AuxOutput(lse=...)),
+    `return_lse=True` (its older one) (out, lse)."""
+    for x, what in ((query, "query"), (key, "key"), (value, "value")):
+        shape = getattr(x, "shape", None)
+        if shape is None or len(shape) != 4:
+            raise ValueError("'%s' must be 4-d [B, H, %s, E], got %s" % (
+                what, "L" if what == "query" else "S",
+                "shape %s" % (tuple(int(s) for s in shape),) if shape is not None
+                else type(x).__name__))
+    aux = None
+    if return_aux is not None:
+        if getattr(return_aux, "max_scores", False):
+            raise NotImplementedError("attnc.flex_attention returns the LSE, not "
+                                      "max_scores: pass AuxRequest(lse=True)")
+        aux = bool(getattr(return_aux, "lse", False))
+        return_lse = return_lse or aux
     B, Hq, L = int(query.shape[0]), int(query.shape[1]), int(query.shape[2])
     Hkv, S = int(key.shape[1]), int(key.shape[2])
     if Hq != Hkv and not enable_gqa:
@@ -549,24 +642,45 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                                "query has %d positions and the key %d"
                                % (block_mask.Q_LEN, block_mask.KV_LEN, L, S))
         mask_mod = block_mask.mask_mod
-    src, name, sources = _traced(score_mod, mask_mod)
+    # A bound method goes in as (function, self): Dynamo passes both to the
+    # constant-result trace (it cannot pass a bound method).
+    src, name, sources = _traced(*_split_method(score_mod), *_split_method(mask_mod))
     fns = (score_mod, mask_mod)
-    params = {p: _read(fns, which, kind, where) for p, which, kind, where in sources}
+    params = {p: _read(fns, which, root, steps) for p, which, root, steps in sources}
     import attnc
     if attnc._is_torch_tensor(query):  # the operator: torch.compile follows
         from . import torch_op
-        return torch_op.call(_kernel_id(src, name, bool(query.is_cuda)), query, key,
-                             value, scale, None, [0] * B, return_lse, params)
-    kernel = _kernel_for(src, name, attnc._device_of(query)[0] == attnc._CUDA)
-    return kernel(query, key, value, scale=scale, q_offsets=[0] * B,
-                  return_lse=return_lse, **params)
+        result = torch_op.call(_kernel_id(src, name, bool(query.is_cuda)), query, key,
+                               value, scale, None, [0] * B, return_lse, params)
+    else:
+        kernel = _kernel_for(src, name, attnc._device_of(query)[0] == attnc._CUDA)
+        result = kernel(query, key, value, scale=scale, q_offsets=[0] * B,
+                        return_lse=return_lse, **params)
+    if return_aux is None:
+        return result
+    out, lse = result if return_lse else (result, None)
+    return out, _aux_output(lse if aux else None)
 
 
-def _traced(score_mod, mask_mod):
+def _aux_output(lse):
+    """torch's AuxOutput(lse, max_scores=None), or a namedtuple like it."""
+    try:
+        from torch.nn.attention.flex_attention import AuxOutput
+    except ImportError:
+        import collections
+        AuxOutput = collections.namedtuple("AuxOutput", "lse max_scores")
+        return AuxOutput(lse, None)
+    return AuxOutput(lse=lse, max_scores=None)
+
+
+def _traced(score_fn, score_self, mask_fn, mask_self):
     """(.attn source, variant name, where each parameter comes from): the
     trace, which Dynamo (torch.compile) runs at its own trace time and
     keeps as a constant (it cannot follow the tracer); the parameters'
-    values are read afresh (_read) on every call."""
+    values are read afresh (_read) on every call. A modifier is a function
+    and, for a bound method, its self."""
+    score_mod, mask_mod = (fn if owner is None else types.MethodType(fn, owner)
+                           for fn, owner in ((score_fn, score_self), (mask_fn, mask_self)))
     if score_mod is not None and _is_torch_default(score_mod, "_identity"):
         score_mod = None
     if mask_mod is not None and _is_torch_default(mask_mod, "noop_mask"):

@@ -8,6 +8,7 @@
 #include "Bindings.h"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cstring>
@@ -57,10 +58,22 @@ DType dtypeOf(nb::dlpack::dtype t, const std::string &name) {
     if (t.code == uint8_t(C::Int) && t.bits == 64) return DType::I64;
     if (t.code == uint8_t(C::Bool) && t.bits == 8) return DType::Bool;
   }
-  throw Error("'" + name + "' has an unsupported dtype (code " +
-              std::to_string(t.code) + ", " + std::to_string(t.bits) +
-              " bits); expected float32, float16, bfloat16, int32, int64 or "
-              "bool");
+  // The dtype by its usual name (not DLPack's type code).
+  std::string kind = t.code == uint8_t(C::Float)     ? "float"
+                     : t.code == uint8_t(C::Int)     ? "int"
+                     : t.code == uint8_t(C::UInt)    ? "uint"
+                     : t.code == uint8_t(C::Bfloat)  ? "bfloat"
+                     : t.code == uint8_t(C::Complex) ? "complex"
+                     : t.code == uint8_t(C::Bool)    ? "bool"
+                                                     : "type code " +
+                                                       std::to_string(t.code) + " of ";
+  std::string dtype = kind + std::to_string(t.bits) +
+                      (t.lanes == 1 ? "" : " x" + std::to_string(t.lanes));
+  bool qkv = name == "q" || name == "k" || name == "v" || name == "out";
+  throw Error("'" + name + "' is " + dtype + "; expected " +
+              (qkv ? "float32, float16 or bfloat16 (cast it, e.g. "
+                     "tensor.float())"
+                   : "float32, float16, bfloat16, int32, int64 or bool"));
 }
 
 nb::dlpack::dtype dlpackOf(DType t) {
@@ -122,7 +135,7 @@ Signature signatureOf(const rt::VariantInfo &info) {
 
 std::pair<Float64Array, Float64Array>
 referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
-            const Array &v, const CallArgs &c) {
+            const Array &v, const CallArgs &c, rt::GatherViolation *violation) {
   if (whereOf(q).isCuda())
     throw Error("the fp64 reference reads host arrays; 'q' is on " +
                 whereOf(q).str());
@@ -158,7 +171,7 @@ referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
   rt::Status st;
   {
     nb::gil_scoped_release release;
-    st = rt::referenceAttention(info, a, *out, *lse);
+    st = rt::referenceAttention(info, a, *out, *lse, violation);
   }
   check(st);
   double *outData = out->data(), *lseData = lse->data();
@@ -170,6 +183,15 @@ referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
   });
   return {Float64Array(outData, {B, H, L, DV}, ownOut),
           Float64Array(lseData, {B, H, L}, ownLse)};
+}
+
+nb::object outOfRangeGather(const rt::VariantInfo &info, const Array &q,
+                            const Array &k, const Array &v, const CallArgs &c) {
+  rt::GatherViolation violation;
+  referenceOf(info, q, k, v, c, &violation);
+  if (violation.capture.empty())
+    return nb::none();
+  return nb::make_tuple(violation.capture, violation.index, violation.shape);
 }
 
 } // namespace attnc::python

@@ -105,9 +105,17 @@ Signature signatureOf(const rt::VariantInfo &info);
 
 /// The fp64 oracle over host arrays: (out [B, Hq, Lq, Dv], lse [B, Hq, Lq]).
 using Float64Array = nb::ndarray<nb::numpy, double>;
+/// With `violation`, the first gather outside its tensor is recorded there
+/// (the checked mode).
 std::pair<Float64Array, Float64Array>
 referenceOf(const rt::VariantInfo &info, const Array &q, const Array &k,
-            const Array &v, const CallArgs &c);
+            const Array &v, const CallArgs &c,
+            rt::GatherViolation *violation = nullptr);
+
+/// The checked mode: the first gather of the call's modifiers outside its
+/// tensor, as (capture, index, shape), or None (runs the fp64 oracle).
+nb::object outOfRangeGather(const rt::VariantInfo &info, const Array &q,
+                            const Array &k, const Array &v, const CallArgs &c);
 
 /// A GPU kernel loaded on one device (the context it was loaded into).
 struct DeviceKernel {

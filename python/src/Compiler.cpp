@@ -229,6 +229,11 @@ void bindCompiler(nb::module_ &m) {
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {
         return referenceOf(p.info(variant), q, k, v, c);
+      }, "variant"_a, "q"_a, "k"_a, "v"_a, "args"_a)
+      .def("out_of_range_gather", [](const Program &p, const std::string &variant,
+                                     const Array &q, const Array &k,
+                                     const Array &v, const CallArgs &c) {
+        return outOfRangeGather(p.info(variant), q, k, v, c);
       }, "variant"_a, "q"_a, "k"_a, "v"_a, "args"_a);
 }
 

@@ -185,6 +185,11 @@ void bindRuntime(nb::module_ &m) {
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {
         return referenceOf(p.find(variant).info, q, k, v, c);
+      }, "variant"_a, "q"_a, "k"_a, "v"_a, "args"_a)
+      .def("out_of_range_gather", [](const PackageFile &p, const std::string &variant,
+                                     const Array &q, const Array &k,
+                                     const Array &v, const CallArgs &c) {
+        return outOfRangeGather(p.find(variant).info, q, k, v, c);
       }, "variant"_a, "q"_a, "k"_a, "v"_a, "args"_a);
 
   m.def("dtype_of", [](const Array &a, const std::string &name) {
