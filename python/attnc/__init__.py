@@ -210,6 +210,22 @@ def _is_torch_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _needs_operator(arrays, params):
+    """Whether a call on torch tensors goes through the operator
+    torch.ops.attnc.attention: under torch.compile (Dynamo keeps it in its
+    graph) and when autograd needs it. Otherwise (inference, eager) the
+    kernel runs directly: the same code the operator runs, without its
+    dispatch, and a process that never trains or compiles never imports
+    torch._dynamo (1.4 s on first use)."""
+    import torch
+    if torch.compiler.is_compiling():
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return any(getattr(x, "requires_grad", False)
+               for x in (*arrays, *params.values()))
+
+
 def _device_of(x):
     """(DLPack device type, ordinal) of an array."""
     try:
@@ -349,6 +365,33 @@ class Kernel:
                         "CUDA arrays" % where[0])
         return k
 
+    _DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16",
+               "f32": "f32", "f16": "f16", "bf16": "bf16"}
+
+    def precompile(self, dtypes=("f32",), head_dims=(64,), *, device="cpu",
+                   backward=False):
+        """Compiles ahead of the first call (which then pays nothing): for
+        each dtype ("f32", "bf16", "f16" or torch/NumPy dtypes) and head dim
+        (D, or a (D, Dv) pair), on `device` ("cpu", or "cuda"/"cuda:N"),
+        the forward and with `backward` its backward. Returns self."""
+        if device == "cpu":
+            where = (_CPU, 0)
+        elif str(device).startswith("cuda"):
+            where = (_CUDA, int(str(device).partition(":")[2] or 0))
+        else:
+            raise ValueError("'device' must be 'cpu' or 'cuda[:N]', got %r" % (device,))
+        for dt in dtypes:
+            name = self._DTYPES.get(str(dt).split(".")[-1])
+            if name is None:
+                raise ValueError("'dtypes' entry %r: expected float32, float16 or "
+                                 "bfloat16" % (dt,))
+            for hd in head_dims:
+                d, dv = (hd, hd) if isinstance(hd, int) else (int(hd[0]), int(hd[1]))
+                self._kernel(where, name, d, dv)
+                if backward:
+                    self._backward_kernel(where, name, d, dv)
+        return self
+
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
                  out=None, return_lse=False, num_threads=0, stream=None,
                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
@@ -378,7 +421,7 @@ class Kernel:
         if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
             pages = (kv_indptr, kv_indices, kv_last_page_len)
         if (out is None and not num_threads and stream is None
-                and _is_torch_tensor(q)):
+                and _is_torch_tensor(q) and _needs_operator((q, k, v), params)):
             # The operator's schema takes int lists: checked here (on the
             # other route, _args checks them).
             from . import torch_op
@@ -421,6 +464,22 @@ class Kernel:
             kernel.run(q, k, v, out, lse, args, num_threads)
         return (out, lse) if return_lse else out
 
+    def _backward_kernel(self, where, dtype, d, dv):
+        key = ("backward", where, dtype, d, dv)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._compile_lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    if where[0] == _CUDA:
+                        kernel = self.program.gpu_backward_kernel(
+                            self.variant, dtype, d, dv, where[1])
+                    else:
+                        kernel = self.program.cpu_backward_kernel(
+                            self.variant, dtype, d, dv)
+                    self._kernels[key] = kernel
+        return kernel
+
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
                   kv_lens, q_offsets, params):
         """The backward pass on torch tensors, CPU or CUDA
@@ -436,19 +495,7 @@ class Kernel:
                         "backward needs attnc.compile (the compiler)")
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        key = ("backward", where, dtype, d, dv)
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            with self._compile_lock:
-                kernel = self._kernels.get(key)
-                if kernel is None:
-                    if where[0] == _CUDA:
-                        kernel = self.program.gpu_backward_kernel(
-                            self.variant, dtype, d, dv, where[1])
-                    else:
-                        kernel = self.program.cpu_backward_kernel(
-                            self.variant, dtype, d, dv)
-                    self._kernels[key] = kernel
+        kernel = self._backward_kernel(where, dtype, d, dv)
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()

@@ -20,7 +20,7 @@ import types
 from . import _attnc
 
 __all__ = ["flex_attention", "create_block_mask", "BlockMask", "TraceError",
-           "export_package"]
+           "export_package", "precompile"]
 
 
 class TraceError(_attnc.Error):
@@ -599,11 +599,11 @@ _kernels_lock = threading.Lock()  # a traced program compiles once
 
 
 def _is_torch_default(fn, name):
-    try:
-        from torch.nn.attention import flex_attention as fa
-    except Exception:
-        return False
-    return fn is getattr(fa, name, None)
+    """Whether fn is torch's default modifier `name` (which a caller can
+    only have if torch's flex_attention module is loaded: not imported
+    here, which costs a second)."""
+    fa = sys.modules.get("torch.nn.attention.flex_attention")
+    return fa is not None and fn is getattr(fa, name, None)
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
@@ -648,7 +648,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     fns = (score_mod, mask_mod)
     params = {p: _read(fns, which, root, steps) for p, which, root, steps in sources}
     import attnc
-    if attnc._is_torch_tensor(query):  # the operator: torch.compile follows
+    if attnc._is_torch_tensor(query) and attnc._needs_operator(
+            (query, key, value), params):  # the operator: torch.compile follows
         from . import torch_op
         result = torch_op.call(_kernel_id(src, name, bool(query.is_cuda)), query, key,
                                value, scale, None, [0] * B, return_lse, params)
@@ -731,6 +732,15 @@ def _find_or_compile(src, name, on_cuda):
                 "and attnc.load_package the file here" % name)
         kernel = attnc.compile(src, name="<flex_attention>")
     return kernel
+
+
+def precompile(score_mod=None, mask_mod=None, **options):
+    """Traces score_mod / mask_mod and compiles their kernel ahead of the
+    first flex_attention call with them (options as Kernel.precompile:
+    dtypes, head_dims, device, backward). Returns the Kernel."""
+    device = str(options.get("device", "cpu"))
+    src, name, _ = _traced(*_split_method(score_mod), *_split_method(mask_mod))
+    return _kernel_for(src, name, device.startswith("cuda")).precompile(**options)
 
 
 def export_package(path, score_mod=None, mask_mod=None, **options):

@@ -3,8 +3,10 @@ torch.library with a fake (meta) implementation, so that torch.compile
 traces models calling attnc kernels on torch tensors into one graph (no
 graph break) and runs the kernel at that point of the compiled program.
 
-Kernel.__call__ goes through it for torch tensors (eager too, so both run
-the same path); NumPy and attnc.cuda arrays skip it. A Kernel is named in
+Kernel.__call__ goes through it for torch tensors under torch.compile and
+when autograd needs it; an eager call that needs no gradient runs the
+kernel directly (the same _run; no dispatch, no torch._dynamo import), and
+NumPy and attnc.cuda arrays skip it. A Kernel is named in
 the graph by its registry number (attnc._registry: every Kernel is
 registered when made, outside any trace, and lives for the process).
 

@@ -65,7 +65,8 @@ def test_a_bound_method_reading_self_traces_and_matches_torch():
     m = Alibi()
     q, k, v = _qkv()
     got = m(q, k, v)
-    want = torch.nn.attention.flex_attention.flex_attention(q, k, v, score_mod=m.score_mod)
+    from torch.nn.attention.flex_attention import flex_attention as torch_flex
+    want = torch_flex(q, k, v, score_mod=m.score_mod)
     assert (got - want).abs().max() < 1e-5
 
 
@@ -192,3 +193,49 @@ def test_the_checked_mode_from_the_environment():
                          text=True, timeout=120)
     assert res.returncode != 0
     assert "IndexError: index [4] is out of bounds for 't' of shape [4]" in res.stderr
+
+
+def test_inference_calls_skip_the_operator_and_torch_dynamo():
+    """An eager call that needs no gradient runs the kernel directly: the
+    same result as through the operator, and a process that only infers
+    never imports torch._dynamo (which alone cost 1.4 s of a first call)."""
+    code = ("import sys, torch, attnc\n"
+            "q = torch.randn(1, 2, 16, 8)\n"
+            "def sm(score, b, h, q_idx, kv_idx): return score + 0.1 * (kv_idx - q_idx)\n"
+            "attnc.flex_attention(q, q, q, score_mod=sm)\n"
+            "attnc.compile('examples/causal.attn')(q, q, q)\n"
+            "assert 'torch._dynamo' not in sys.modules, 'dynamo imported'\n"
+            "print('ok')\n")
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+    q, k, v = _qkv(7)
+    m = Alibi()
+    with torch.no_grad():
+        direct = m(q, k, v)
+    through_op = m(q, k, v)            # slopes requires grad: the operator
+    assert through_op.requires_grad and torch.equal(direct, through_op.detach())
+
+
+def test_precompile_compiles_before_the_first_call():
+    kernel = attnc.compile("variant pre() {\n  score_mod(score, b, h, q, kv) = score * 0.5\n}\n")
+    assert kernel.precompile(dtypes=["f32", torch.bfloat16], head_dims=[16, (16, 8)],
+                             backward=True) is kernel
+    compiled = dict(kernel._kernels)
+    assert len(compiled) == 8
+    q, k, v = _qkv(8, requires_grad=True)
+    kernel(q, k, v).sum().backward()
+    kernel(q.detach().bfloat16(), k.detach().bfloat16(), v.detach().bfloat16()[..., :8])
+    assert kernel._kernels == compiled          # nothing compiled on the calls
+
+    def bias(score, b, h, q_idx, kv_idx):
+        return score - 0.01 * (q_idx - kv_idx).abs()
+    flex_kernel = attnc.flex.precompile(bias, dtypes=["f32"], head_dims=[16])
+    before = dict(flex_kernel._kernels)
+    flex_attention(q.detach(), k.detach(), v.detach(), score_mod=bias)
+    assert flex_kernel._kernels == before and len(before) == 1
+    with pytest.raises(ValueError, match="'dtypes' entry 'f64'"):
+        kernel.precompile(dtypes=["f64"])
+    with pytest.raises(ValueError, match="'device' must be"):
+        kernel.precompile(device="tpu")

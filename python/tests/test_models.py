@@ -219,3 +219,17 @@ def test_the_model_benchmark_runs(tmp_path):
     rows = json.load(open(result))["rows"]
     assert [r["backend"] for r in rows] == ["sdpa", "attnc"]
     assert abs(rows[0]["final_loss"] - rows[1]["final_loss"]) < 1e-4
+
+
+def test_the_training_script_runs_as_the_readme_says(tmp_path):
+    """README's command line, shortened: trains, generates, writes the
+    curves."""
+    import subprocess
+    res = subprocess.run(
+        [sys.executable, os.path.join(MODELS, "train.py"), "--backends", "sdpa",
+         "attnc", "--steps", "3", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "attnc" in res.stdout and "generates" in res.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["losses-gpt.json",
+                                                          "losses-gpt.svg"]
