@@ -43,19 +43,25 @@ def _kernel(name):
     return _kernels[name]
 
 
-def attend(backend, q, k, v, pos, synaptic=None):
+def attend(backend, q, k, v, pos, synaptic=None, pages=None):
     """Causal attention of q over the window k, v (see the module's doc).
     synaptic: None, or (qamp, key_factor, barrier) with qamp, key_factor
-    [B, H, S] positive and barrier a float."""
+    [B, H, S] positive and barrier a float. pages: None, or a paged cache's
+    (kv_indptr, kv_indices, kv_last_page_len), k and v being its pools
+    [pages, Hkv, page_size, D] ("attnc" only)."""
     if backend not in BACKENDS:
         raise ValueError("backend must be one of %s, got %r" % (BACKENDS, backend))
     B, H, T, _ = q.shape
     S, Hkv = k.shape[2], k.shape[1]
     gqa = Hkv != H
+    if pages is not None and backend != "attnc":
+        raise ValueError("a paged KV cache runs on the attnc backend, not %r" % backend)
     if backend == "attnc":
         # The kernel's default query offset puts the T queries at the end
         # of the kv_lens valid keys: positions pos .. pos+T-1.
         lens = {} if pos is None else {"kv_lens": (pos + T).to(torch.int32).expand(B)}
+        if pages is not None:  # the lengths come from the page table
+            lens = dict(zip(("kv_indptr", "kv_indices", "kv_last_page_len"), pages))
         if synaptic is None:
             return _kernel("causal")(q, k, v, **lens)
         qamp, key_factor, barrier = synaptic

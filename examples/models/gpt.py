@@ -5,12 +5,13 @@ with the synaptic bias: per-position factors qamp and key_factor computed
 from the activations, and a distance barrier). Both train, and generate
 with a KV cache (prefill, decode of one token, decode of a chunk).
 
-    from gpt import GPT, GPTConfig, KVCache
+    from gpt import GPT, GPTConfig, KVCache, PagedKVCache
     model = GPT(GPTConfig(synaptic=True, backend="attnc"))
     loss = model(idx, targets)                       # a training step
     cache = KVCache.for_model(model, batch=1, capacity=256)
     logits = model(prompt, cache=cache)              # prefill
     logits = model(next_token, cache=cache)          # decode
+    paged = PagedKVCache.for_model(model, batch=1, page_size=16)  # "attnc" only
 
 The cache is preallocated and its position is a 0-d tensor, so a model
 under torch.compile(fullgraph=True) decodes step after step with no
@@ -57,11 +58,69 @@ class KVCache:
         self.capacity = capacity
 
     @classmethod
-    def for_model(cls, model, batch, capacity=None, dtype=torch.float32):
+    def for_model(cls, model, batch, capacity=None, dtype=torch.float32, **kw):
         c = model.config
         return cls(c.n_layer, batch, c.n_head, c.n_kv_head,
                    capacity or c.max_seq_len, c.n_embd // c.n_head, c.synaptic,
-                   dtype, model.lm_head.weight.device)
+                   dtype, model.lm_head.weight.device, **kw)
+
+    def write(self, layer, k, v, where):
+        """Stores one call's keys and values [B, Hkv, T, D] at positions
+        `where` [T]."""
+        self.k[layer].index_copy_(2, where, k)
+        self.v[layer].index_copy_(2, where, v)
+
+    def read(self, layer, T):
+        """(k, v, pages) for attend: the whole window; no page table."""
+        return self.k[layer], self.v[layer], None
+
+    def read_factors(self, layer, T):
+        """The synaptic factors [2, B, H, S] for the keys attend sees."""
+        return self.factors[:, layer]
+
+
+class PagedKVCache(KVCache):
+    """The same cache in pages, as a serving engine keeps it: per layer a
+    pool [pages, Hkv, page_size, D] and per sequence a page table (here a
+    shuffled one, so no sequence's pages are in order). attnc's kernels
+    read the pools through FlashInfer's table (kv_indptr, kv_indices,
+    kv_last_page_len); only the "attnc" backend takes it, eagerly (the
+    table is host integers, rebuilt per call)."""
+
+    def __init__(self, n_layer, batch, n_head, n_kv_head, capacity, head_dim,
+                 synaptic, dtype=torch.float32, device="cpu", page_size=16, seed=0):
+        super().__init__(n_layer, batch, n_head, n_kv_head, 0, head_dim, synaptic,
+                         dtype, device)
+        self.page_size, self.capacity = page_size, capacity
+        per_seq = -(-capacity // page_size)
+        order = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seed))
+        self.table = order.view(batch, per_seq).to(device)
+        pool = (n_layer, batch * per_seq, n_kv_head, page_size, head_dim)
+        self.k = torch.zeros(pool, dtype=dtype, device=device)
+        self.v = torch.zeros(pool, dtype=dtype, device=device)
+        if synaptic:
+            self.factors = torch.ones((2, n_layer, batch, n_head, capacity),
+                                      dtype=torch.float32, device=device)
+
+    def write(self, layer, k, v, where):
+        page = self.table[:, where // self.page_size]             # [B, T]
+        slot = (where % self.page_size).expand_as(page)           # [B, T]
+        self.k[layer][page, :, slot] = k.permute(0, 2, 1, 3)
+        self.v[layer][page, :, slot] = v.permute(0, 2, 1, 3)
+
+    def read(self, layer, T):
+        n = int(self.pos) + T                    # keys per sequence after this call
+        used = -(-n // self.page_size)
+        B = self.table.shape[0]
+        pages = (list(range(0, B * used + 1, used)),
+                 self.table[:, :used].flatten().tolist(),
+                 [n - (used - 1) * self.page_size] * B)
+        return self.k[layer], self.v[layer], pages
+
+    def read_factors(self, layer, T):
+        # With pages the kernel's key axis is the sequences' length (the
+        # table's), and synaptic.attn declares qamp, key_factor [B, H, KV].
+        return self.factors[:, layer, ..., :int(self.pos) + T]
 
 
 def _rotary(x, cos, sin):
@@ -94,21 +153,20 @@ class Attention(nn.Module):
         if self.config.synaptic:  # positive: softplus, kept away from 0
             factors = (F.softplus(self.c_factors(x).float()) + 1e-3)
             factors = factors.view(B, T, 2, self.n_head).permute(2, 0, 3, 1)
-        pos = None  # no cache: positions 0 .. T-1
+        pos, pages = None, None  # no cache: positions 0 .. T-1
         if cache is not None:
             # Write this call's keys at pos .. pos+T-1; attend over the cache.
             pos = cache.pos
             where = pos + torch.arange(T, device=x.device)
-            cache.k[self.layer].index_copy_(2, where, k)
-            cache.v[self.layer].index_copy_(2, where, v)
-            k, v = cache.k[self.layer], cache.v[self.layer]
+            cache.write(self.layer, k, v, where)
+            k, v, pages = cache.read(self.layer, T)
             if factors is not None:
                 cache.factors[:, self.layer].index_copy_(3, where, factors)
-                factors = cache.factors[:, self.layer]
+                factors = cache.read_factors(self.layer, T)
         synaptic = None
         if factors is not None:
             synaptic = (factors[0], factors[1], self.config.barrier)
-        y = attend(self.config.backend, q, k, v, pos, synaptic)
+        y = attend(self.config.backend, q, k, v, pos, synaptic, pages)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 

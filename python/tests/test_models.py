@@ -49,7 +49,8 @@ def _attention_inputs(model, idx, mode):
     calls = []
     real = gpt.attend
 
-    def record(backend, q, k, v, pos, synaptic=None):
+    def record(backend, q, k, v, pos, synaptic=None, pages=None):
+        assert pages is None  # the dense cache
         calls.append((q, k, v, None if pos is None else pos.clone(), synaptic))
         return real(backend, q, k, v, pos, synaptic)
     gpt.attend = record
@@ -233,3 +234,26 @@ def test_the_training_script_runs_as_the_readme_says(tmp_path):
     assert "attnc" in res.stdout and "generates" in res.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["losses-gpt.json",
                                                           "losses-gpt.svg"]
+
+
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_generation_from_a_paged_cache(synaptic):
+    """attnc decoding from a paged KV cache (pools in shuffled pages, read
+    through FlashInfer's table) gives the dense cache's logits and tokens;
+    other backends refuse the paged cache by name."""
+    from gpt import PagedKVCache
+    model = _model(synaptic, 2, "attnc")
+    prompt = torch.randint(0, 256, (2, 21), generator=torch.Generator().manual_seed(8))
+    dense = generate(model, prompt, 15)
+    paged = generate(model, prompt, 15,
+                     cache=PagedKVCache.for_model(model, 2, page_size=8, seed=3))
+    assert torch.equal(paged, dense)
+    idx = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        cache = PagedKVCache.for_model(model, 2, page_size=8)
+        model(idx[:, :PREFIX], cache=cache)
+        cache.pos += PREFIX
+        got = model(idx[:, PREFIX:], cache=cache)
+        assert (got - _run(model, idx, "chunk")).abs().max().item() <= 4e-6
+        with pytest.raises(ValueError, match="a paged KV cache runs on the attnc backend"):
+            _model(synaptic, 2, "sdpa")(idx[:, :4], cache=PagedKVCache.for_model(model, 2))
