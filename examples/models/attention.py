@@ -43,12 +43,15 @@ def _kernel(name):
     return _kernels[name]
 
 
-def attend(backend, q, k, v, pos, synaptic=None, pages=None):
+def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
     """Causal attention of q over the window k, v (see the module's doc).
     synaptic: None, or (qamp, key_factor, barrier) with qamp, key_factor
     [B, H, S] positive and barrier a float. pages: None, or a paged cache's
     (kv_indptr, kv_indices, kv_last_page_len), k and v being its pools
-    [pages, Hkv, page_size, D] ("attnc" only)."""
+    [pages, Hkv, page_size, D] ("attnc" only). plans: None, or a dict that
+    lives for one decode step: the first layer's call plans it
+    (Kernel.plan: the page table and lengths validated once), every layer
+    runs the plan."""
     if backend not in BACKENDS:
         raise ValueError("backend must be one of %s, got %r" % (BACKENDS, backend))
     B, H, T, _ = q.shape
@@ -62,11 +65,16 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None):
         lens = {} if pos is None else {"kv_lens": (pos + T).to(torch.int32).expand(B)}
         if pages is not None:  # the lengths come from the page table
             lens = dict(zip(("kv_indptr", "kv_indices", "kv_last_page_len"), pages))
-        if synaptic is None:
-            return _kernel("causal")(q, k, v, **lens)
-        qamp, key_factor, barrier = synaptic
-        return _kernel("synaptic")(q, k, v, qamp=qamp, key_factor=key_factor,
-                                   barrier=barrier, **lens)
+        name, captures, scalars = "causal", {}, {}
+        if synaptic is not None:
+            name = "synaptic"
+            captures = dict(qamp=synaptic[0], key_factor=synaptic[1])
+            scalars = dict(barrier=synaptic[2])
+        if plans is None:
+            return _kernel(name)(q, k, v, **lens, **captures, **scalars)
+        if name not in plans:
+            plans[name] = _kernel(name).plan(q, k, v, **lens, **captures, **scalars)
+        return plans[name](q, k, v, **captures)
     if backend in ("flex", "attnc_flex"):
         if synaptic is not None and backend == "flex":
             # torch's flex_attention refuses a closure over a Python float

@@ -78,6 +78,10 @@ class KVCache:
         """The synaptic factors [2, B, H, S] for the keys attend sees."""
         return self.factors[:, layer]
 
+    def plans(self, T):
+        """Where attend keeps this step's plans (None: no plans)."""
+        return None
+
 
 class PagedKVCache(KVCache):
     """The same cache in pages, as a serving engine keeps it: per layer a
@@ -85,13 +89,17 @@ class PagedKVCache(KVCache):
     shuffled one, so no sequence's pages are in order). attnc's kernels
     read the pools through FlashInfer's table (kv_indptr, kv_indices,
     kv_last_page_len); only the "attnc" backend takes it, eagerly (the
-    table is host integers, rebuilt per call)."""
+    table is host integers, rebuilt per call). With plan=True each decode
+    step is planned once (Kernel.plan: lengths and the table validated,
+    the split plan made) and every layer runs the plan."""
 
     def __init__(self, n_layer, batch, n_head, n_kv_head, capacity, head_dim,
-                 synaptic, dtype=torch.float32, device="cpu", page_size=16, seed=0):
+                 synaptic, dtype=torch.float32, device="cpu", page_size=16, seed=0,
+                 plan=False):
         super().__init__(n_layer, batch, n_head, n_kv_head, 0, head_dim, synaptic,
                          dtype, device)
         self.page_size, self.capacity = page_size, capacity
+        self.plan, self._plans = plan, None  # plan=True: a plan per step
         per_seq = -(-capacity // page_size)
         order = torch.randperm(batch * per_seq, generator=torch.Generator().manual_seed(seed))
         self.table = order.view(batch, per_seq).to(device)
@@ -116,6 +124,15 @@ class PagedKVCache(KVCache):
                  self.table[:, :used].flatten().tolist(),
                  [n - (used - 1) * self.page_size] * B)
         return self.k[layer], self.v[layer], pages
+
+    def plans(self, T):
+        # One dict per (position, T): the step's plans, shared by its layers.
+        if not self.plan or torch.is_grad_enabled():
+            return None
+        step = (int(self.pos), T)
+        if self._plans is None or self._plans[0] != step:
+            self._plans = (step, {})
+        return self._plans[1]
 
     def read_factors(self, layer, T):
         # With pages the kernel's key axis is the sequences' length (the
@@ -166,7 +183,8 @@ class Attention(nn.Module):
         synaptic = None
         if factors is not None:
             synaptic = (factors[0], factors[1], self.config.barrier)
-        y = attend(self.config.backend, q, k, v, pos, synaptic, pages)
+        plans = None if cache is None else cache.plans(T)
+        y = attend(self.config.backend, q, k, v, pos, synaptic, pages, plans)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 

@@ -25,7 +25,7 @@ from ._attnc import Error
 
 __all__ = ["compile", "compile_package", "load_package", "Kernel", "Package",
            "Error", "flex_attention", "create_block_mask", "BlockMask",
-           "TraceError", "has_compiler", "cuda", "set_checked"]
+           "TraceError", "has_compiler", "cuda", "set_checked", "Plan"]
 
 #: Whether this build of attnc compiles .attn (False: the runtime-only
 #: package, which runs kernel packages on CUDA devices).
@@ -442,6 +442,38 @@ class Kernel:
                          stream=stream, params=params, pages=pages,
                          num_splits=num_splits)
 
+    def plan(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
+             return_lse=False, num_threads=0, stream=None, kv_indptr=None,
+             kv_indices=None, kv_last_page_len=None, num_splits=0, **params):
+        """Plan/run (docs/runtime.md): validates a call (the arguments of
+        __call__) and plans it once: lengths, the page table, the scalars,
+        a data-dependent mask's block mask, the split plan (on a GPU all of
+        it resident on the device). The returned Plan is then called per
+        layer with that layer's q, k, v and captured tensors, which must
+        have the planned arrays' dtypes, shapes and strides; it validates
+        only that. Inference only: outside autograd and torch.compile."""
+        _check_qkv(q, k, v, None)
+        if _is_torch_tensor(q) and _needs_operator((q, k, v), params):
+            raise Error("a plan runs outside autograd and torch.compile: call "
+                        "the kernel itself (or use torch.no_grad())")
+        num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
+        pages = None
+        if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
+            pages = (kv_indptr, kv_indices, kv_last_page_len)
+        where = _device_of(q)
+        d, dv = int(q.shape[3]), int(v.shape[3])
+        kernel = self._kernel(where, _dtype_of(q, "q"), d, dv)
+        shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
+        out = _empty(q, where, shape)
+        lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
+        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits)
+        if where[0] == _CUDA:
+            native = kernel.plan(q, k, v, out, lse, args, _stream_of(q, where, stream))
+        else:
+            native = kernel.plan(q, k, v, out, lse, args, num_threads)
+        scalars = {n: x for n, x in params.items() if _is_scalar(x)}
+        return Plan(kernel, native, where, args, scalars, return_lse, num_threads)
+
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
              num_threads, stream, params, pages=None, num_splits=0):
         where = _device_of(q)
@@ -532,6 +564,53 @@ class Kernel:
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
             self._args(scale, kv_lens, q_offsets, params, pages))
+
+
+class Plan:
+    """A call planned once (Kernel.plan); call it per layer:
+    `plan(q, k, v, out=None, stream=None, **captured_tensors)` returns out
+    (and lse when planned with return_lse). Its runs share the plan's
+    buffers, so they run one at a time (a lock); on a GPU keep them on one
+    stream."""
+
+    def __init__(self, kernel, native, where, args, scalars, return_lse, num_threads):
+        self._runner, self._native, self._where = kernel, native, where
+        self._args, self._scalars = args, scalars
+        self._return_lse, self._num_threads = return_lse, num_threads
+        self._lock = _threading.Lock()
+        self.splits = native.splits
+
+    def __call__(self, q, k, v, *, out=None, stream=None, **params):
+        _check_qkv(q, k, v, out)
+        if _is_torch_tensor(q) and _needs_operator((q, k, v), params):
+            raise Error("a plan runs outside autograd and torch.compile: call "
+                        "the kernel itself (or use torch.no_grad())")
+        if _device_of(q) != self._where:
+            raise Error("the plan was made for arrays on DLPack device %s; 'q' is "
+                        "on %s" % (self._where, _device_of(q)))
+        tensors = {}
+        for name, value in params.items():
+            if _is_scalar(value):
+                # Scalars are planned values: a new one needs a new plan.
+                if name not in self._scalars or float(value) != float(self._scalars[name]):
+                    raise ValueError("'%s' is %r, but the plan was made with %r: "
+                                     "scalars are fixed by the plan" % (
+                                         name, value, self._scalars.get(name)))
+            else:
+                tensors[name] = value
+        shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), int(v.shape[3]))
+        if out is None:
+            out = _empty(q, self._where, shape)
+        lse = _empty(q, self._where, shape[:3], float32=True) if self._return_lse else None
+        with self._lock:
+            self._args.tensors = tensors
+            if self._where[0] == _CUDA:
+                self._runner.run_planned(self._native, q, k, v, out, lse, self._args,
+                                         _stream_of(q, self._where, stream))
+            else:
+                self._runner.run_planned(self._native, q, k, v, out, lse, self._args,
+                                         self._num_threads)
+        return (out, lse) if self._return_lse else out
 
 
 from .flex import BlockMask, TraceError, create_block_mask, flex_attention  # noqa: E402

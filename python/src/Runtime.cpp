@@ -65,6 +65,88 @@ void runGpu(const DeviceKernel &kernel, const Array &q, const Array &k,
   check(st);
 }
 
+/// Plan/run: a batch's call planned once (rt::CpuPlan), run per layer.
+std::unique_ptr<rt::CpuPlan> planCpu(const rt::CpuKernel &kernel, const Array &q,
+                                     const Array &k, const Array &v,
+                                     const OutArray &out,
+                                     std::optional<OutArray> lse,
+                                     const CallArgs &c, int numThreads) {
+  if (whereOf(q).isCuda())
+    throw Error("this is a CPU kernel; 'q' is on " + whereOf(q).str());
+  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
+  a.numThreads = numThreads;
+  auto plan = std::make_unique<rt::CpuPlan>();
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.plan(a, *plan);
+  }
+  check(st);
+  return plan;
+}
+
+void runCpuPlanned(const rt::CpuKernel &kernel, const rt::CpuPlan &plan,
+                   const Array &q, const Array &k, const Array &v,
+                   const OutArray &out, std::optional<OutArray> lse,
+                   const CallArgs &c, int numThreads) {
+  if (whereOf(q).isCuda())
+    throw Error("this is a CPU kernel; 'q' is on " + whereOf(q).str());
+  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
+  a.numThreads = numThreads;
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.run(plan, a);
+  }
+  check(st);
+}
+
+/// A GPU plan and the device it lives on.
+struct DevicePlan {
+  rt::cuda::GpuPlan plan;
+  int device = 0;
+};
+
+std::unique_ptr<DevicePlan> planGpu(const DeviceKernel &kernel, const Array &q,
+                                    const Array &k, const Array &v,
+                                    const OutArray &out,
+                                    std::optional<OutArray> lse,
+                                    const CallArgs &c, uintptr_t stream) {
+  Where at = whereOf(q);
+  if (!at.isCuda() || at.id != kernel.device)
+    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
+                "; 'q' is on " + at.str());
+  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
+  auto plan = std::make_unique<DevicePlan>();
+  plan->device = kernel.device;
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.kernel->plan(a, plan->plan,
+                             reinterpret_cast<rt::cuda::CUstream>(stream));
+  }
+  check(st);
+  return plan;
+}
+
+void runGpuPlanned(const DeviceKernel &kernel, const DevicePlan &plan,
+                   const Array &q, const Array &k, const Array &v,
+                   const OutArray &out, std::optional<OutArray> lse,
+                   const CallArgs &c, uintptr_t stream) {
+  Where at = whereOf(q);
+  if (!at.isCuda() || at.id != kernel.device)
+    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
+                "; 'q' is on " + at.str());
+  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
+  rt::Status st;
+  {
+    nb::gil_scoped_release release;
+    st = kernel.kernel->run(plan.plan, a,
+                            reinterpret_cast<rt::cuda::CUstream>(stream));
+  }
+  check(st);
+}
+
 /// A kernel package read from its JSON file.
 struct PackageFile {
   rt::Package package;
@@ -150,11 +232,25 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("kv_last_page_len", &CallArgs::kvLastPageLen)
       .def_rw("num_splits", &CallArgs::numSplits);
 
+  nb::class_<rt::CpuPlan>(m, "CpuPlan")
+      .def_prop_ro("splits", &rt::CpuPlan::splits);
+  nb::class_<DevicePlan>(m, "GpuPlan")
+      .def_ro("device", &DevicePlan::device)
+      .def_prop_ro("splits", [](const DevicePlan &p) { return p.plan.splits(); });
+
   nb::class_<rt::CpuKernel>(m, "CpuKernel")
       .def("run", &runCpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
            "args"_a, "num_threads"_a = 0,
            "Runs attention into `out` (and `lse`); validates every argument "
-           "first and touches nothing on error.");
+           "first and touches nothing on error.")
+      .def("plan", &planCpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+           "args"_a, "num_threads"_a = 0,
+           "Validates a call and plans it once (lengths, page table, "
+           "scalars, split plan): run_planned then runs it per layer.")
+      .def("run_planned", &runCpuPlanned, "plan"_a, "q"_a, "k"_a, "v"_a,
+           "out"_a, "lse"_a.none(), "args"_a, "num_threads"_a = 0,
+           "Runs a plan with this layer's arrays, which must have the "
+           "planned views' dtypes, shapes and strides.");
 
   nb::class_<DeviceKernel>(m, "GpuKernel")
       .def_ro("device", &DeviceKernel::device)
@@ -166,7 +262,15 @@ void bindRuntime(nb::module_ &m) {
            "Validates every argument, then enqueues attention on `stream` "
            "(a CUstream as an integer; 0: the null stream) and returns "
            "without waiting. Device-resident i64 captures are not "
-           "range-checked.");
+           "range-checked.")
+      .def("plan", &planGpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+           "args"_a, "stream"_a = 0,
+           "Validates a call and makes it resident on the device once: "
+           "run_planned then only launches.")
+      .def("run_planned", &runGpuPlanned, "plan"_a, "q"_a, "k"_a, "v"_a,
+           "out"_a, "lse"_a.none(), "args"_a, "stream"_a = 0,
+           "Enqueues a plan's kernel on `stream` with this layer's arrays "
+           "(the planned views' dtypes, shapes and strides).");
 
   nb::class_<PackageFile>(m, "Package")
       .def_static("load", &PackageFile::load, "path"_a,

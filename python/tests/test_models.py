@@ -49,8 +49,8 @@ def _attention_inputs(model, idx, mode):
     calls = []
     real = gpt.attend
 
-    def record(backend, q, k, v, pos, synaptic=None, pages=None):
-        assert pages is None  # the dense cache
+    def record(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
+        assert pages is None and plans is None  # the dense cache
         calls.append((q, k, v, None if pos is None else pos.clone(), synaptic))
         return real(backend, q, k, v, pos, synaptic)
     gpt.attend = record
@@ -257,3 +257,22 @@ def test_generation_from_a_paged_cache(synaptic):
         assert (got - _run(model, idx, "chunk")).abs().max().item() <= 4e-6
         with pytest.raises(ValueError, match="a paged KV cache runs on the attnc backend"):
             _model(synaptic, 2, "sdpa")(idx[:, :4], cache=PagedKVCache.for_model(model, 2))
+
+
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_generation_with_a_plan_per_step(synaptic, monkeypatch):
+    """PagedKVCache(plan=True): each step (the prefill, every decode) is
+    planned once and every layer runs the plan; the tokens are the dense
+    cache's."""
+    import attnc
+    from gpt import PagedKVCache
+    model = _model(synaptic, 2, "attnc")
+    prompt = torch.randint(0, 256, (2, 13), generator=torch.Generator().manual_seed(10))
+    dense = generate(model, prompt, 9)
+    made = []
+    real = attnc.Kernel.plan
+    monkeypatch.setattr(attnc.Kernel, "plan",
+                        lambda self, *a, **kw: made.append(1) or real(self, *a, **kw))
+    cache = PagedKVCache.for_model(model, 2, page_size=4, seed=5, plan=True)
+    assert torch.equal(generate(model, prompt, 9, cache=cache), dense)
+    assert len(made) == 1 + 9 and model.config.n_layer > 1   # a plan per step
