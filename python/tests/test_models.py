@@ -325,3 +325,51 @@ def test_generation_with_a_plan_per_step(synaptic, monkeypatch):
     cache = PagedKVCache.for_model(model, 2, page_size=4, seed=5, plan=True)
     assert torch.equal(generate(model, prompt, 9, cache=cache), dense)
     assert len(made) == 1 + 9 and model.config.n_layer > 1   # a plan per step
+
+
+@pytest.mark.parametrize("synaptic", [False, True], ids=["gpt", "synaptic"])
+def test_training_step_gradients_on_the_cuda_route(synaptic, cuda_device):
+    """A training step's attention calls through attnc's GPU forward and
+    backward kernels (attnc.cuda arrays; the emulator in CI): with the
+    gradient the model sends into each call, dq, dk, dv (and the synaptic
+    factors' gradients) equal torch autograd's through the reference
+    backend."""
+    import attnc
+    import numpy as np
+    model = _model(synaptic, 2, _reference(synaptic)).train()
+    idx = torch.randint(0, 256, (2, 25), generator=torch.Generator().manual_seed(11))
+    calls, real = [], gpt.attend
+
+    def record(backend, q, k, v, pos, syn=None, pages=None, plans=None):
+        y = real(backend, q, k, v, pos, syn)
+        calls.append((q.detach(), k.detach(), v.detach(), syn, y))
+        y.retain_grad()
+        return y
+    gpt.attend = record
+    try:
+        model(idx[:, :-1], idx[:, 1:]).backward()
+    finally:
+        gpt.attend = real
+    for q, k, v, syn, y in calls:
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        factors = None if syn is None else [syn[0].detach().clone().requires_grad_(),
+                                             syn[1].detach().clone().requires_grad_()]
+        ref = attention.attend(_reference(synaptic), *leaves, None,
+                               None if syn is None else (*factors, syn[2]))
+        ref.backward(y.grad)
+        dev = lambda x: attnc.cuda.to_device(x.detach().contiguous().numpy())  # noqa: E731
+        name = "synaptic" if synaptic else "causal"
+        kernel = attention._kernel(name)
+        params = {} if syn is None else dict(qamp=dev(factors[0]),
+                                             key_factor=dev(factors[1]), barrier=syn[2])
+        out, lse = kernel(dev(q), dev(k), dev(v), return_lse=True, **params)
+        D = q.shape[-1]
+        gpu = kernel.program.gpu_backward_kernel(name, "f32", D, D, 0)
+        grads = [attnc.cuda.empty(tuple(x.shape), "f32", 0) for x in (q, k, v)]
+        pgrads = gpu.run(dev(q), dev(k), dev(v), out, lse, dev(y.grad), None, *grads,
+                         kernel._args(None, None, None, params))
+        for g, leaf in zip(grads, leaves):
+            assert np.abs(attnc.cuda.to_host(g) - leaf.grad.numpy()).max() < 1e-5
+        if syn is not None:
+            for n, leaf in zip(("qamp", "key_factor"), factors):
+                assert np.abs(pgrads[n] - leaf.grad.double().numpy()).max() < 1e-5, n
