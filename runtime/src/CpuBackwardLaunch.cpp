@@ -3,9 +3,10 @@
 // Validates a backward call, computes delta = rowsum(dO * O), launches the
 // dK/dV kernel (a gradient buffer per thread; items per (b, kv head) with
 // dQ formed there too when there are enough of them for the threads, else
-// per KV tile and then the dQ kernel, items per Q tile) over f32 buffers
-// of their own, then writes the caller's dq, dk, dv in their dtypes and
-// strides and sums the threads' parameter gradients.
+// per KV tile and then the dQ kernel, items per Q tile), accumulating dq,
+// dk, dv in f32 into the caller's arrays when they are dense f32, else into
+// buffers of their own written out in the caller's dtypes and strides, and
+// sums the threads' parameter gradients.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/runtime/Backward.h"
@@ -15,21 +16,101 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace attnc::rt {
 
 namespace {
 
-/// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view.
-void writeDense(const std::vector<float> &src, const TensorView &dst) {
-  size_t k = 0;
+/// `n` elements of a row of `t` from element `at`, `step` apart, as floats
+/// (the dtype is switched on once per row, not per element).
+void loadRow(const TensorView &t, int64_t at, int64_t step, int64_t n,
+             float *out) {
+  switch (t.dtype) {
+  case DType::F32: {
+    const float *p = static_cast<const float *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = p[i * step];
+    return;
+  }
+  case DType::F16: {
+    const uint16_t *p = static_cast<const uint16_t *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = halfToFloat(p[i * step]);
+    return;
+  }
+  case DType::BF16: {
+    const uint16_t *p = static_cast<const uint16_t *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = bfloat16ToFloat(p[i * step]);
+    return;
+  }
+  default:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(loadAsDouble(t.data, t.dtype, at + i * step));
+  }
+}
+
+/// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view (the
+/// dtype switched on once per row).
+void writeDense(const float *src, const TensorView &dst) {
+  const int64_t n3 = dst.shape[3], s3 = dst.strides[3];
   for (int64_t i0 = 0; i0 < dst.shape[0]; ++i0)
     for (int64_t i1 = 0; i1 < dst.shape[1]; ++i1)
-      for (int64_t i2 = 0; i2 < dst.shape[2]; ++i2)
-        for (int64_t i3 = 0; i3 < dst.shape[3]; ++i3)
-          storeFromDouble(dst.data, dst.dtype,
-                          i0 * dst.strides[0] + i1 * dst.strides[1] +
-                              i2 * dst.strides[2] + i3 * dst.strides[3],
-                          src[k++]);
+      for (int64_t i2 = 0; i2 < dst.shape[2]; ++i2, src += n3) {
+        int64_t at = i0 * dst.strides[0] + i1 * dst.strides[1] +
+                     i2 * dst.strides[2];
+        switch (dst.dtype) {
+        case DType::F32: {
+          float *p = static_cast<float *>(dst.data) + at;
+          for (int64_t i = 0; i < n3; ++i)
+            p[i * s3] = src[i];
+          break;
+        }
+        case DType::F16: {
+          uint16_t *p = static_cast<uint16_t *>(dst.data) + at;
+          for (int64_t i = 0; i < n3; ++i)
+            p[i * s3] = floatToHalf(src[i]);
+          break;
+        }
+        case DType::BF16: {
+          uint16_t *p = static_cast<uint16_t *>(dst.data) + at;
+          for (int64_t i = 0; i < n3; ++i)
+            p[i * s3] = floatToBFloat16(src[i]);
+          break;
+        }
+        default:
+          for (int64_t i = 0; i < n3; ++i)
+            storeFromDouble(dst.data, dst.dtype, at + i * s3, src[i]);
+        }
+      }
+}
+
+/// Whether `t` is f32 laid out densely, row-major: the kernels' gradient
+/// layout, so they can accumulate into it directly.
+bool isDenseF32(const TensorView &t) {
+  if (t.dtype != DType::F32 || t.rank() != 4)
+    return false;
+  int64_t step = 1;
+  for (int64_t d = 3; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != step)
+      return false;
+    step *= t.shape[d];
+  }
+  return true;
+}
+
+/// Where the kernels accumulate a gradient of `n` elements: the caller's
+/// array itself when it has their layout (zeroed here), else `scratch`
+/// (zeroed; writeDense copies it out afterwards).
+float *gradientTarget(const TensorView &dst, int64_t n,
+                      std::vector<float> &scratch) {
+  if (isDenseF32(dst)) {
+    std::fill_n(static_cast<float *>(dst.data), n, 0.f);
+    return static_cast<float *>(dst.data);
+  }
+  scratch.assign(static_cast<size_t>(n), 0.f);
+  return scratch.data();
 }
 
 } // namespace
@@ -42,19 +123,21 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   Problem p;
   if (Status s = detail::checkBackwardCall(variant_, spec_, a, p); !s)
     return s;
-  // delta = rowsum(dO * O) - dLse, per row (b, h, i), read in place.
+  // delta = rowsum(dO * O) - dLse, per row (b, h, i), read in place
+  // (products summed in double, as the reference does).
   std::vector<float> delta(static_cast<size_t>(p.B * p.Hq * p.Lq));
   {
     const TensorView &dO = a.dOut, &o = f.out;
+    std::vector<float> dRowF(static_cast<size_t>(p.Dv)), oRowF(dRowF.size());
     size_t r = 0;
     for (int64_t b = 0; b < p.B; ++b)
       for (int64_t h = 0; h < p.Hq; ++h)
         for (int64_t i = 0; i < p.Lq; ++i, ++r) {
-          int64_t dRow = dO.offsetOf({b, h, i, 0}), oRow = o.offsetOf({b, h, i, 0});
+          loadRow(dO, dO.offsetOf({b, h, i, 0}), dO.strides[3], p.Dv, dRowF.data());
+          loadRow(o, o.offsetOf({b, h, i, 0}), o.strides[3], p.Dv, oRowF.data());
           double s = 0;
           for (int64_t d = 0; d < p.Dv; ++d)
-            s += loadAsDouble(dO.data, dO.dtype, dRow + d * dO.strides[3]) *
-                 loadAsDouble(o.data, o.dtype, oRow + d * o.strides[3]);
+            s += double(dRowF[size_t(d)]) * double(oRowF[size_t(d)]);
           if (a.dLse.data)
             s -= static_cast<const float *>(a.dLse.data)[a.dLse.offsetOf({b, h, i})];
           delta[r] = static_cast<float>(s);
@@ -79,9 +162,14 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   ParamGradients layout = zeroParamGradients(variant_, p.params);
   std::vector<int64_t> gradBase;
   int64_t gradElems = detail::paramGradientLayout(layout, gradBase);
-  std::vector<float> dq(static_cast<size_t>(p.B * p.Hq * p.Lq * p.Dqk), 0.f),
-      dk(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dqk), 0.f),
-      dv(static_cast<size_t>(p.B * p.Hkv * p.Lkv * p.Dv), 0.f);
+  // dq, dk, dv: accumulated in f32 [B, H, L, D], into the caller's arrays
+  // when they are exactly that (no copy), else into scratch copied out.
+  int64_t nq = p.B * p.Hq * p.Lq * p.Dqk, nk = p.B * p.Hkv * p.Lkv * p.Dqk,
+          nv = p.B * p.Hkv * p.Lkv * p.Dv;
+  std::vector<float> dqScratch, dkScratch, dvScratch;
+  float *dq = gradientTarget(a.dq, nq, dqScratch),
+        *dk = gradientTarget(a.dk, nk, dkScratch),
+        *dv = gradientTarget(a.dv, nv, dvScratch);
   // With at least as many (b, kv head) pairs as threads, each _bwd_kv item
   // takes every KV tile of one pair and forms dQ too (its group's rows are
   // its own): S and dP are computed once instead of twice. Else one KV tile
@@ -112,9 +200,9 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   for (const detail::MemrefDesc &c : caps)
     operands.push_back(descOf(c.aligned, c.size));
   operands.push_back(descOf(delta.data(), delta.size()));
-  operands.push_back(descOf(dq.data(), dq.size()));
-  operands.push_back(descOf(dk.data(), dk.size()));
-  operands.push_back(descOf(dv.data(), dv.size()));
+  operands.push_back(descOf(dq, nq));
+  operands.push_back(descOf(dk, nk));
+  operands.push_back(descOf(dv, nv));
   operands.push_back(descOf(grads[0].data(), gradElems));
   detail::launchItems(
       entry_.keyValue, operands, kvItems, f.numThreads,
@@ -125,10 +213,13 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
     detail::launchItems(entry_.query, operands,
                         p.B * p.Hq * ops.ip[abi::kNumQTiles], f.numThreads);
 
-  writeDense(dq, a.dq);
   // dk and dv are [B, Hkv, Lkv, D] here as in the caller's views.
-  writeDense(dk, a.dk);
-  writeDense(dv, a.dv);
+  if (!dqScratch.empty())
+    writeDense(dq, a.dq);
+  if (!dkScratch.empty())
+    writeDense(dk, a.dk);
+  if (!dvScratch.empty())
+    writeDense(dv, a.dv);
   if (paramGrads) {
     for (size_t i = 0; i < layout.size(); ++i)
       for (const std::vector<float> &t : grads) // in thread order
