@@ -170,13 +170,18 @@ Status CpuBackwardKernel::run(const BackwardArgs &a,
   float *dq = gradientTarget(a.dq, nq, dqScratch),
         *dk = gradientTarget(a.dk, nk, dkScratch),
         *dv = gradientTarget(a.dv, nv, dvScratch);
-  // With at least as many (b, kv head) pairs as threads, each _bwd_kv item
-  // takes every KV tile of one pair and forms dQ too (its group's rows are
-  // its own): S and dP are computed once instead of twice. Else one KV tile
-  // per item, and _bwd_q forms dQ.
+  // Fused, each _bwd_kv item takes every KV tile of one (b, kv head) pair
+  // and forms dQ too (its group's rows are its own): S and dP are computed
+  // once. Unfused, one KV tile per item and _bwd_q forms dQ: every thread
+  // busy, but S and dP computed twice. Fused when its longest thread,
+  // ceil(pairs / threads) pairs, takes no longer than the unfused launch's
+  // twice-over work shared by all threads, 2 pairs / threads: with as many
+  // pairs as threads (training shapes), and with one pair on two threads.
   int64_t nKT = ops.ip[abi::kNumKTiles];
-  bool fuse = p.B * p.Hkv >= detail::launchWorkers(p.B * p.Hkv * nKT,
-                                                   f.numThreads);
+  int64_t pairs = p.B * p.Hkv;
+  int64_t threads = detail::launchWorkers(pairs * std::max<int64_t>(nKT, 1),
+                                          f.numThreads);
+  bool fuse = (pairs + threads - 1) / threads * threads <= 2 * pairs;
   std::vector<int64_t> slots(abi::kBwdSlots, 0);
   slots[abi::kBwdTilesPerItem] = fuse ? std::max<int64_t>(nKT, 1) : 1;
   slots[abi::kBwdFuseQuery] = fuse;
