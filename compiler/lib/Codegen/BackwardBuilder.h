@@ -62,7 +62,18 @@ protected:
   /// score_grad's ops in order: accumulates (when `accumulate`) into the
   /// gradient buffer, the rest on demand; returns the yielded value.
   Value emitGrad(Block &block, IRMapping &map, bool accumulate);
+  /// An accumulate of score_grad: into its slot when the form gave it one
+  /// (accumulateSlots_), else into the gradient buffer (addToGradients).
   void emitAccumulate(attn::AccumulateOp a, IRMapping &map);
+  /// a's value (as `map` gives it) added to its element of the gradient
+  /// buffer, the index clamped as the gather that read it.
+  void addToGradients(attn::AccumulateOp a, IRMapping &map);
+  /// Accumulates a form sums in slots of its own (the CPU's per-row and
+  /// per-column sums, added to the buffer once per row or tile): the slot
+  /// (a memref) and the element; their values are selected by
+  /// accumulateKeep_ (0 for a pair that is masked or out of range).
+  llvm::DenseMap<Operation *, std::pair<Value, Value>> accumulateSlots_;
+  Value accumulateKeep_;
 
   Value grads_;
   bool atomicGrads_ = false;

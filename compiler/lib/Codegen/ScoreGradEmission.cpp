@@ -37,6 +37,21 @@ bool BackwardBuilder::accumulates() {
 }
 
 void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
+  auto slot = accumulateSlots_.find(a);
+  if (slot == accumulateSlots_.end())
+    return addToGradients(a, map);
+  Value v = materialize(a.getValue(), map);
+  if (accumulateKeep_)
+    v = select(accumulateKeep_, v, cF32(0.0));
+  auto [mem, at] = slot->second;
+  // Reassociable: a per-row sum may be vectorized across keys.
+  Value sum = arith::AddFOp::create(
+      b_, load(mem, at), v,
+      arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc));
+  store(sum, mem, at);
+}
+
+void BackwardBuilder::addToGradients(attn::AccumulateOp a, IRMapping &map) {
   size_t pi = 0;
   while (info_.params[pi].name != a.getParam())
     ++pi;

@@ -76,7 +76,43 @@ private:
                  const Tile &t, Value S, Value DP, Value Lse, Value Delta,
                  Value P, Value DX, bool transposed, Value dxRows = nullptr);
   void zero(Value tile, int64_t n);
+
+  /// score_grad's accumulates whose element does not depend on the key (a
+  /// row's, e.g. qamp[b, h, q] or barrier[]) or on the query (a column's,
+  /// e.g. key_factor[b, h, kv]) are summed in stack slots and added to the
+  /// gradient buffer once per row or per tile, instead of a read-add-write
+  /// of the buffer per pair; the others (e.g. bias[h, q - kv], or inside
+  /// a sum) stay per pair.
+  struct AccumulateSinks {
+    SmallVector<attn::AccumulateOp> rows, cols;
+    bool perPair = false; // some accumulate stays per pair
+    Value rowAcc, colAcc; // [rows], [cols][BN]
+  } sinks_;
+  void classifyAccumulates();
 };
+
+void CpuBackwardBuilder::classifyAccumulates() {
+  Block &grad = *v_.getGradBlock();
+  // score_grad's arguments: score, b, h, q, kv, dy.
+  llvm::DenseSet<Value> rowUniform = uniformValues(grad, {0, 4, 5}),
+                        colUniform = uniformValues(grad, {0, 3, 5});
+  grad.walk([&](attn::AccumulateOp a) {
+    auto within = [&](const llvm::DenseSet<Value> &u) {
+      return a->getBlock() == &grad &&
+             llvm::all_of(a.getIndices(), [&](Value i) { return u.contains(i); });
+    };
+    if (within(rowUniform))
+      sinks_.rows.push_back(a);
+    else if (within(colUniform))
+      sinks_.cols.push_back(a);
+    else
+      sinks_.perPair = true;
+  });
+  if (!sinks_.rows.empty())
+    sinks_.rowAcc = alloca(int64_t(sinks_.rows.size()));
+  if (!sinks_.cols.empty())
+    sinks_.colAcc = alloca(int64_t(sinks_.cols.size()) * BN);
+}
 
 CpuBackwardBuilder::Tiles CpuBackwardBuilder::createEntry(StringRef name, Entry &e,
                                                    Extra &x, Value &begin,
@@ -193,10 +229,16 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
                                    Value DX, bool transposed, Value dxRows) {
   PairSection pairs = sec;
   bool accumulate = pairs.dx.getAccumulate();
-  // Without accumulates the per-key work has no side effect: it is computed
-  // for every key and the masked ones selected away (a branch-free loop
-  // LLVM can vectorize); with them, it runs only for kept keys.
-  bool pure = !accumulate || !accumulates();
+  // Without accumulates to the buffer per pair the per-key work has no
+  // side effect: it is computed for every key and the masked ones selected
+  // away (a branch-free loop LLVM can vectorize; the slots' sums add 0 for
+  // them); with them, it runs only for kept keys.
+  bool pure = !accumulate || !sinks_.perPair;
+  Block &grad = *v_.getGradBlock();
+  bool rowSums = accumulate && !sinks_.rows.empty(),
+       colSums = accumulate && !sinks_.cols.empty();
+  if (colSums)
+    zero(sinks_.colAcc, int64_t(sinks_.cols.size()) * BN);
   // mask_mod only where the tile is not full (or has a tail): two copies of
   // the key loop, chosen once per tile.
   Value needMask = arith::XOrIOp::create(
@@ -209,6 +251,8 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
     // A row with no key (LSE -inf) has P = 0 everywhere.
     Value rowLive =
         arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse, e.ninf);
+    if (rowSums)
+      zero(sinks_.rowAcc, int64_t(sinks_.rows.size()));
     loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
       Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
       Value keep =
@@ -219,6 +263,13 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
       Value at = add(mul(r, cIdx(BN)), c);
       Value dp = load(DP, at);
       Value zeroF = cF32(0.0);
+      if (accumulate) {
+        for (auto [k, a] : llvm::enumerate(sinks_.rows))
+          accumulateSlots_[a] = {sinks_.rowAcc, cIdx(int64_t(k))};
+        for (auto [k, a] : llvm::enumerate(sinks_.cols))
+          accumulateSlots_[a] = {sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)};
+        accumulateKeep_ = keep;
+      }
       auto perKey = [&] {
         auto [p, dx] = pairValues(pairs, e, load(S, at), dp, lse, delta,
                                   it.bI32, it.hI32, qpos, kv);
@@ -238,9 +289,36 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
       if (dxRows)
         store(pd[1], dxRows, at);
     });
+    // The row's sums, into the gradient buffer.
+    for (auto [k, a] : llvm::enumerate(sinks_.rows)) {
+      if (!rowSums)
+        break;
+      IRMapping m;
+      m.map(grad.getArgument(1), it.bI32);
+      m.map(grad.getArgument(2), it.hI32);
+      m.map(grad.getArgument(3), qpos);
+      m.map(a.getValue(), load(sinks_.rowAcc, cIdx(int64_t(k))));
+      addToGradients(a, m);
+    }
   });
   };
   ifThenElse(needMask, [&] { rows(true); }, [&] { rows(false); });
+  accumulateSlots_.clear();
+  accumulateKeep_ = nullptr;
+  // The tile's column sums, into the gradient buffer.
+  if (colSums)
+    loop0(cIdx(0), t.cols, 1, [&](Value c) {
+      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
+      for (auto [k, a] : llvm::enumerate(sinks_.cols)) {
+        IRMapping m;
+        m.map(grad.getArgument(1), it.bI32);
+        m.map(grad.getArgument(2), it.hI32);
+        m.map(grad.getArgument(4), kv);
+        m.map(a.getValue(),
+              load(sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)));
+        addToGradients(a, m);
+      }
+    });
 }
 
 /// The kernel body's ops other than its loop must be these, once each
@@ -282,6 +360,7 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPoint(kernel);
   Tiles tiles = createEntry(kernel.getSymName(), e, x, begin, end);
+  classifyAccumulates();
   Value Qs = tiles.Qs, dOs = tiles.dOs, Lse = tiles.Lse, Delta = tiles.Delta,
         Kt = tiles.Kt, Vt = tiles.Vt, S = tiles.S, DP = tiles.DP;
   Value Pt = alloca(BN * BM), DXt = alloca(BN * BM), dK = alloca(BN * D),
