@@ -34,35 +34,55 @@ rt::AttentionArgs callArgs(const Array &q, const Array &k, const Array &v,
   return a;
 }
 
-void runCpu(const rt::CpuKernel &kernel, const Array &q, const Array &k,
-            const Array &v, const OutArray &out, std::optional<OutArray> lse,
-            const CallArgs &c, int numThreads) {
+/// A CPU kernel's call: q must be on the host.
+rt::AttentionArgs cpuCall(const Array &q, const Array &k, const Array &v,
+                          const OutArray &out, const std::optional<OutArray> &lse,
+                          const CallArgs &c, int numThreads) {
   if (whereOf(q).isCuda())
     throw Error("this is a CPU kernel; 'q' is on " + whereOf(q).str());
   rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
   a.numThreads = numThreads;
+  return a;
+}
+
+/// A GPU kernel's call: q must be on the kernel's device.
+rt::AttentionArgs gpuCall(const DeviceKernel &kernel, const Array &q,
+                          const Array &k, const Array &v, const OutArray &out,
+                          const std::optional<OutArray> &lse, const CallArgs &c) {
+  Where at = whereOf(q);
+  if (!at.isCuda() || at.id != kernel.device)
+    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
+                "; 'q' is on " + at.str());
+  return callArgs(q, k, v, out, lse, c);
+}
+
+/// Runs `work` (a runtime call) without the GIL; its error becomes
+/// attnc.Error.
+template <typename Work> void released(Work work) {
   rt::Status st;
   {
     nb::gil_scoped_release release;
-    st = kernel.run(a);
+    st = work();
   }
   check(st);
+}
+
+rt::cuda::CUstream streamOf(uintptr_t stream) {
+  return reinterpret_cast<rt::cuda::CUstream>(stream);
+}
+
+void runCpu(const rt::CpuKernel &kernel, const Array &q, const Array &k,
+            const Array &v, const OutArray &out, std::optional<OutArray> lse,
+            const CallArgs &c, int numThreads) {
+  rt::AttentionArgs a = cpuCall(q, k, v, out, lse, c, numThreads);
+  released([&] { return kernel.run(a); });
 }
 
 void runGpu(const DeviceKernel &kernel, const Array &q, const Array &k,
             const Array &v, const OutArray &out, std::optional<OutArray> lse,
             const CallArgs &c, uintptr_t stream) {
-  Where at = whereOf(q);
-  if (!at.isCuda() || at.id != kernel.device)
-    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
-                "; 'q' is on " + at.str());
-  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.kernel->run(a, reinterpret_cast<rt::cuda::CUstream>(stream));
-  }
-  check(st);
+  rt::AttentionArgs a = gpuCall(kernel, q, k, v, out, lse, c);
+  released([&] { return kernel.kernel->run(a, streamOf(stream)); });
 }
 
 /// Plan/run: a batch's call planned once (rt::CpuPlan), run per layer.
@@ -71,17 +91,9 @@ std::unique_ptr<rt::CpuPlan> planCpu(const rt::CpuKernel &kernel, const Array &q
                                      const OutArray &out,
                                      std::optional<OutArray> lse,
                                      const CallArgs &c, int numThreads) {
-  if (whereOf(q).isCuda())
-    throw Error("this is a CPU kernel; 'q' is on " + whereOf(q).str());
-  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
-  a.numThreads = numThreads;
+  rt::AttentionArgs a = cpuCall(q, k, v, out, lse, c, numThreads);
   auto plan = std::make_unique<rt::CpuPlan>();
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.plan(a, *plan);
-  }
-  check(st);
+  released([&] { return kernel.plan(a, *plan); });
   return plan;
 }
 
@@ -89,16 +101,8 @@ void runCpuPlanned(const rt::CpuKernel &kernel, const rt::CpuPlan &plan,
                    const Array &q, const Array &k, const Array &v,
                    const OutArray &out, std::optional<OutArray> lse,
                    const CallArgs &c, int numThreads) {
-  if (whereOf(q).isCuda())
-    throw Error("this is a CPU kernel; 'q' is on " + whereOf(q).str());
-  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
-  a.numThreads = numThreads;
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.run(plan, a);
-  }
-  check(st);
+  rt::AttentionArgs a = cpuCall(q, k, v, out, lse, c, numThreads);
+  released([&] { return kernel.run(plan, a); });
 }
 
 /// A GPU plan and the device it lives on.
@@ -112,20 +116,10 @@ std::unique_ptr<DevicePlan> planGpu(const DeviceKernel &kernel, const Array &q,
                                     const OutArray &out,
                                     std::optional<OutArray> lse,
                                     const CallArgs &c, uintptr_t stream) {
-  Where at = whereOf(q);
-  if (!at.isCuda() || at.id != kernel.device)
-    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
-                "; 'q' is on " + at.str());
-  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
+  rt::AttentionArgs a = gpuCall(kernel, q, k, v, out, lse, c);
   auto plan = std::make_unique<DevicePlan>();
   plan->device = kernel.device;
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.kernel->plan(a, plan->plan,
-                             reinterpret_cast<rt::cuda::CUstream>(stream));
-  }
-  check(st);
+  released([&] { return kernel.kernel->plan(a, plan->plan, streamOf(stream)); });
   return plan;
 }
 
@@ -133,18 +127,8 @@ void runGpuPlanned(const DeviceKernel &kernel, const DevicePlan &plan,
                    const Array &q, const Array &k, const Array &v,
                    const OutArray &out, std::optional<OutArray> lse,
                    const CallArgs &c, uintptr_t stream) {
-  Where at = whereOf(q);
-  if (!at.isCuda() || at.id != kernel.device)
-    throw Error("this kernel runs on cuda:" + std::to_string(kernel.device) +
-                "; 'q' is on " + at.str());
-  rt::AttentionArgs a = callArgs(q, k, v, out, lse, c);
-  rt::Status st;
-  {
-    nb::gil_scoped_release release;
-    st = kernel.kernel->run(plan.plan, a,
-                            reinterpret_cast<rt::cuda::CUstream>(stream));
-  }
-  check(st);
+  rt::AttentionArgs a = gpuCall(kernel, q, k, v, out, lse, c);
+  released([&] { return kernel.kernel->run(plan.plan, a, streamOf(stream)); });
 }
 
 /// A kernel package read from its JSON file.
