@@ -242,3 +242,40 @@ def test_gpu_backward_on_device_arrays_matches_torch_autograd(cuda_device, sourc
     with pytest.raises(attnc.Error, match="dq"):
         gpu.run(dev["q"], dev["k"], dev["v"], dev["out"], dev["lse"], dev["dout"],
                 None, bad, grads["k"], grads["v"], args)
+
+
+@pytest.mark.parametrize("layout", ["dense", "strided"])
+def test_cpu_backward_overwrites_its_outputs(layout):
+    """The CPU backward accumulates dq, dk, dv straight into dense f32
+    outputs (and into scratch copied out for any other layout): whatever
+    the outputs held before (NaN here) is overwritten, and both layouts
+    give torch autograd's gradients, with the synaptic factors'
+    (summed per row and per column inside the kernel)."""
+    np = pytest.importorskip("numpy")
+    kernel = attnc.compile(os.path.join(EXAMPLES, "synaptic.attn"), variant="synaptic")
+    q, k, v = leaves((2, 4, 45, 16), (2, 2, 45, 16), (2, 2, 45, 16), seed=12)
+    qamp, kf = leaves((2, 4, 45), (2, 4, 45), positive=True, seed=13)
+    dout = torch.randn(2, 4, 45, 16, generator=torch.Generator().manual_seed(14))
+    synaptic_reference(q, k, v, qamp, kf, 0.05).backward(dout)
+    host = {n: x.detach().numpy() for n, x in
+            dict(q=q, k=k, v=v, qamp=qamp, key_factor=kf).items()}
+    out, lse = kernel(host["q"], host["k"], host["v"], qamp=host["qamp"],
+                      key_factor=host["key_factor"], barrier=0.05, return_lse=True)
+
+    def output(shape):
+        if layout == "dense":
+            return np.full(shape, np.nan, np.float32)
+        # [B, H, L, D] as a view of [B, L, H, D] storage: not dense.
+        b, h, l, d = shape
+        return np.full((b, l, h, d), np.nan, np.float32).transpose(0, 2, 1, 3)
+    grads = [output(host[n].shape) for n in ("q", "k", "v")]
+    bw = kernel.program.cpu_backward_kernel("synaptic", "f32", 16, 16)
+    params = bw.run(host["q"], host["k"], host["v"], out, lse, dout.numpy(), None,
+                    *grads, kernel._args(None, None, None, dict(
+                        qamp=host["qamp"], key_factor=host["key_factor"],
+                        barrier=0.05)), 2)
+    for g, leaf in zip(grads, (q, k, v)):
+        assert np.isfinite(g).all()
+        assert np.abs(g - leaf.grad.numpy()).max() < 1e-5
+    for name, leaf in (("qamp", qamp), ("key_factor", kf)):
+        assert np.abs(params[name] - leaf.grad.double().numpy()).max() < 1e-5, name
