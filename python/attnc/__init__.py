@@ -303,6 +303,14 @@ def _check_gathers(kernel, q, k, v, args):
                          "clamp it; ATTNC_CHECKED)" % (
                              list(index), capture, list(shape)))
 
+def _page_table(kv_indptr, kv_indices, kv_last_page_len):
+    """A call's page table (kv_indptr, kv_indices, kv_last_page_len), or
+    None when it gives none of the three."""
+    if kv_indptr is None and kv_indices is None and kv_last_page_len is None:
+        return None
+    return (kv_indptr, kv_indices, kv_last_page_len)
+
+
 _registry = []  # every Kernel, by the number torch.ops.attnc.attention names
 
 
@@ -340,17 +348,22 @@ class Kernel:
         a.scalars = scalars
         return a
 
-    def _kernel(self, where, dtype, d, dv):
-        key = (where, dtype, d, dv)
+    def _cached(self, key, build):
+        """The kernel under `key`, built once (threads that ask at once wait
+        for the one building it)."""
         k = self._kernels.get(key)
         if k is not None:
             return k
         with self._compile_lock:
             k = self._kernels.get(key)
             if k is None:
-                k = self._compile(where, dtype, d, dv)
+                k = build()
                 self._kernels[key] = k
         return k
+
+    def _kernel(self, where, dtype, d, dv):
+        return self._cached((where, dtype, d, dv),
+                            lambda: self._compile(where, dtype, d, dv))
 
     def _compile(self, where, dtype, d, dv):
         if where[0] == _CUDA:
@@ -417,9 +430,7 @@ class Kernel:
         N splits (at most 256)."""
         _check_qkv(q, k, v, out)
         num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
-        pages = None
-        if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
-            pages = (kv_indptr, kv_indices, kv_last_page_len)
+        pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q) and _needs_operator((q, k, v), params)):
             # The operator's schema takes int lists: checked here (on the
@@ -457,9 +468,7 @@ class Kernel:
             raise Error("a plan runs outside autograd and torch.compile: call "
                         "the kernel itself (or use torch.no_grad())")
         num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
-        pages = None
-        if kv_indptr is not None or kv_indices is not None or kv_last_page_len is not None:
-            pages = (kv_indptr, kv_indices, kv_last_page_len)
+        pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
         where = _device_of(q)
         d, dv = int(q.shape[3]), int(v.shape[3])
         kernel = self._kernel(where, _dtype_of(q, "q"), d, dv)
@@ -472,7 +481,8 @@ class Kernel:
         else:
             native = kernel.plan(q, k, v, out, lse, args, num_threads)
         scalars = {n: x for n, x in params.items() if _is_scalar(x)}
-        return Plan(kernel, native, where, args, scalars, return_lse, num_threads)
+        return Plan(self, kernel, native, where, args, scalars, return_lse,
+                    num_threads)
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
              num_threads, stream, params, pages=None, num_splits=0):
@@ -497,20 +507,12 @@ class Kernel:
         return (out, lse) if return_lse else out
 
     def _backward_kernel(self, where, dtype, d, dv):
-        key = ("backward", where, dtype, d, dv)
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            with self._compile_lock:
-                kernel = self._kernels.get(key)
-                if kernel is None:
-                    if where[0] == _CUDA:
-                        kernel = self.program.gpu_backward_kernel(
-                            self.variant, dtype, d, dv, where[1])
-                    else:
-                        kernel = self.program.cpu_backward_kernel(
-                            self.variant, dtype, d, dv)
-                    self._kernels[key] = kernel
-        return kernel
+        def build():
+            if where[0] == _CUDA:
+                return self.program.gpu_backward_kernel(self.variant, dtype, d, dv,
+                                                        where[1])
+            return self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
+        return self._cached(("backward", where, dtype, d, dv), build)
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
                   kv_lens, q_offsets, params):
@@ -558,9 +560,7 @@ class Kernel:
         on a device): (out, lse) as float64 NumPy arrays. Slow (naive
         attention); for tests and debugging."""
         params = {key: _host(x) for key, x in params.items()}
-        pages = None
-        if kv_indptr is not None:
-            pages = (kv_indptr, kv_indices, kv_last_page_len)
+        pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
             self._args(scale, kv_lens, q_offsets, params, pages))
@@ -573,8 +573,10 @@ class Plan:
     buffers, so they run one at a time (a lock); on a GPU keep them on one
     stream."""
 
-    def __init__(self, kernel, native, where, args, scalars, return_lse, num_threads):
-        self._runner, self._native, self._where = kernel, native, where
+    def __init__(self, owner, kernel, native, where, args, scalars, return_lse,
+                 num_threads):
+        self._owner, self._runner, self._native = owner, kernel, native
+        self._where = where
         self._args, self._scalars = args, scalars
         self._return_lse, self._num_threads = return_lse, num_threads
         self._lock = _threading.Lock()
@@ -603,6 +605,9 @@ class Plan:
             out = _empty(q, self._where, shape)
         lse = _empty(q, self._where, shape[:3], float32=True) if self._return_lse else None
         with self._lock:
+            if _checked:  # as a call does (set_checked), on host copies
+                self._args.tensors = {n: _host(x) for n, x in tensors.items()}
+                _check_gathers(self._owner, q, k, v, self._args)
             self._args.tensors = tensors
             if self._where[0] == _CUDA:
                 self._runner.run_planned(self._native, q, k, v, out, lse, self._args,

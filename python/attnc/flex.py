@@ -664,13 +664,13 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 
 
 def _aux_output(lse):
-    """torch's AuxOutput(lse, max_scores=None), or a namedtuple like it."""
+    """torch's AuxOutput(lse, max_scores=None), or a namedtuple like it
+    where torch has none (return_aux then came from an older spelling)."""
     try:
         from torch.nn.attention.flex_attention import AuxOutput
     except ImportError:
         import collections
         AuxOutput = collections.namedtuple("AuxOutput", "lse max_scores")
-        return AuxOutput(lse, None)
     return AuxOutput(lse=lse, max_scores=None)
 
 

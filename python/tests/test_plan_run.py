@@ -77,3 +77,20 @@ def test_a_gpu_plan_runs_every_layer_as_the_direct_call(cuda_device):
         want = attnc.cuda.to_host(kernel(dev(q), dev(k), dev(v), barrier=0.05, **TABLE,
                                          **dcaps))
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_checked_mode_covers_plan_runs():
+    """A plan's run reports an out-of-range gather in the checked mode, as a
+    call does (attnc.set_checked)."""
+    kernel = attnc.compile("variant v(t: f32[N]) {\n"
+                           "  score_mod(score, b, h, q, kv) = score + t[q]\n}\n")
+    x = np.zeros((1, 1, 9, 8), np.float32)
+    plan = kernel.plan(x, x, x, t=np.zeros(9, np.float32))
+    was = attnc.set_checked(True)
+    try:
+        plan(x, x, x, t=np.zeros(9, np.float32))          # in range: runs
+        with pytest.raises(IndexError, match=r"index \[4\] is out of bounds for "
+                           r"'t' of shape \[4\]"):
+            plan(x, x, x, t=np.zeros(4, np.float32))
+    finally:
+        attnc.set_checked(was)

@@ -51,39 +51,42 @@ void loadRow(const TensorView &t, int64_t at, int64_t step, int64_t n,
   }
 }
 
-/// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view (the
-/// dtype switched on once per row).
+/// `n` floats into a row of `t` from element `at`, `step` apart, in its
+/// dtype (loadRow's inverse).
+void storeRow(const TensorView &t, int64_t at, int64_t step, int64_t n,
+              const float *src) {
+  switch (t.dtype) {
+  case DType::F32: {
+    float *p = static_cast<float *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      p[i * step] = src[i];
+    return;
+  }
+  case DType::F16: {
+    uint16_t *p = static_cast<uint16_t *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      p[i * step] = floatToHalf(src[i]);
+    return;
+  }
+  case DType::BF16: {
+    uint16_t *p = static_cast<uint16_t *>(t.data) + at;
+    for (int64_t i = 0; i < n; ++i)
+      p[i * step] = floatToBFloat16(src[i]);
+    return;
+  }
+  default:
+    for (int64_t i = 0; i < n; ++i)
+      storeFromDouble(t.data, t.dtype, at + i * step, src[i]);
+  }
+}
+
+/// Writes a dense [n0, n1, n2, n3] f32 buffer into a strided view.
 void writeDense(const float *src, const TensorView &dst) {
-  const int64_t n3 = dst.shape[3], s3 = dst.strides[3];
   for (int64_t i0 = 0; i0 < dst.shape[0]; ++i0)
     for (int64_t i1 = 0; i1 < dst.shape[1]; ++i1)
-      for (int64_t i2 = 0; i2 < dst.shape[2]; ++i2, src += n3) {
-        int64_t at = i0 * dst.strides[0] + i1 * dst.strides[1] +
-                     i2 * dst.strides[2];
-        switch (dst.dtype) {
-        case DType::F32: {
-          float *p = static_cast<float *>(dst.data) + at;
-          for (int64_t i = 0; i < n3; ++i)
-            p[i * s3] = src[i];
-          break;
-        }
-        case DType::F16: {
-          uint16_t *p = static_cast<uint16_t *>(dst.data) + at;
-          for (int64_t i = 0; i < n3; ++i)
-            p[i * s3] = floatToHalf(src[i]);
-          break;
-        }
-        case DType::BF16: {
-          uint16_t *p = static_cast<uint16_t *>(dst.data) + at;
-          for (int64_t i = 0; i < n3; ++i)
-            p[i * s3] = floatToBFloat16(src[i]);
-          break;
-        }
-        default:
-          for (int64_t i = 0; i < n3; ++i)
-            storeFromDouble(dst.data, dst.dtype, at + i * s3, src[i]);
-        }
-      }
+      for (int64_t i2 = 0; i2 < dst.shape[2]; ++i2, src += dst.shape[3])
+        storeRow(dst, dst.offsetOf({i0, i1, i2, 0}), dst.strides[3],
+                 dst.shape[3], src);
 }
 
 /// Whether `t` is f32 laid out densely, row-major: the kernels' gradient

@@ -237,6 +237,16 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
   Block &grad = *v_.getGradBlock();
   bool rowSums = accumulate && !sinks_.rows.empty(),
        colSums = accumulate && !sinks_.cols.empty();
+  // A slot's sum into the gradient buffer: the accumulate's element at
+  // (b, h) and the row's q or the column's kv (score_grad's argument `at`).
+  auto addSum = [&](attn::AccumulateOp a, unsigned at, Value pos, Value sum) {
+    IRMapping m;
+    m.map(grad.getArgument(1), it.bI32);
+    m.map(grad.getArgument(2), it.hI32);
+    m.map(grad.getArgument(at), pos);
+    m.map(a.getValue(), sum);
+    addToGradients(a, m);
+  };
   if (colSums)
     zero(sinks_.colAcc, int64_t(sinks_.cols.size()) * BN);
   // mask_mod only where the tile is not full (or has a tail): two copies of
@@ -290,16 +300,9 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
         store(pd[1], dxRows, at);
     });
     // The row's sums, into the gradient buffer.
-    for (auto [k, a] : llvm::enumerate(sinks_.rows)) {
-      if (!rowSums)
-        break;
-      IRMapping m;
-      m.map(grad.getArgument(1), it.bI32);
-      m.map(grad.getArgument(2), it.hI32);
-      m.map(grad.getArgument(3), qpos);
-      m.map(a.getValue(), load(sinks_.rowAcc, cIdx(int64_t(k))));
-      addToGradients(a, m);
-    }
+    if (rowSums)
+      for (auto [k, a] : llvm::enumerate(sinks_.rows))
+        addSum(a, /*q*/ 3, qpos, load(sinks_.rowAcc, cIdx(int64_t(k))));
   });
   };
   ifThenElse(needMask, [&] { rows(true); }, [&] { rows(false); });
@@ -309,15 +312,9 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
   if (colSums)
     loop0(cIdx(0), t.cols, 1, [&](Value c) {
       Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
-      for (auto [k, a] : llvm::enumerate(sinks_.cols)) {
-        IRMapping m;
-        m.map(grad.getArgument(1), it.bI32);
-        m.map(grad.getArgument(2), it.hI32);
-        m.map(grad.getArgument(4), kv);
-        m.map(a.getValue(),
-              load(sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)));
-        addToGradients(a, m);
-      }
+      for (auto [k, a] : llvm::enumerate(sinks_.cols))
+        addSum(a, /*kv*/ 4, kv,
+               load(sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)));
     });
 }
 
