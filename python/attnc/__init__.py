@@ -158,6 +158,33 @@ def _int(x, name, lo, hi):
     return n
 
 
+_U64_MAX = 2 ** 64 - 1
+
+
+def _dropout_p(p):
+    """dropout_p as a float in [0, 1), or an error naming it."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)):
+        try:
+            p = float(p)  # a NumPy scalar; a tensor is refused below
+        except (TypeError, ValueError):
+            raise TypeError("'dropout_p' must be a float in [0, 1), got %s"
+                            % type(p).__name__) from None
+    p = float(p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError("'dropout_p' must be in [0, 1), got %r" % (p,))
+    return p
+
+
+def _draw_seed(q):
+    """A dropout seed: from torch's default generator for torch tensors
+    (torch.manual_seed governs it), else from Python's `random`."""
+    if _is_torch_tensor(q):
+        import torch
+        return int(torch.randint(0, 2 ** 62, (1,)).item())
+    import random
+    return random.getrandbits(64)
+
+
 def _array(x, name):
     """x when it is an array attnc reads (a NumPy array, a torch tensor, a
     DLPack array), else a TypeError naming the argument."""
@@ -329,9 +356,12 @@ class Kernel:
         self._op_id = len(_registry)
         _registry.append(self)
 
-    def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0):
+    def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0,
+              dropout=None):
         a = _attnc.CallArgs()
         a.scale = scale
+        if dropout is not None:
+            a.dropout_p, a.dropout_seed, a.dropout_offset = dropout
         a.num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
         a.kv_lens = _ints(kv_lens, "kv_lens")
         a.q_offsets = _ints(q_offsets, "q_offsets")
@@ -361,18 +391,25 @@ class Kernel:
                 self._kernels[key] = k
         return k
 
-    def _kernel(self, where, dtype, d, dv):
-        return self._cached((where, dtype, d, dv),
-                            lambda: self._compile(where, dtype, d, dv))
+    def _kernel(self, where, dtype, d, dv, dropout=False):
+        key = (where, dtype, d, dv) + (("dropout",) if dropout else ())
+        return self._cached(key,
+                            lambda: self._compile(where, dtype, d, dv, dropout))
 
-    def _compile(self, where, dtype, d, dv):
+    def _compile(self, where, dtype, d, dv, dropout=False):
+        # A kernel with dropout is its own compile (kernels without it pay
+        # nothing for it); a package holds kernels without dropout.
+        more = {"dropout": True} if dropout else {}
+        if dropout and not hasattr(self.program, "cpu_kernel"):
+            raise Error("dropout_p > 0 needs attnc.compile (the compiler): a "
+                        "kernel package holds kernels without dropout")
         if where[0] == _CUDA:
-            k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1])
+            k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1], **more)
         elif where[0] == _CPU:
             if not hasattr(self.program, "cpu_kernel"):
                 raise Error("a kernel package holds GPU kernels only: CPU arrays "
                             "need attnc.compile (the compiler's host JIT)")
-            k = self.program.cpu_kernel(self.variant, dtype, d, dv)
+            k = self.program.cpu_kernel(self.variant, dtype, d, dv, **more)
         else:
             raise Error("'q' is on DLPack device type %d; attnc runs CPU and "
                         "CUDA arrays" % where[0])
@@ -408,7 +445,8 @@ class Kernel:
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
                  out=None, return_lse=False, num_threads=0, stream=None,
                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
-                 num_splits=0, **params):
+                 num_splits=0, dropout_p=0.0, dropout_seed=None,
+                 dropout_offset=0, **params):
         """Attention over q [B, H, Lq, D], k [B, Hkv, Lkv, D], v [B, Hkv,
         Lkv, Dv]; returns out [B, H, Lq, Dv] (and lse [B, H, Lq], float32,
         natural log, with return_lse=True). kv_lens: per-sequence key
@@ -427,10 +465,21 @@ class Kernel:
 
         num_splits: split-KV (docs/runtime.md): 0 lets the planner split
         small decode batches across cores or SMs, 1 never splits, N forces
-        N splits (at most 256)."""
+        N splits (at most 256).
+
+        dropout_p: attention dropout (docs/dropout.md): each probability is
+        kept (times 1 / (1 - dropout_p)) or dropped, by a Philox stream
+        keyed by dropout_seed and dropout_offset and the pair's (b, h, q,
+        kv), so every device, tile and split draws the same mask and the
+        backward regenerates it. dropout_seed None draws one from torch's
+        generator (torch.manual_seed governs it) or Python's `random`."""
         _check_qkv(q, k, v, out)
         num_threads = _int(num_threads, "num_threads", 0, _I32_MAX)
         pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
+        dropout_p = _dropout_p(dropout_p)
+        dropout_offset = _int(dropout_offset, "dropout_offset", 0, _U64_MAX)
+        if dropout_seed is not None and not _is_torch_tensor(dropout_seed):
+            dropout_seed = _int(dropout_seed, "dropout_seed", 0, _U64_MAX)
         if (out is None and not num_threads and stream is None
                 and _is_torch_tensor(q) and _needs_operator((q, k, v), params)):
             # The operator's schema takes int lists: checked here (on the
@@ -447,11 +496,19 @@ class Kernel:
                 pages = tuple(_ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
                                  q_offsets, return_lse, params, pages,
-                                 num_splits)
+                                 num_splits, dropout_p, dropout_seed,
+                                 dropout_offset)
+        dropout = None
+        if dropout_p:
+            if dropout_seed is None:
+                dropout_seed = _draw_seed(q)
+            elif _is_torch_tensor(dropout_seed):
+                dropout_seed = int(dropout_seed.item()) % (_U64_MAX + 1)
+            dropout = (dropout_p, dropout_seed, dropout_offset)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
                          out=out, return_lse=return_lse, num_threads=num_threads,
                          stream=stream, params=params, pages=pages,
-                         num_splits=num_splits)
+                         num_splits=num_splits, dropout=dropout)
 
     def plan(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
              return_lse=False, num_threads=0, stream=None, kv_indptr=None,
@@ -485,20 +542,23 @@ class Kernel:
                     num_threads)
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
-             num_threads, stream, params, pages=None, num_splits=0):
+             num_threads, stream, params, pages=None, num_splits=0,
+             dropout=None):
+        """dropout: None, or (p, seed, offset) with p > 0."""
         where = _device_of(q)
         dtype = _dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        kernel = self._kernel(where, dtype, d, dv)
+        kernel = self._kernel(where, dtype, d, dv, dropout is not None)
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
         if out is None:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
-        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits)
+        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits,
+                          dropout)
         if _checked:
             host = args if where[0] != _CUDA else self._args(
                 scale, kv_lens, q_offsets, {n: _host(x) for n, x in params.items()},
-                pages, num_splits)
+                pages, num_splits, dropout)
             _check_gathers(self, q, k, v, host)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
@@ -506,16 +566,23 @@ class Kernel:
             kernel.run(q, k, v, out, lse, args, num_threads)
         return (out, lse) if return_lse else out
 
-    def _backward_kernel(self, where, dtype, d, dv):
+    def _backward_kernel(self, where, dtype, d, dv, dropout=False):
+        more = {"dropout": True} if dropout else {}
+
         def build():
+            if dropout and not hasattr(self.program, "cpu_kernel"):
+                raise Error("dropout_p > 0 needs attnc.compile (the compiler): a "
+                            "kernel package holds kernels without dropout")
             if where[0] == _CUDA:
                 return self.program.gpu_backward_kernel(self.variant, dtype, d, dv,
-                                                        where[1])
-            return self.program.cpu_backward_kernel(self.variant, dtype, d, dv)
-        return self._cached(("backward", where, dtype, d, dv), build)
+                                                        where[1], **more)
+            return self.program.cpu_backward_kernel(self.variant, dtype, d, dv,
+                                                    **more)
+        key = ("backward", where, dtype, d, dv) + (("dropout",) if dropout else ())
+        return self._cached(key, build)
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
-                  kv_lens, q_offsets, params):
+                  kv_lens, q_offsets, params, dropout=None):
         """The backward pass on torch tensors, CPU or CUDA
         (attnc::attention_backward): (dq, dk, dv, [the gradient of each
         captured tensor, in params' order])."""
@@ -529,11 +596,11 @@ class Kernel:
                         "backward needs attnc.compile (the compiler)")
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        kernel = self._backward_kernel(where, dtype, d, dv)
+        kernel = self._backward_kernel(where, dtype, d, dv, dropout is not None)
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()
-        args = self._args(scale, kv_lens, q_offsets, params)
+        args = self._args(scale, kv_lens, q_offsets, params, dropout=dropout)
         grad_out = grad_out.to(q.dtype)
         if where[0] == _CUDA:
             grads = kernel.run(q, k, v, out, lse, grad_out, grad_lse, dq, dk, dvv,
@@ -555,15 +622,20 @@ class Kernel:
         return dq, dk, dvv, tensor_grads
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                  kv_indptr=None, kv_indices=None, kv_last_page_len=None, **params):
+                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
+                  dropout_p=0.0, dropout_seed=0, dropout_offset=0, **params):
         """The fp64 oracle on the same arguments (copied to the host when
         on a device): (out, lse) as float64 NumPy arrays. Slow (naive
-        attention); for tests and debugging."""
+        attention); for tests and debugging. With dropout_p it draws the
+        kernels' mask (the seed must be given)."""
         params = {key: _host(x) for key, x in params.items()}
         pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
+        dropout = (_dropout_p(dropout_p),
+                   _int(dropout_seed, "dropout_seed", 0, _U64_MAX),
+                   _int(dropout_offset, "dropout_offset", 0, _U64_MAX))
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
-            self._args(scale, kv_lens, q_offsets, params, pages))
+            self._args(scale, kv_lens, q_offsets, params, pages, dropout=dropout))
 
 
 class Plan:

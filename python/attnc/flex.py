@@ -608,12 +608,18 @@ def _is_torch_default(fn, name):
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
                    enable_gqa=False, return_lse=False, kernel_options=None,
-                   return_aux=None):
+                   return_aux=None, *, dropout_p=0.0, dropout_seed=None,
+                   dropout_offset=0):
     """torch.nn.attention.flex_attention's meaning, run by attnc: query
     [B, Hq, L, E], key [B, Hkv, S, E], value [B, Hkv, S, Ev]; query i sits
     at position i (FlexAttention's convention). `return_aux=AuxRequest(
     lse=True)` (torch's current spelling) returns (out, AuxOutput(lse=...)),
-    `return_lse=True` (its older one) (out, lse)."""
+    `return_lse=True` (its older one) (out, lse).
+
+    attnc's extension: attention dropout (torch's flex_attention has none),
+    as Kernel.__call__ takes it (docs/dropout.md): dropout_p in [0, 1),
+    dropout_seed (None: drawn from torch's generator) and dropout_offset.
+    Pass dropout_p=0.0 at evaluation time, as with SDPA."""
     for x, what in ((query, "query"), (key, "key"), (value, "value")):
         shape = getattr(x, "shape", None)
         if shape is None or len(shape) != 4:
@@ -651,12 +657,20 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if attnc._is_torch_tensor(query) and attnc._needs_operator(
             (query, key, value), params):  # the operator: torch.compile follows
         from . import torch_op
+        dropout_p = attnc._dropout_p(dropout_p)
+        if dropout_seed is not None and not attnc._is_torch_tensor(dropout_seed):
+            dropout_seed = attnc._int(dropout_seed, "dropout_seed", 0, attnc._U64_MAX)
+        dropout_offset = attnc._int(dropout_offset, "dropout_offset", 0,
+                                    attnc._U64_MAX)
         result = torch_op.call(_kernel_id(src, name, bool(query.is_cuda)), query, key,
-                               value, scale, None, [0] * B, return_lse, params)
+                               value, scale, None, [0] * B, return_lse, params,
+                               None, 0, dropout_p, dropout_seed, dropout_offset)
     else:
         kernel = _kernel_for(src, name, attnc._device_of(query)[0] == attnc._CUDA)
         result = kernel(query, key, value, scale=scale, q_offsets=[0] * B,
-                        return_lse=return_lse, **params)
+                        return_lse=return_lse, dropout_p=dropout_p,
+                        dropout_seed=dropout_seed, dropout_offset=dropout_offset,
+                        **params)
     if return_aux is None:
         return result
     out, lse = result if return_lse else (result, None)

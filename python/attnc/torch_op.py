@@ -39,10 +39,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
               kv_indices: Optional[List[int]] = None,
               kv_last_page_len: Optional[List[int]] = None,
               num_splits: int = 0, kv_lens_t: Optional[torch.Tensor] = None,
-              q_offsets_t: Optional[torch.Tensor] = None
+              q_offsets_t: Optional[torch.Tensor] = None,
+              dropout_p: float = 0.0, dropout_rng: Optional[torch.Tensor] = None
               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out [B, H, Lq, Dv] in q's dtype, lse [B, H, Lq] float32). The
-    names are comma-separated (the schema has no list of strings)."""
+    names are comma-separated (the schema has no list of strings).
+    dropout_rng: int64 [2], the dropout seed and offset (a graph input, so
+    a new seed per step does not recompile)."""
     params = dict(zip(_names(tensor_names), tensors))
     params.update(zip(_names(scalar_names), scalars))
     kv_lens = _lengths(kv_lens, kv_lens_t, "kv_lens")
@@ -51,7 +54,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
     return _kernel(kernel)._run(q, k, v, scale=scale, kv_lens=kv_lens,
                                 q_offsets=q_offsets, out=None, return_lse=True,
                                 num_threads=0, stream=None, params=params,
-                                pages=pages, num_splits=num_splits)
+                                pages=pages, num_splits=num_splits,
+                                dropout=_dropout(dropout_p, dropout_rng))
+
+
+def _dropout(p, rng):
+    """The kernels' (p, seed, offset), or None without dropout."""
+    if not p:
+        return None
+    seed, offset = (int(x) % 2 ** 64 for x in rng.detach().cpu().tolist())
+    return (p, seed, offset)
+
+
+def dropout_rng(seed, offset):
+    """The operator's int64 [seed, offset] tensor: `seed` an int, a tensor,
+    or None (drawn from torch's default generator)."""
+    def signed(x):
+        return x - 2 ** 64 if x >= 2 ** 63 else x
+    off = torch.tensor([signed(offset)], dtype=torch.int64)
+    if seed is None:
+        s = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64)
+    elif isinstance(seed, torch.Tensor):
+        s = seed.detach().reshape(1).to(device="cpu", dtype=torch.int64)
+    else:
+        s = torch.tensor([signed(seed)], dtype=torch.int64)
+    return torch.cat([s, off])
 
 
 def _names(joined):
@@ -79,7 +106,8 @@ def check_lengths(t, name):
 @attention.register_fake
 def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
       kv_lens, q_offsets, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
-      num_splits=0, kv_lens_t=None, q_offsets_t=None):
+      num_splits=0, kv_lens_t=None, q_offsets_t=None, dropout_p=0.0,
+      dropout_rng=None):
     B, H, L = q.shape[0], q.shape[1], q.shape[2]
     return (q.new_empty((B, H, L, v.shape[3])),
             q.new_empty((B, H, L), dtype=torch.float32))
@@ -94,24 +122,27 @@ def attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor],
                        scale: Optional[float], kv_lens: Optional[List[int]],
                        q_offsets: Optional[List[int]],
                        kv_lens_t: Optional[torch.Tensor] = None,
-                       q_offsets_t: Optional[torch.Tensor] = None
+                       q_offsets_t: Optional[torch.Tensor] = None,
+                       dropout_p: float = 0.0,
+                       dropout_rng: Optional[torch.Tensor] = None
                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                   List[torch.Tensor]]:
     """(dq, dk, dv, the gradient of each captured tensor: zeros for those
-    that are not floats)."""
+    that are not floats). With dropout, the forward's mask regenerated."""
     params = dict(zip(_names(tensor_names), tensors))
     params.update(zip(_names(scalar_names), scalars))
     kv_lens = _lengths(kv_lens, kv_lens_t, "kv_lens")
     q_offsets = _lengths(q_offsets, q_offsets_t, "q_offsets")
     return _kernel(kernel)._backward(
         q, k, v, out, lse, grad_out, grad_lse, scale=scale, kv_lens=kv_lens,
-        q_offsets=q_offsets, params=params)
+        q_offsets=q_offsets, params=params,
+        dropout=_dropout(dropout_p, dropout_rng))
 
 
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, kernel, tensor_names, tensors,
       scalar_names, scalars, scale, kv_lens, q_offsets, kv_lens_t=None,
-      q_offsets_t=None):
+      q_offsets_t=None, dropout_p=0.0, dropout_rng=None):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             [torch.empty_like(t) for t in tensors])
 
@@ -119,11 +150,13 @@ def _(grad_out, grad_lse, q, k, v, out, lse, kernel, tensor_names, tensors,
 def _setup_context(ctx, inputs, output):
     (q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
      kv_lens, q_offsets, kv_indptr, kv_indices, kv_last_page_len,
-     num_splits, kv_lens_t, q_offsets_t) = inputs
+     num_splits, kv_lens_t, q_offsets_t, dropout_p, dropout_rng) = inputs
     out, lse = output
-    lengths = [t for t in (kv_lens_t, q_offsets_t) if t is not None]
+    lengths = [t for t in (kv_lens_t, q_offsets_t, dropout_rng) if t is not None]
     ctx.save_for_backward(q, k, v, out, lse, *lengths, *tensors)
-    ctx.lengths = (kv_lens_t is not None, q_offsets_t is not None)
+    ctx.lengths = (kv_lens_t is not None, q_offsets_t is not None,
+                   dropout_rng is not None)
+    ctx.dropout_p = dropout_p
     ctx.args = (kernel, tensor_names, scalar_names, scalars, scale, kv_lens,
                 q_offsets)
     ctx.paged = kv_indptr is not None
@@ -142,13 +175,14 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, *tensors = ctx.saved_tensors
     kv_lens_t = tensors.pop(0) if ctx.lengths[0] else None
     q_offsets_t = tensors.pop(0) if ctx.lengths[1] else None
+    rng = tensors.pop(0) if ctx.lengths[2] else None
     kernel, tensor_names, scalar_names, scalars, scale, kv_lens, q_offsets = ctx.args
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv, dts = torch.ops.attnc.attention_backward(
         grad_out.contiguous(), grad_lse, q, k, v, out, lse, kernel,
         tensor_names, tensors, scalar_names, scalars, scale, kv_lens, q_offsets,
-        kv_lens_t, q_offsets_t)
+        kv_lens_t, q_offsets_t, ctx.dropout_p, rng)
     dts = [d if t.is_floating_point() else None for d, t in zip(dts, tensors)]
     grads = [None if n is None else [None] * n for n in ctx.structure]
     grads[0], grads[1], grads[2], grads[5] = dq, dk, dv, dts
@@ -160,7 +194,8 @@ torch.library.register_autograd("attnc::attention", _backward,
 
 
 def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
-         pages=None, num_splits=0):
+         pages=None, num_splits=0, dropout_p=0.0, dropout_seed=None,
+         dropout_offset=0):
     """A kernel (by registry number) on torch tensors, through the
     operator: Kernel.__call__ and flex_attention."""
     tensor_names, tensors, scalar_names, scalars = [], [], [], []
@@ -182,5 +217,6 @@ def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
         [int(x) for x in q_offsets],
         *([None] * 3 if pages is None else
           [[int(x) for x in (p.tolist() if hasattr(p, "tolist") else p)] for p in pages]),
-        int(num_splits), kv_lens_t, q_offsets_t)
+        int(num_splits), kv_lens_t, q_offsets_t, float(dropout_p),
+        dropout_rng(dropout_seed, dropout_offset) if dropout_p else None)
     return (out, lse) if return_lse else out

@@ -100,6 +100,7 @@ rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
   if (c.kvLens)
     a.kvLens = *c.kvLens;
   a.numSplits = c.numSplits;
+  a.dropout = {c.dropoutP, c.dropoutSeed, c.dropoutOffset};
   if (c.qOffsets)
     a.qOffsets = *c.qOffsets;
   for (const auto &[name, t] : c.tensors)

@@ -92,6 +92,8 @@ struct CallArgs {
   std::optional<std::vector<int32_t>> kvIndptr, kvIndices, kvLastPageLen;
   mutable rt::PageTable table; // what makeArgs points the call to
   int numSplits = 0;           // AttentionArgs::numSplits
+  double dropoutP = 0.0;       // AttentionArgs::dropout
+  uint64_t dropoutSeed = 0, dropoutOffset = 0;
 };
 
 /// The runtime's arguments; every array must be where q is.

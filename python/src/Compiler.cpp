@@ -25,7 +25,7 @@ namespace {
 using namespace nb::literals;
 
 rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
-                      int64_t vHeadDim) {
+                      int64_t vHeadDim, bool dropout = false) {
   auto dt = rt::parseDType(dtype);
   if (!dt || (*dt != rt::DType::F32 && *dt != rt::DType::F16 &&
               *dt != rt::DType::BF16))
@@ -34,6 +34,7 @@ rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
   spec.dtype = *dt;
   spec.headDim = headDim;
   spec.vHeadDim = vHeadDim;
+  spec.dropout = dropout;
   return spec;
 }
 
@@ -74,8 +75,9 @@ public:
   std::unique_ptr<rt::CpuKernel> compileCpu(const std::string &variant,
                                             const std::string &dtype,
                                             int64_t headDim,
-                                            int64_t vHeadDim) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+                                            int64_t vHeadDim,
+                                            bool dropout) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
     std::unique_ptr<rt::CpuKernel> k;
     nb::gil_scoped_release release;
     check(session_->compileCpu(variant, spec, k));
@@ -84,8 +86,8 @@ public:
 
   std::unique_ptr<rt::CpuBackwardKernel>
   compileCpuBackward(const std::string &variant, const std::string &dtype,
-                     int64_t headDim, int64_t vHeadDim) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+                     int64_t headDim, int64_t vHeadDim, bool dropout) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
     std::unique_ptr<rt::CpuBackwardKernel> k;
     nb::gil_scoped_release release;
     check(session_->compileCpuBackward(variant, spec, k));
@@ -96,8 +98,8 @@ public:
   std::unique_ptr<DeviceKernel> compileGpu(const std::string &variant,
                                            const std::string &dtype,
                                            int64_t headDim, int64_t vHeadDim,
-                                           int device) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+                                           int device, bool dropout) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
     const rt::cuda::Context &ctx = contextFor(device);
     int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
@@ -113,8 +115,9 @@ public:
   /// The backward pass for the device's newest target, loaded on it.
   std::unique_ptr<DeviceBackwardKernel>
   compileGpuBackward(const std::string &variant, const std::string &dtype,
-                     int64_t headDim, int64_t vHeadDim, int device) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim);
+                     int64_t headDim, int64_t vHeadDim, int device,
+                     bool dropout) const {
+    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
     const rt::cuda::Context &ctx = contextFor(device);
     int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
@@ -216,13 +219,14 @@ void bindCompiler(nb::module_ &m) {
         return signatureOf(p.info(variant));
       }, "variant"_a)
       .def("cpu_kernel", &Program::compileCpu, "variant"_a, "dtype"_a,
-           "head_dim"_a, "v_head_dim"_a)
+           "head_dim"_a, "v_head_dim"_a, "dropout"_a = false)
       .def("cpu_backward_kernel", &Program::compileCpuBackward, "variant"_a,
-           "dtype"_a, "head_dim"_a, "v_head_dim"_a)
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "dropout"_a = false)
       .def("gpu_kernel", &Program::compileGpu, "variant"_a, "dtype"_a,
-           "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+           "head_dim"_a, "v_head_dim"_a, "device"_a = 0, "dropout"_a = false)
       .def("gpu_backward_kernel", &Program::compileGpuBackward, "variant"_a,
-           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0,
+           "dropout"_a = false)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
            "dtypes"_a, "head_dims"_a, "backward"_a = false)
       .def("reference", [](const Program &p, const std::string &variant,

@@ -214,7 +214,10 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("kv_indptr", &CallArgs::kvIndptr)
       .def_rw("kv_indices", &CallArgs::kvIndices)
       .def_rw("kv_last_page_len", &CallArgs::kvLastPageLen)
-      .def_rw("num_splits", &CallArgs::numSplits);
+      .def_rw("num_splits", &CallArgs::numSplits)
+      .def_rw("dropout_p", &CallArgs::dropoutP)
+      .def_rw("dropout_seed", &CallArgs::dropoutSeed)
+      .def_rw("dropout_offset", &CallArgs::dropoutOffset);
 
   nb::class_<rt::CpuPlan>(m, "CpuPlan")
       .def_prop_ro("splits", &rt::CpuPlan::splits);

@@ -309,6 +309,13 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
     return Status::invalidArgument(fmt::format(
         "'numThreads' must be 0 (every core) or a positive count, got {}",
         a.numThreads));
+  if (Status s = resolveDropout(a.dropout, p.dropout); !s)
+    return s;
+  if (spec && !spec->dropout && p.dropout.active())
+    return Status::invalidArgument(fmt::format(
+        "'dropout_p' is {}, but the kernel was compiled without dropout "
+        "(compile it with dropout enabled)",
+        a.dropout.p));
   p.scale = a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(double(p.Dqk));
   if (!std::isfinite(p.scale))
     return Status::invalidArgument("'scale' must be finite");
@@ -432,8 +439,15 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
             continue;
           const double *vr = vb + j * p.Dv;
           meanS += w[j] / sum * std::fabs(s[j]);
+          // Dropout after the softmax: a kept pair's weight times the
+          // kernels' f32 factor, a dropped one's 0.
+          double kept = !p.dropout.active() ? 1.0
+                        : dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
+                                       int32_t(j))
+                            ? double(p.dropout.scale)
+                            : 0.0;
           for (int64_t d = 0; d < p.Dv; ++d) {
-            o[d] += w[j] / sum * vr[d];
+            o[d] += w[j] / sum * kept * vr[d];
             maxV = std::max(maxV, std::fabs(vr[d]));
           }
         }

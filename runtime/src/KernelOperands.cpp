@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 
 namespace attnc::rt::detail {
@@ -96,6 +97,12 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   for (int d = 0; d < 3; ++d)
     ip[abi::kOutLseStride + d] = ip[abi::kLseStride + d];
   ip[abi::kOutHasLse] = ip[abi::kHasLse];
+  uint32_t scaleBits;
+  std::memcpy(&scaleBits, &p.dropout.scale, sizeof scaleBits);
+  ip[abi::kDropThreshold] = p.dropout.threshold;
+  ip[abi::kDropScaleBits] = scaleBits;
+  ip[abi::kDropKey0] = p.dropout.key0;
+  ip[abi::kDropKey1] = p.dropout.key1;
   return o;
 }
 

@@ -76,6 +76,8 @@ std::string Package::serialize() const {
       jk["v_head_dim"] = k.spec.vHeadDim;
       jk["block_m"] = k.spec.blockM;
       jk["block_n"] = k.spec.blockN;
+      if (k.spec.dropout)
+        jk["dropout"] = true;
       jk["threads"] = k.threads;
       jk["shared_bytes"] = k.sharedBytes;
       jk["dynamic_shared_bytes"] = k.dynamicSharedBytes;
@@ -144,6 +146,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !intField(jk, "v_head_dim", 8, 256, k.spec.vHeadDim, why) ||
       !intField(jk, "block_m", 1, 1024, k.spec.blockM, why) ||
       !intField(jk, "block_n", 8, 1024, k.spec.blockN, why) ||
+      !optionalBoolField(jk, "dropout", k.spec.dropout, why) ||
       !intField(jk, "threads", 32, 1024, threads, why) ||
       !intField(jk, "shared_bytes", 0, kMaxSharedBytes, shared, why) ||
       !intField(jk, "dynamic_shared_bytes", 0, kMaxSharedBytes, dynShared,

@@ -21,6 +21,8 @@ json backwardToJson(const GpuBackwardImage &k) {
   j["v_head_dim"] = k.spec.vHeadDim;
   j["block_m"] = k.spec.blockM;
   j["block_n"] = k.spec.blockN;
+  if (k.spec.dropout)
+    j["dropout"] = true;
   j["warps"] = k.spec.warps; // > 0: tensor cores, a warp per 16 rows
   j["query"] = k.query;
   j["query_threads"] = k.queryThreads;
@@ -92,6 +94,7 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
       !intField(j, "v_head_dim", 8, 256, k.spec.vHeadDim, why) ||
       !intField(j, "block_m", 16, 1024, k.spec.blockM, why) ||
       !intField(j, "block_n", 16, 1024, k.spec.blockN, why) ||
+      !optionalBoolField(j, "dropout", k.spec.dropout, why) ||
       !intField(j, "warps", -1, 32, warps, why) ||
       !stringField(j, "query", k.query, why, 256) ||
       !intField(j, "query_threads", 16, 1024, k.queryThreads, why) ||

@@ -47,6 +47,21 @@ inline bool stringField(const json &j, const char *key, std::string &out,
   return true;
 }
 
+/// An optional boolean field (absent: false).
+inline bool optionalBoolField(const json &j, const char *key, bool &out,
+                              std::string &why) {
+  auto it = j.find(key);
+  out = false;
+  if (it == j.end())
+    return true;
+  if (!it->is_boolean()) {
+    why = fmt::format("\"{}\" must be a boolean, found {}", key, it->dump());
+    return false;
+  }
+  out = it->get<bool>();
+  return true;
+}
+
 /// An integer field in [lo, hi] (never truncated).
 inline bool intField(const json &j, const char *key, int64_t lo, int64_t hi,
               int64_t &out, std::string &why) {

@@ -85,6 +85,17 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
         for (int64_t j = 0; j < p.kvLen[b]; ++j)
           sum += s[j] == ninf ? 0.0 : std::exp(s[j] - mx);
         const double lse = mx + std::log(sum);
+        // Dropout: O = sum_j P_j z_j V_j with z_j the kept pair's factor
+        // or 0, so dV_j = P_j z_j dO and dP_j = z_j dO.V_j, and
+        // D = rowsum(dO * O) = sum_j P_j dP_j still.
+        auto factor = [&](int64_t j) {
+          if (!p.dropout.active())
+            return 1.0;
+          return dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
+                              int32_t(j))
+                     ? double(p.dropout.scale)
+                     : 0.0;
+        };
         double D = 0; // rowsum(dO * O) = sum_j P_j dP_j
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           if (s[j] == ninf)
@@ -93,6 +104,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
           dP[j] = 0;
           for (int64_t d = 0; d < Dv; ++d)
             dP[j] += dOr[d] * vr[d];
+          dP[j] *= factor(j);
           D += std::exp(s[j] - lse) * dP[j];
         }
         if (forwardOut) { // D from the given O instead
@@ -104,10 +116,10 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
         for (int64_t j = 0; j < p.kvLen[b]; ++j) {
           if (s[j] == ninf)
             continue; // masked: no gradient
-          const double P = std::exp(s[j] - lse);
+          const double P = std::exp(s[j] - lse), kept = P * factor(j);
           double *dv = &g.dv[(kvHead + j) * Dv];
           for (int64_t d = 0; d < Dv; ++d)
-            dv[d] += P * dOr[d];
+            dv[d] += kept * dOr[d];
           const double dS = P * (dP[j] - D);
           const double dx =
               evalScoreGrad(v, p.params, x[j], int32_t(b), int32_t(h), qpos,

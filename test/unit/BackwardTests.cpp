@@ -471,16 +471,19 @@ using BackwardRun =
 /// gradient. dq is written token-major (BSHD strides) in `dqType`, dk and
 /// dv contiguous in `dkvType`, all three starting as NaN (keys past a
 /// sequence's length must be written 0). `threads`: the CPU threads (0:
-/// every core).
+/// every core); `drop`: dropout in the forward and the backward (the
+/// forward kernel compiled with it).
 void checkBackwardKernel(const Session &session, const std::string &name,
                          const rt::CpuKernel &forward,
                          const BackwardRun &backward, Shape shape, double tol,
-                         rt::DType dqType, rt::DType dkvType, int threads = 0) {
+                         rt::DType dqType, rt::DType dkvType, int threads = 0,
+                         const rt::DropoutRequest &drop = {}) {
   rt::VariantInfo info;
   REQUIRE(session.info(name, info).isOk());
   Inputs in = inputsFor(info, shape);
   rt::AttentionArgs &a = in.args;
   a.numThreads = threads;
+  a.dropout = drop;
   REQUIRE(forward.run(a).isOk());
 
   std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
@@ -777,4 +780,52 @@ TEST_CASE("the CPU backward kernels refuse bad calls by name",
              Catch::Contains("dq") && Catch::Contains("expected dtype f32"));
   CHECK_THAT(gpu.run()(noLse, grads).message(), Catch::Contains("lse"));
   CHECK(gpu.run()(b, grads).isOk());
+}
+
+TEST_CASE("dropout in the backward: CPU and emulated GPU kernels (SIMT and "
+          "tensor cores) regenerate the forward's mask",
+          "[backward][kernel][dropout]") {
+  // dV takes P z and dP becomes z dP; every gradient against the fp64
+  // backward with the same mask (Dropout.h), with 35% of the pairs dropped.
+  const rt::DropoutRequest drop{0.35, 99, 3};
+  std::vector<Shape> shapes = kernelShapes();
+  for (const char *file : {"causal.attn", "synaptic.attn", "alibi.attn"}) {
+    auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/" + file);
+    for (const std::string &name : session->variants()) {
+      INFO(file << " variant " << name);
+      rt::KernelSpec spec;
+      spec.blockM = spec.blockN = spec.headDim = 16;
+      spec.vHeadDim = 24;
+      spec.dropout = true;
+      KernelPair kernels = compilePair(*session, name, spec);
+      spec.form = "simt";
+      GpuBackward simt(*session, name, spec);
+      for (const Shape &s : shapes) {
+        INFO(tools::modeName(s.mode));
+        checkBackwardKernel(*session, name, *kernels.forward, onCpu(kernels),
+                            s, 2e-5, rt::DType::F32, rt::DType::F32, 2, drop);
+        checkBackwardKernel(*session, name, *kernels.forward, simt.run(), s,
+                            2e-5, rt::DType::F32, rt::DType::F32, 0, drop);
+      }
+      // Tensor cores: bf16, 64-row tiles over 150 keys.
+      rt::KernelSpec bf = spec;
+      bf.dtype = rt::DType::BF16;
+      bf.vHeadDim = 32;
+      bf.form = "";
+      KernelPair bfKernels = compilePair(*session, name, bf);
+      GpuBackward mma(*session, name, bf);
+      REQUIRE(mma.image.spec.warps > 0);
+      for (Shape s : shapes) {
+        s.dtype = rt::DType::BF16;
+        s.vHeadDim = 32;
+        s.kvLen = 150;
+        s.kvLens = {150, 97};
+        if (s.mode == Mode::Prefill)
+          s.qLen = 150;
+        INFO(tools::modeName(s.mode) << " bf16");
+        checkBackwardKernel(*session, name, *bfKernels.forward, mma.run(), s,
+                            1e-3, rt::DType::BF16, rt::DType::BF16, 0, drop);
+      }
+    }
+  }
 }

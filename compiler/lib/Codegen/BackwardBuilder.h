@@ -6,7 +6,8 @@
 // (ScoreGradEmission.cpp):
 //
 //   P  = exp(score_mod(scale s) - LSE)
-//   dS = P (dP - delta)
+//   dS = P (z dP - delta)    z: dropout's factor (1 without dropout); dV
+//                            takes z P
 //   dX = scale score_grad(scale s, dy = dS)   (accumulates: parameters)
 //
 //===----------------------------------------------------------------------===//
@@ -30,6 +31,7 @@ struct PairSection {
   mlir::flash::LoadRowsOp lse, delta;      // bwd_kv: in the body
   mlir::flash::ProductOp s, dp;
   mlir::flash::ProbabilitiesOp p;
+  mlir::flash::DropoutOp dropP, dropDp;    // with dropout: on P, on dP
   mlir::flash::ScoresMapOp ds;
   mlir::flash::ScoreGradOp dx;
   mlir::flash::AccumulateOp dq, dk, dv;    // those the kernel has
@@ -52,7 +54,8 @@ protected:
   void bindGradients(Value grads, bool atomic);
   /// Whether score_grad adds into any parameter's gradient.
   bool accumulates();
-  /// One kept (query, key) pair's P and dX from the section's ops: P =
+  /// One kept (query, key) pair's P (times dropout's factor, as dV takes
+  /// it) and dX from the section's ops: P =
   /// exp(score_mod(xs) - lse) (flash.probabilities), dS from its flash.scores_map body (its operands
   /// are P, dP and delta), dX = scale score_grad(xs, dS) with the
   /// section's accumulate flag; `s` is the unscaled score.

@@ -70,6 +70,13 @@ ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
       b_, arith::CmpIPredicate::ne, load(ip_, cIdx(abi::kHasLse)),
       arith::ConstantOp::create(b_, b_.getI64IntegerAttr(0)));
   e.scale = load(fp_, cIdx(0));
+  auto word = [&](int64_t slot) -> Value {
+    return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(slot)));
+  };
+  e.dropThreshold = word(abi::kDropThreshold);
+  e.dropScale = arith::BitcastOp::create(b_, f32_, word(abi::kDropScaleBits));
+  e.dropKey0 = word(abi::kDropKey0);
+  e.dropKey1 = word(abi::kDropKey1);
   e.ninf = cF32(-std::numeric_limits<double>::infinity());
   e.zeroF = cF32(0.0);
   e.log2e = cF32(1.4426950408889634);
@@ -197,6 +204,82 @@ SmallVector<Type> ProgramBuilder::kernelArgs() {
       args.push_back(dyn(storageType(ctx_, p.dtype)));
   args.push_back(i64_); // first work item of this launch
   return args;
+}
+
+} // namespace attnc::codegen
+
+namespace attnc::codegen {
+
+Value ProgramBuilder::dropoutFactor(const Entry &e, Value b, Value h, Value q,
+                                    Value kv) {
+  return dropoutFactorOf(e, philoxBlock(e, b, h, q, kv), kv);
+}
+
+std::array<Value, 4> ProgramBuilder::philoxBlock(const Entry &e, Value b,
+                                                 Value h, Value q, Value kv) {
+  Type t = kv.getType();
+  auto splat = [&](Value x) -> Value {
+    return x.getType() == t ? x : Value(vector::BroadcastOp::create(b_, t, x));
+  };
+  auto word = [&](uint32_t x) -> Value {
+    return splat(arith::ConstantOp::create(
+        b_, b_.getI32IntegerAttr(static_cast<int32_t>(x))));
+  };
+  // Philox 4x32-10 (Dropout.h) of counter (kv / 4, q, h, b).
+  Value c[4] = {arith::ShRUIOp::create(b_, kv, word(2)), splat(q), splat(h),
+                splat(b)};
+  Value k0 = e.dropKey0, k1 = e.dropKey1;
+  for (int round = 0; round < 10; ++round) {
+    auto p0 = arith::MulUIExtendedOp::create(b_, word(0xD2511F53u), c[0]);
+    auto p1 = arith::MulUIExtendedOp::create(b_, word(0xCD9E8D57u), c[2]);
+    Value n0 = arith::XOrIOp::create(
+        b_, arith::XOrIOp::create(b_, p1.getHigh(), c[1]), splat(k0));
+    Value n2 = arith::XOrIOp::create(
+        b_, arith::XOrIOp::create(b_, p0.getHigh(), c[3]), splat(k1));
+    c[0] = n0;
+    c[1] = p1.getLow();
+    c[2] = n2;
+    c[3] = p0.getLow();
+    // The key schedule is uniform: scalars, broadcast where used.
+    k0 = arith::AddIOp::create(
+        b_, k0, arith::ConstantOp::create(b_, b_.getI32IntegerAttr(
+                                                  int32_t(0x9E3779B9u))));
+    k1 = arith::AddIOp::create(
+        b_, k1, arith::ConstantOp::create(b_, b_.getI32IntegerAttr(
+                                                  int32_t(0xBB67AE85u))));
+  }
+  return {c[0], c[1], c[2], c[3]};
+}
+
+Value ProgramBuilder::dropoutFactorOf(const Entry &e,
+                                      const std::array<Value, 4> &c, Value kv) {
+  Type t = kv.getType();
+  auto splat = [&](Value x) -> Value {
+    return x.getType() == t ? x : Value(vector::BroadcastOp::create(b_, t, x));
+  };
+  auto word = [&](uint32_t x) -> Value {
+    return splat(arith::ConstantOp::create(
+        b_, b_.getI32IntegerAttr(static_cast<int32_t>(x))));
+  };
+  // Word kv % 4 of the block.
+  Value lane = arith::AndIOp::create(b_, kv, word(3));
+  auto is = [&](uint32_t i) {
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, lane, word(i));
+  };
+  Value w = arith::SelectOp::create(
+      b_, is(0), c[0],
+      arith::SelectOp::create(
+          b_, is(1), c[1], arith::SelectOp::create(b_, is(2), c[2], c[3])));
+  Value keep = arith::CmpIOp::create(b_, arith::CmpIPredicate::uge, w,
+                                     splat(e.dropThreshold));
+  Type ft = t == i32_ ? Type(f32_)
+                      : Type(VectorType::get(cast<VectorType>(t).getShape(),
+                                             f32_));
+  Value zero = arith::ConstantOp::create(b_, b_.getZeroAttr(ft));
+  Value scale = e.dropScale;
+  if (ft != f32_)
+    scale = vector::BroadcastOp::create(b_, ft, scale);
+  return arith::SelectOp::create(b_, keep, scale, zero);
 }
 
 } // namespace attnc::codegen

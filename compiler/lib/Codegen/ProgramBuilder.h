@@ -23,6 +23,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseSet.h"
 
+#include <array>
 #include <cmath>
 #include <climits>
 #include <functional>
@@ -201,6 +202,9 @@ protected:
     Value Hq, Lq, B, nQT, G, P; // P: query heads per work item
     SmallVector<Value> qs, ks, vs, os, ls; // strides of q, k, v, out, lse
     Value hasLse, scale, ninf, zeroF, log2e, ln2;
+    // Dropout (KernelABI.h's slots; read only by kernels that drop): i32
+    // threshold and Philox key words, the f32 factor of a kept pair.
+    Value dropThreshold, dropScale, dropKey0, dropKey1;
   };
   /// Binds ip/fp/blockmask and the captures from the kernel's arguments
   /// (ABI order) and loads the problem-wide values.
@@ -264,6 +268,18 @@ protected:
   /// q) alone, hoisted (or null).
   Value scaledScore(Value x, Value scale, Value b, Value h, Value q, Value kv,
                     const IRMapping *row = nullptr);
+  /// Dropout's factor for pair (b, h, q, kv), i32 positions as the
+  /// modifiers see them: the kept pair's scale, or 0 where Philox drops it
+  /// (the runtime's Dropout.h says how; its fp64 reference draws the same
+  /// mask). `kv` may be a vector (the CPU's lanes): the rest is broadcast.
+  Value dropoutFactor(const Entry &e, Value b, Value h, Value q, Value kv);
+  /// The two halves of dropoutFactor, for a form whose thread holds
+  /// neighbouring keys: the Philox block of keys kv - kv % 4 .. + 3, then
+  /// key kv's factor from it (any kv of that block).
+  std::array<Value, 4> philoxBlock(const Entry &e, Value b, Value h, Value q,
+                                   Value kv);
+  Value dropoutFactorOf(const Entry &e, const std::array<Value, 4> &block,
+                        Value kv);
   /// Whether an element of a tile that needs its mask is kept: its key is
   /// within the tile (`inRange`) and mask_mod(b, h, q, kv) holds; `row` as
   /// above, for mask_mod.

@@ -111,10 +111,15 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   // score_grad takes the scaled score too (CSE shares the product).
   Value xs = arith::MulFOp::create(b_, s, e.scale);
   Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, sm, lse));
+  // Dropout's factor, where the section drops (b, h, qpos, kv are i32).
+  Value z = sec.dropP || sec.dropDp ? dropoutFactor(e, b, h, qpos, kv) : Value();
   // dS as the tiled program writes it.
   SmallVector<Value> args;
   for (Value t : sec.ds.getScores())
-    args.push_back(t.getDefiningOp<flash::ProbabilitiesOp>() ? p : dp);
+    args.push_back(t.getDefiningOp<flash::ProbabilitiesOp>() ? p
+                   : t.getDefiningOp<flash::DropoutOp>()
+                       ? Value(arith::MulFOp::create(b_, dp, z))
+                       : dp);
   for (Value r : sec.ds.getRows()) {
     auto rows = r.getDefiningOp<flash::LoadRowsOp>();
     args.push_back(rows && rows.getValue() == "delta" ? delta : lse);
@@ -125,6 +130,8 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   SmallVector<Value> gargs = {xs, b, h, qpos, kv, ds};
   map.map(grad.getArguments(), gargs);
   Value dx = emitGrad(grad, map, sec.dx.getAccumulate());
+  if (sec.dropP)
+    p = arith::MulFOp::create(b_, p, z);
   return {p, arith::MulFOp::create(b_, dx, e.scale)};
 }
 
@@ -146,6 +153,10 @@ FailureOr<PairSection> findPairSection(Block &body) {
         })
         .Case([&](flash::ProductOp o) { (o.getWith() == "k" ? sec.s : sec.dp) = o; })
         .Case([&](flash::ProbabilitiesOp o) { sec.p = o; })
+        .Case([&](flash::DropoutOp o) {
+          (o.getScores().getDefiningOp<flash::ProbabilitiesOp>() ? sec.dropP
+                                                                 : sec.dropDp) = o;
+        })
         .Case([&](flash::ScoresMapOp o) { sec.ds = o; })
         .Case([&](flash::ScoreGradOp o) { sec.dx = o; })
         .Case([&](flash::AccumulateOp o) {

@@ -187,7 +187,7 @@ rt::Status Session::compileGpu(const std::string &variant,
        << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
        << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
        << " n " << spec.blockN << " w " << spec.warps << " form '"
-       << spec.form << "'\n";
+       << spec.form << "'" << (spec.dropout ? " dropout" : "") << "\n";
     v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
     if (auto hit = impl_->cache->lookup(key)) {
       rt::Package p;

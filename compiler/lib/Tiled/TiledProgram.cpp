@@ -38,6 +38,7 @@ public:
     auto k = KernelOp::create(b_, name, kind, form, v_.getSymName(), dt,
                               s.headDim, s.vHeadDim, s.blockM, s.blockN,
                               s.warps, c.vectorWidth);
+    dropout_ = s.dropout;
     b_.createBlock(&k.getBody());
     return k;
   }
@@ -147,7 +148,12 @@ public:
       Value lNew = RescaleSumOp::create(b_, partT, l, alpha,
                                         RowSumOp::create(b_, partT, p));
       Value scaled = ScaleAccOp::create(b_, accT, acc, alpha);
-      Value accNew = AccumulateOp::create(b_, accT, scaled, p, kv, "pv");
+      // Dropout after the statistics: the sums keep every probability,
+      // P.V takes the kept ones, scaled.
+      Value pv = dropout_ ? Value(DropoutOp::create(b_, ScoresType::get(ctx),
+                                                    p, t))
+                          : p;
+      Value accNew = AccumulateOp::create(b_, accT, scaled, pv, kv, "pv");
       return SmallVector<Value>{accNew, mNew, lNew};
     });
     // The epilogue: O = acc / l (0 for a row with no key: l = 0; a NaN l
@@ -181,12 +187,18 @@ public:
                                     Value tile, bool accumulate) {
     MLIRContext *ctx = b_.getContext();
     Value p = ProbabilitiesOp::create(b_, ScoresType::get(ctx), s, lse, tile);
+    // With dropout, O = (P z) V: dV takes P z and dP becomes dP z (delta =
+    // rowsum(dO O) is unchanged).
+    if (dropout_)
+      dp = DropoutOp::create(b_, ScoresType::get(ctx), dp, tile);
     Value ds = scoresMap({p, dp}, {delta}, [&](ArrayRef<Value> x) -> Value {
       return arith::MulFOp::create(b_, x[0],
                                    arith::SubFOp::create(b_, x[1], x[2]));
     });
     Value dx = ScoreGradOp::create(b_, ScoresType::get(ctx), s, ds, lse, tile,
                                    accumulate);
+    if (dropout_)
+      p = DropoutOp::create(b_, ScoresType::get(ctx), p, tile);
     return {p, dx};
   }
 
@@ -258,6 +270,7 @@ private:
   ImplicitLocOpBuilder b_;
   attn::VariantOp v_;
   Type f32_;
+  bool dropout_ = false;
 };
 
 } // namespace
@@ -295,6 +308,8 @@ FlashConfig configOf(KernelOp k) {
   c.spec.warps = int64_t(k.getWarps());
   c.spec.form = k.getForm().str();
   c.vectorWidth = int64_t(k.getVectorWidth());
+  c.spec.dropout = false;
+  k.walk([&](DropoutOp) { c.spec.dropout = true; });
   return c;
 }
 

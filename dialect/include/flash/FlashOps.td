@@ -195,6 +195,22 @@ def Flash_ApplyModsOp : Flash_Op<"apply_mods", [Pure]> {
   let assemblyFormat = "$scores `on` $tile (`unscaled` $unscaled^)? attr-dict";
 }
 
+def Flash_DropoutOp : Flash_Op<"dropout", [Pure]> {
+  let summary = "Dropout's keep mask applied to a tile (P, or dP)";
+  let description = [{
+    Each element x at (b, h, q, kv) becomes x * scale where the pair is
+    kept and 0 where it is dropped; the mask and the factor 1 / (1 - p)
+    come from the kernel's run-time dropout parameters (the runtime's
+    Dropout.h: Philox 4x32-10 of the pair's true positions), so the mask
+    is the same in every kernel form and tile. The forward applies it to
+    P after the row sums, the backward to P (for dV) and to dP. A kernel
+    holding this op is compiled with dropout.
+  }];
+  let arguments = (ins Flash_Scores:$scores, Flash_Tile:$tile);
+  let results = (outs Flash_Scores:$result);
+  let assemblyFormat = "$scores `on` $tile attr-dict";
+}
+
 def Flash_RowMaxOp : Flash_Op<"row_max", [Pure]> {
   let summary = "The maximum of each row of a tile";
   let arguments = (ins Flash_Scores:$scores);

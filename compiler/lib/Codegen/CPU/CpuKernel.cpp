@@ -142,7 +142,8 @@ LogicalResult CpuKernel::lowerOps(Block::iterator from, Block::iterator to) {
 
 /// Ops that work row by row.
 static bool isRowwise(Operation &op) {
-  return isa<flash::ApplyModsOp, flash::RowMaxOp, flash::RowSumOp,
+  return isa<flash::ApplyModsOp, flash::DropoutOp, flash::RowMaxOp,
+             flash::RowSumOp,
              flash::RowsMapOp, flash::ScoresMapOp, flash::RescaleSumOp,
              flash::CompleteOp, flash::StoreOutputOp>(op);
 }
@@ -423,6 +424,8 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
   Value sRow = mul(rs.r, cIdx(BN));
   bool mods = llvm::any_of(st.pending,
                            [](Operation *o) { return isa<flash::ApplyModsOp>(o); });
+  bool drops = llvm::any_of(
+      st.pending, [](Operation *o) { return isa<flash::DropoutOp>(o); });
   Block &scoreBlock = v_.getScoreBlock(), &maskBlock = v_.getMaskBlock();
   llvm::DenseSet<Value> scoreU, maskU;
   Value vScale, vNinf, iota, kv0I32, colsI32;
@@ -443,6 +446,8 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
     hoist(maskBlock, maskU, rs.maskRow);
     vScale = vector::BroadcastOp::create(b_, vF, e.scale);
     vNinf = vector::BroadcastOp::create(b_, vF, e.ninf);
+  }
+  if (mods || drops) {
     SmallVector<int32_t> lanes;
     for (int64_t i = 0; i < W; ++i)
       lanes.push_back(int32_t(i));
@@ -489,6 +494,16 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
             Value m = emitModifierVec(maskBlock, margs, maskU, rs.maskRow, W);
             x = select(arith::AndIOp::create(b_, inRange, m), x, vNinf);
           }
+          continue;
+        }
+        if (isa<flash::DropoutOp>(p)) {
+          Value cI32 = arith::IndexCastOp::create(b_, i32_, c);
+          Value kvv = arith::AddIOp::create(
+              b_, vector::BroadcastOp::create(b_, vI, kv0I32),
+              arith::AddIOp::create(
+                  b_, vector::BroadcastOp::create(b_, vI, cI32), iota));
+          x = arith::MulFOp::create(
+              b_, x, dropoutFactor(e, rs.bI32, rs.hI32, rs.qpos, kvv));
           continue;
         }
         auto m = cast<flash::ScoresMapOp>(p);
@@ -551,6 +566,10 @@ LogicalResult CpuKernel::lowerRowRun(ArrayRef<Operation *> run) {
       ScoreTile st = scores.lookup(m.getScores()[0]);
       st.chain.push_back(op);
       scores[m] = st;
+    } else if (auto d = dyn_cast<flash::DropoutOp>(op)) {
+      ScoreTile st = scores.lookup(d.getScores());
+      st.chain.push_back(op);
+      scores[d] = st;
     }
   }
   LogicalResult result = success();
@@ -569,6 +588,11 @@ LogicalResult CpuKernel::lowerRowRun(ArrayRef<Operation *> run) {
     rs.maskRow.map(maskBlock.getArgument(1), rs.hI32);
     rs.maskRow.map(maskBlock.getArgument(2), rs.qpos);
     for (Operation *op : run) {
+      if (auto d = dyn_cast<flash::DropoutOp>(op)) {
+        // Read by a product past the run: applied to the row in place now.
+        materializeRow(rs, d, "none");
+        continue;
+      }
       if (isa<flash::ApplyModsOp, flash::ScoresMapOp>(op))
         continue; // pending until a reduction or a product reads them
       if (auto m = dyn_cast<flash::RowMaxOp>(op)) {

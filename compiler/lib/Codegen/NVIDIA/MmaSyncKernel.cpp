@@ -668,6 +668,29 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
         });
     return success();
   }
+  if (auto d = dyn_cast<flash::DropoutOp>(op)) {
+    // A thread's two neighbouring keys 8 nt + 2 tig + {0, 1} (kv0 is a
+    // multiple of 16) share one Philox block per row.
+    const SmallVector<Value> &x = regs[d.getScores()];
+    SmallVector<Value> out(x.size());
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t half = 0; half < 2; ++half) {
+          int64_t r = mt * 2 + half;
+          Value kv = arith::IndexCastOp::create(
+              b_, i32_, add(tile.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt))));
+          std::array<Value, 4> block =
+              philoxBlock(e, it.bI32, rows[r].hI32, rows[r].qpos, kv);
+          for (int64_t c = 0; c < 2; ++c) {
+            Value k = c ? Value(arith::AddIOp::create(b_, kv, cI32(1))) : kv;
+            int64_t at = (mt * NT + nt) * 4 + 2 * half + c;
+            out[at] = arith::MulFOp::create(b_, x[at],
+                                            dropoutFactorOf(e, block, k));
+          }
+        }
+    regs[d] = out;
+    return success();
+  }
   if (auto m = dyn_cast<flash::RowMaxOp>(op)) {
     // A row's maximum over its 4 lanes (xor 1, 2).
     const SmallVector<Value> &y = regs[m.getScores()];

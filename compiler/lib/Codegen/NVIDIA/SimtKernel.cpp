@@ -149,6 +149,9 @@ Value SimtKernel::reduceRow(Value s, StringRef kind) {
             x = select(keptByMask(in, it.bI32, hI32, qpos, kvpos, &maskRow), x,
                        e.ninf);
           }
+        } else if (isa<flash::DropoutOp>(op)) {
+          x = arith::MulFOp::create(
+              b_, x, dropoutFactor(e, it.bI32, hI32, qpos, kvpos));
         } else {
           auto m = cast<flash::ScoresMapOp>(op);
           SmallVector<Value> margs = {x};
@@ -315,6 +318,12 @@ LogicalResult SimtKernel::lowerOp(Operation &op, Block::iterator &next,
     scores[a] = row;
     return success();
   }
+  if (auto d = dyn_cast<flash::DropoutOp>(op)) {
+    ScoreRow row = scores.lookup(d.getScores());
+    row.chain.push_back(&op);
+    scores[d] = row;
+    return success();
+  }
   if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
     if (m.getScores().size() != 1)
       return op.emitOpError("the SIMT forward form maps one tile at a time");
@@ -358,9 +367,10 @@ LogicalResult SimtKernel::lowerOp(Operation &op, Block::iterator &next,
   if (auto a = dyn_cast<flash::AccumulateOp>(op)) {
     if (a.getKind() != "pv")
       return op.emitOpError("the SIMT forward form lowers pv only");
-    if (!scores.lookup(a.getScores()).chain.empty() &&
-        applied != scores.lookup(a.getScores()).chain)
-      return op.emitOpError("P V reads a row with pending ops");
+    // Ops after the row sums (dropout) are applied to the row now.
+    SmallVector<Operation *> chain = scores.lookup(a.getScores()).chain;
+    if (!chain.empty() && applied != chain)
+      (void)reduceRow(a.getScores(), "none");
     Value acc = accBuf.lookup(a.getAcc());
     Value alpha = accScale.lookup(a.getAcc());
     accBuf[a] = acc;

@@ -11,6 +11,7 @@
 #ifndef ATTNC_RUNTIME_ATTENTION_H
 #define ATTNC_RUNTIME_ATTENTION_H
 
+#include "attnc/runtime/Dropout.h"
 #include "attnc/runtime/PageTable.h"
 #include "attnc/runtime/Status.h"
 #include "attnc/runtime/TensorView.h"
@@ -35,6 +36,8 @@ struct KernelSpec {
                             // configuration table's choice for blockM)
   std::string form;         // compiler: the kernel form asked for ("simt",
                             // "mma-sync"; empty: the registry's choice)
+  bool dropout = false;     // applies dropout to P (Dropout.h); a kernel
+                            // without it refuses dropout_p > 0
 };
 
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as
@@ -70,6 +73,8 @@ struct AttentionArgs {
   /// Split-KV (SplitPlan.h): 0 lets the planner choose from the batch and
   /// the machine; 1 never splits; N > 1 forces N splits (at most 256).
   int numSplits = 0;
+  /// Dropout on P (Dropout.h); p > 0 needs a kernel compiled with it.
+  DropoutRequest dropout;
 };
 
 /// An attention problem after validation: sizes, lengths and bound params.
@@ -83,6 +88,7 @@ struct Problem {
   double scale = 1.0;
   std::vector<BoundParam> params; // in VariantInfo::params order
   bool hasLse = false;
+  DropoutParams dropout;
 };
 
 /// Validates every argument against the variant (and the kernel's spec, if

@@ -84,6 +84,10 @@ enum : int64_t {
   kOutStride,  // 4: with S > 1, where the merge writes O (else unused)
   kOutLseStride = kOutStride + 4, // 3
   kOutHasLse = kOutLseStride + 3,
+  kDropThreshold, // dropout (Dropout.h): a word below it drops the pair
+  kDropScaleBits, // a kept pair's factor, f32 bits
+  kDropKey0,      // Philox key words
+  kDropKey1,
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
 };
 
