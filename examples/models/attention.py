@@ -43,7 +43,8 @@ def _kernel(name):
     return _kernels[name]
 
 
-def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
+def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None,
+           dropout_p=0.0):
     """Causal attention of q over the window k, v (see the module's doc).
     synaptic: None, or (qamp, key_factor, barrier) with qamp, key_factor
     [B, H, S] positive and barrier a float. pages: None, or a paged cache's
@@ -51,9 +52,15 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
     [pages, Hkv, page_size, D] ("attnc" only). plans: None, or a dict that
     lives for one decode step: the first layer's call plans it
     (Kernel.plan: the page table and lengths validated once), every layer
-    runs the plan."""
+    runs the plan. dropout_p: attention dropout (training): attnc's
+    backends draw it in the kernel, SDPA in its kernel, the manual path
+    with torch.dropout; torch's flex_attention has none (an error)."""
     if backend not in BACKENDS:
         raise ValueError("backend must be one of %s, got %r" % (BACKENDS, backend))
+    if dropout_p and (backend == "flex" or plans is not None):
+        raise ValueError("attention dropout: torch's flex_attention has none, and "
+                         "a plan (decoding) takes none")
+    drop = {"dropout_p": dropout_p} if dropout_p else {}
     B, H, T, _ = q.shape
     S, Hkv = k.shape[2], k.shape[1]
     gqa = Hkv != H
@@ -71,7 +78,7 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
             captures = dict(qamp=synaptic[0], key_factor=synaptic[1])
             scalars = dict(barrier=synaptic[2])
         if plans is None:
-            return _kernel(name)(q, k, v, **lens, **captures, **scalars)
+            return _kernel(name)(q, k, v, **lens, **captures, **scalars, **drop)
         if name not in plans:
             plans[name] = _kernel(name).plan(q, k, v, **lens, **captures, **scalars)
         return plans[name](q, k, v, **captures)
@@ -85,7 +92,7 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
             mask = None if pos is not None else attnc.create_block_mask(
                 _causal, B, H, T, S)
             return attnc.flex_attention(q, k, v, score_mod=score_mod,
-                                        block_mask=mask, enable_gqa=gqa)
+                                        block_mask=mask, enable_gqa=gqa, **drop)
         from torch.nn.attention.flex_attention import flex_attention
         mask = None if pos is not None else _torch_block_mask(T, S, q.device)
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask,
@@ -93,7 +100,7 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
     if pos is None and synaptic is None:
         if backend == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                  enable_gqa=gqa)
+                                                  enable_gqa=gqa, **drop)
     qpos = torch.arange(T, device=q.device)
     if pos is not None:
         qpos = qpos + pos
@@ -101,7 +108,7 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
     allowed = qpos[:, None] >= kpos[None, :]  # [T, S]; also hides keys >= pos+T
     if backend == "sdpa" and synaptic is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
-                                              enable_gqa=gqa)
+                                              enable_gqa=gqa, **drop)
     bias = torch.zeros(T, S, dtype=torch.float32, device=q.device)
     if synaptic is not None:
         qamp, key_factor, barrier = synaptic
@@ -111,11 +118,14 @@ def attend(backend, q, k, v, pos, synaptic=None, pages=None, plans=None):
     bias = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
     if backend == "sdpa":  # synaptic through SDPA: the bias as a float mask
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-                                              enable_gqa=gqa)
+                                              enable_gqa=gqa, **drop)
     if gqa:
         k, v = (x.repeat_interleave(H // Hkv, dim=1) for x in (k, v))
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5 + bias
-    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+    probs = torch.softmax(scores.float(), dim=-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return probs.to(q.dtype) @ v
 
 
 def _causal(b, h, q_idx, kv_idx):

@@ -37,6 +37,7 @@ class GPTConfig:
     synaptic: bool = False
     barrier: float = 0.05       # the synaptic distance penalty per position
     backend: str = "attnc"
+    attn_dropout: float = 0.0   # attention dropout while training (not flex)
 
 
 class KVCache:
@@ -184,7 +185,11 @@ class Attention(nn.Module):
         if factors is not None:
             synaptic = (factors[0], factors[1], self.config.barrier)
         plans = None if cache is None else cache.plans(T)
-        y = attend(self.config.backend, q, k, v, pos, synaptic, pages, plans)
+        # Dropout on the attention probabilities in training only, as SDPA's
+        # dropout_p is used (attnc draws it in the kernel: docs/dropout.md).
+        p = self.config.attn_dropout if self.training else 0.0
+        y = attend(self.config.backend, q, k, v, pos, synaptic, pages, plans,
+                   dropout_p=p)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 

@@ -41,11 +41,11 @@ def batches(data, steps, batch, seq, seed):
 
 
 def train(backend, steps=300, batch=16, seq=64, synaptic=False, seed=0, lr=3e-3,
-          log=None):
+          log=None, attn_dropout=0.0):
     """Losses per step of a run; the model at the end."""
     torch.manual_seed(seed)
     config = GPTConfig(synaptic=synaptic, n_kv_head=2, backend=backend,
-                       max_seq_len=max(256, seq))
+                       max_seq_len=max(256, seq), attn_dropout=attn_dropout)
     model = GPT(config).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
@@ -96,13 +96,15 @@ def main():
     ap.add_argument("--backends", nargs="+", default=["sdpa", "attnc"])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--synaptic", action="store_true")
+    ap.add_argument("--attn-dropout", type=float, default=0.0,
+                    help="attention dropout while training (not the flex backend)")
     ap.add_argument("--out", default=None, help="folder for losses.json and the SVG")
     args = ap.parse_args()
     curves, times = {}, {}
     for backend in args.backends:
         t = time.perf_counter()
         curves[backend], model = train(backend, args.steps, synaptic=args.synaptic,
-                                       log=print)
+                                       log=print, attn_dropout=args.attn_dropout)
         times[backend] = time.perf_counter() - t
         prompt = corpus()[:32][None]
         text = generate(model, prompt, 48)[0, 32:].tolist()

@@ -282,4 +282,40 @@ Value ProgramBuilder::dropoutFactorOf(const Entry &e,
   return arith::SelectOp::create(b_, keep, scale, zero);
 }
 
+Value ProgramBuilder::dropoutFactorLanes(const Entry &e, Value b, Value h,
+                                         Value q, Value kv0, int64_t W) {
+  assert(W % 4 == 0 && "lanes in whole Philox blocks");
+  int64_t n = W / 4;
+  VectorType vn = VectorType::get({n}, i32_), vw = VectorType::get({W}, i32_);
+  // The blocks' first keys kv0 + 4 j.
+  SmallVector<int32_t> steps;
+  for (int64_t j = 0; j < n; ++j)
+    steps.push_back(int32_t(4 * j));
+  Value firsts = arith::AddIOp::create(
+      b_, vector::BroadcastOp::create(b_, vn, kv0),
+      arith::ConstantOp::create(
+          b_, DenseElementsAttr::get(vn, ArrayRef<int32_t>(steps))));
+  std::array<Value, 4> c = philoxBlock(e, b, h, q, firsts);
+  // Lane 4 j + r takes word r of block j: interleave (c0, c1) and (c2, c3)
+  // pairwise, then the two pair vectors.
+  SmallVector<int64_t> pairs, quads;
+  for (int64_t j = 0; j < n; ++j) {
+    pairs.push_back(j);
+    pairs.push_back(n + j);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < 4; ++r)
+      quads.push_back(r < 2 ? 2 * j + r : 2 * n + 2 * j + (r - 2));
+  Value c01 = vector::ShuffleOp::create(b_, c[0], c[1], pairs);
+  Value c23 = vector::ShuffleOp::create(b_, c[2], c[3], pairs);
+  Value w = vector::ShuffleOp::create(b_, c01, c23, quads);
+  Value keep = arith::CmpIOp::create(
+      b_, arith::CmpIPredicate::uge, w,
+      vector::BroadcastOp::create(b_, vw, e.dropThreshold));
+  VectorType vf = VectorType::get({W}, f32_);
+  return arith::SelectOp::create(
+      b_, keep, vector::BroadcastOp::create(b_, vf, e.dropScale),
+      arith::ConstantOp::create(b_, b_.getZeroAttr(vf)));
+}
+
 } // namespace attnc::codegen

@@ -280,6 +280,11 @@ protected:
                                    Value kv);
   Value dropoutFactorOf(const Entry &e, const std::array<Value, 4> &block,
                         Value kv);
+  /// The factors of keys kv0 .. kv0 + W - 1 as a vector (kv0 a multiple
+  /// of 4, W of 4): one Philox block per 4 lanes, its words spread over
+  /// them by shuffles.
+  Value dropoutFactorLanes(const Entry &e, Value b, Value h, Value q, Value kv0,
+                           int64_t W);
   /// Whether an element of a tile that needs its mask is kept: its key is
   /// within the tile (`inRange`) and mask_mod(b, h, q, kv) holds; `row` as
   /// above, for mask_mod.

@@ -497,13 +497,19 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
           continue;
         }
         if (isa<flash::DropoutOp>(p)) {
+          // The lanes' keys kv0 + c .. + W - 1; kv0 and c are multiples of
+          // W, so whole Philox blocks when W is a multiple of 4.
           Value cI32 = arith::IndexCastOp::create(b_, i32_, c);
-          Value kvv = arith::AddIOp::create(
-              b_, vector::BroadcastOp::create(b_, vI, kv0I32),
-              arith::AddIOp::create(
-                  b_, vector::BroadcastOp::create(b_, vI, cI32), iota));
-          x = arith::MulFOp::create(
-              b_, x, dropoutFactor(e, rs.bI32, rs.hI32, rs.qpos, kvv));
+          Value first = arith::AddIOp::create(b_, kv0I32, cI32);
+          Value z;
+          if (W % 4 == 0) {
+            z = dropoutFactorLanes(e, rs.bI32, rs.hI32, rs.qpos, first, W);
+          } else {
+            Value kvv = arith::AddIOp::create(
+                b_, vector::BroadcastOp::create(b_, vI, first), iota);
+            z = dropoutFactor(e, rs.bI32, rs.hI32, rs.qpos, kvv);
+          }
+          x = arith::MulFOp::create(b_, x, z);
           continue;
         }
         auto m = cast<flash::ScoresMapOp>(p);
