@@ -86,6 +86,8 @@ def AttnBuildTiled : KernelConfigPass<"attn-build-tiled",
            "the kernel form asked for (default: the registry's choice)">,
     Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"8",
            "f32 lanes (8 or 16; the CPU)">,
+    Option<"dropout", "dropout", "bool", /*default=*/"false",
+           "kernels that apply attention dropout (flash.dropout)">,
   ]);
   let dependentDialects = ["mlir::flash::FlashDialect",
                            "mlir::arith::ArithDialect",

@@ -67,7 +67,7 @@ FailureOr<rt::KernelSpec> configuredSpec(const ConfigOptions &o, ModuleOp m) {
 LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
                                  int64_t warps, StringRef form,
                                  int64_t vectorWidth, StringRef target,
-                                 bool backward) {
+                                 bool backward, bool dropout) {
   FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
   if (failed(s))
     return failure();
@@ -75,6 +75,7 @@ LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
     return m.emitError("unknown target '") << target << "'";
   s->warps = warps;
   s->form = form.str();
+  s->dropout = dropout;
   Direction direction = backward ? Direction::Backward : Direction::Forward;
   FormChoice choice = formFor(*s, target, direction);
   if (!choice)
@@ -104,7 +105,8 @@ struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
   using AttnBuildTiledBase::AttnBuildTiledBase;
   void runOnOperation() override {
     if (failed(buildTiledPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, warps,
-                                  form, vectorWidth, target, backward)))
+                                  form, vectorWidth, target, backward,
+                                  dropout)))
       signalPassFailure();
   }
 };

@@ -187,8 +187,8 @@ public:
                                     Value tile, bool accumulate) {
     MLIRContext *ctx = b_.getContext();
     Value p = ProbabilitiesOp::create(b_, ScoresType::get(ctx), s, lse, tile);
-    // With dropout, O = (P z) V: dV takes P z and dP becomes dP z (delta =
-    // rowsum(dO O) is unchanged).
+    // With dropout, O = (P z) V: dP becomes dP z (delta = rowsum(dO O) is
+    // unchanged) and dV takes P z (backwardKeyValue).
     if (dropout_)
       dp = DropoutOp::create(b_, ScoresType::get(ctx), dp, tile);
     Value ds = scoresMap({p, dp}, {delta}, [&](ArrayRef<Value> x) -> Value {
@@ -197,8 +197,6 @@ public:
     });
     Value dx = ScoreGradOp::create(b_, ScoresType::get(ctx), s, ds, lse, tile,
                                    accumulate);
-    if (dropout_)
-      p = DropoutOp::create(b_, ScoresType::get(ctx), p, tile);
     return {p, dx};
   }
 
@@ -248,6 +246,8 @@ public:
       Value s = ProductOp::create(b_, ScoresType::get(ctx), q, kv, "k");
       Value dp = ProductOp::create(b_, ScoresType::get(ctx), dO, kv, "v");
       auto [p, dx] = pairTerms(s, dp, lse, delta, t, /*accumulate=*/true);
+      if (dropout_) // dV takes the kept probabilities, scaled
+        p = DropoutOp::create(b_, ScoresType::get(ctx), p, t);
       Value dvNew = AccumulateOp::create(b_, accT, dv, p, dO, "dv");
       Value dkNew = AccumulateOp::create(b_, accT, dk, dx, q, "dk");
       AddOwnedQueryGradOp::create(b_, qi, dx, kv);

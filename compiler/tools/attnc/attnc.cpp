@@ -80,6 +80,8 @@ compile options:
                     with --emit=tiled|cpu|llvm: the backward program;
                     with --emit=package: the backward's kernels too, one
                     per target, dtype and head dims
+  --dropout         kernels that apply attention dropout (docs/dropout.md;
+                    p, seed and offset are run-time arguments)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
                     GPU stages (tensor-core form for f16/bf16, SIMT for
                     f32; emulated in CI, validated on an H100); a comma
@@ -416,6 +418,10 @@ int runCompile(const std::vector<std::string> &args) {
     }
     if (a == "--backward") {
       o.backward = true;
+      continue;
+    }
+    if (a == "--dropout") {
+      o.spec.dropout = true;
       continue;
     }
     std::string num;
