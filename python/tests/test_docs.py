@@ -1,5 +1,5 @@
 """Runs the Python snippets of the docs that claim to run (docs/python.md,
-docs/models.md)."""
+docs/models.md, docs/dropout.md)."""
 import os
 import re
 
@@ -8,7 +8,7 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-@pytest.mark.parametrize("page", ["python.md", "models.md"])
+@pytest.mark.parametrize("page", ["python.md", "models.md", "dropout.md"])
 def test_docs_python_snippets_run(page):
     text = open(os.path.join(ROOT, "docs", page)).read()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
