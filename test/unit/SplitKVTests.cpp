@@ -151,22 +151,32 @@ TEST_CASE("the split planner fills the workers and keeps splits long",
   REQUIRE(planSplits(8, 512, 8, 0, p).isOk());
   CHECK(p.splits == 1);
   CHECK(p.tilesPerSplit == 512);
-  // One item on two cores: about two splits per worker.
+  // One item on two cores: one split per worker fills them (one wave).
   REQUIRE(planSplits(1, 512, 2, 0, p).isOk());
-  CHECK(p.splits == 4);
-  CHECK(p.tilesPerSplit == 128);
-  // 8 items on 132 SMs, 64 tiles: at least kMinTilesPerSplit tiles each.
+  CHECK(p.splits == 2);
+  CHECK(p.tilesPerSplit == 256);
+  // 8 items on 132 SMs, 64 tiles: at least kMinTilesPerSplit tiles each;
+  // 13 to 15 splits would not shorten them below 13's 5 tiles.
   REQUIRE(planSplits(8, 64, 132, 0, p).isOk());
   CHECK(p.splits == 16);
   CHECK(p.tilesPerSplit == 4);
+  // 64 items on 132 SMs (FlashAttention's case): 2 splits fill 97% of one
+  // wave; the old rule's 5 made 2.4 waves.
+  REQUIRE(planSplits(64, 512, 132, 0, p).isOk());
+  CHECK(p.splits == 2);
+  // 106 items fill 80% of 132 SMs: no split.
+  REQUIRE(planSplits(106, 512, 132, 0, p).isOk());
+  CHECK(p.splits == 1);
+  REQUIRE(planSplits(105, 512, 132, 0, p).isOk());
+  CHECK(p.splits == 5); // 525 blocks: 3.98 waves (99%)
   // Too short to split.
   REQUIRE(planSplits(1, 7, 16, 0, p).isOk());
   CHECK(p.splits == 1);
-  // Planned splits are never empty: 102 tiles would go in 25 splits of
-  // 5 (the last four empty), so they go in 21.
+  // 102 tiles on 15 threads: 13 splits fill 87% of a wave (15 would fill
+  // it, 12 only 80%); planned splits of 8 tiles, none empty.
   REQUIRE(planSplits(1, 102, 15, 0, p).isOk());
-  CHECK(p.splits == 21);
-  CHECK(p.tilesPerSplit == 5);
+  CHECK(p.splits == 13);
+  CHECK(p.tilesPerSplit == 8);
   // Forced: as many as asked, some empty when there are fewer tiles.
   REQUIRE(planSplits(100, 10, 2, 64, p).isOk());
   CHECK(p.splits == 64);

@@ -31,9 +31,11 @@ inline constexpr int64_t kMinTilesPerSplit = 4;
 /// `kvTiles` KV tiles each (the longest sequence's), for `workers` cores
 /// or SMs. `request` > 0 forces that many splits (1: never split; up to
 /// abi::kMaxSplits, some of them empty when there are fewer tiles); 0 lets
-/// the planner choose: no split when the items fill the workers, else
-/// enough splits for about two per worker, each of at least
-/// kMinTilesPerSplit tiles.
+/// the planner choose: no split once the items fill 80% of the workers,
+/// else the fewest splits (each of at least kMinTilesPerSplit tiles) whose
+/// wave efficiency (blocks / (waves x workers)) is within 85% of the best
+/// count's. A GPU's workers are its SMs (one block each), a CPU's its
+/// threads.
 Status planSplits(int64_t items, int64_t kvTiles, int64_t workers,
                   int64_t request, SplitPlan &out);
 
