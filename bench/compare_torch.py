@@ -194,6 +194,11 @@ def run(args):
     # unfused implementation, which would be timed as flex.
     torch._dynamo.config.recompile_limit = 1 << 20
     torch._dynamo.config.accumulated_recompile_limit = 1 << 20
+    # The backward is timed by replaying autograd.grad on one forward's
+    # graph (retain_graph=True), which a compiled backward with donated
+    # buffers refuses (flex's did on the H100, 2026-11-26).
+    import torch._functorch.config
+    torch._functorch.config.donated_buffer = False
     flex = torch.compile(flex_attention)
     rows = []
     progress = os.path.join(args.out, "progress-%s.jsonl" % args.suite)

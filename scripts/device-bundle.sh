@@ -44,7 +44,8 @@ for n in full causal sliding_window document_mask synaptic; do
     --target="$target" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
     -o "$out/candidates/$n.json"
 done
-cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" "$out/"
+cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" \
+   "$src/scripts/run-gpu-session.sh" "$out/"
 cp "$src/scripts/device-python.sh" "$out/build-python.sh"
 cp "$src/build-device/lib/libAttncRuntime.a" "$out/lib/"
 cp "$(sed -n 's/^OPENSSL_CRYPTO_LIBRARY:FILEPATH=//p' "$src/build-device/CMakeCache.txt")" \

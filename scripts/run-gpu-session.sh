@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# One lent-GPU session's work in one call, each part time-boxed so the call
+# ends inside the device tool's limit and every part reports:
+#   A. correctness, in parallel (CPU-bound fp64 references on the device's
+#      cores): the forward parity matrix of every packaged example, the
+#      backward suite (never run on a GPU before 2026-11-26), compute-
+#      sanitizer memcheck/racecheck of forward and backward, the runtime-only
+#      Python package's GPU tests;
+#   B. timings, one at a time: bench/compare_torch.py (flex_attention
+#      compiled, SDPA, attnc) on the gym at 8k for D 64 and 128, decode, and
+#      the backward;
+#   C. ncu on the headline kernel (full, bf16, D=128, 8k): tensor-pipe busy
+#      and issue activity, to recalibrate the static SASS model;
+#   D. cold start: a fresh process from package load to its first launch,
+#      with the driver's PTX JIT cache off and on.
+# Logs are packed into $OUT/<part>.tgz after each part (the device tool
+# returns at most 8 files).
+#   usage (on the device, .device carried): .device/run-gpu-session.sh
+#         [--budget-a S] [--budget-b S]
+set -uo pipefail
+dev="$(cd "$(dirname "$0")" && pwd)"
+src="$(cd "$dev/.." && pwd)"
+out="${OUT:-$src/gpu-logs}"
+budget_a=150 budget_b=300 budget_c=45
+while (($#)); do
+  case "$1" in
+    --budget-a) budget_a="$2"; shift 2 ;;
+    --budget-b) budget_b="$2"; shift 2 ;;
+    --budget-c) budget_c="$2"; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+logs=/tmp/attnc-session
+rm -rf "$logs"; mkdir -p "$logs"/{a,b,c,d} "$out"
+run="$dev/bin/attnc-run"
+pack() { tar -C "$logs" -czf "$out/$1.tgz" "$1"; }
+t0=$(date +%s)
+{
+  date -u
+  echo "commit $(cat "$dev/COMMIT")"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  "$run" --device-info
+} > "$logs/device.txt" 2>&1
+cat "$logs/device.txt"
+cp "$logs/device.txt" "$out/"
+
+# A: correctness, in parallel, bounded.
+a=$logs/a
+for p in "$dev"/packages/*.json; do
+  n="$(basename "$p" .json)"
+  timeout "$budget_a" "$run" "$p" --matrix > "$a/parity-$n.txt" 2>&1 &
+done
+for p in "$dev"/backward/*.json; do
+  n="$(basename "$p" .json)"
+  ( for dt in f32 f16 bf16; do
+      for m in "prefill --q-len 77 --kv-len 77" "decode --kv-len 300" "chunk --q-len 33 --kv-len 200"; do
+        "$run" "$p" --backward --dtype $dt --heads 8 --kv-heads 2 --head-dim 128 \
+          --v-head-dim 128 --mode $m
+      done
+    done
+    "$run" "$p" --backward --suite ) > "$a/backward-$n.txt" 2>&1 &
+done
+if command -v compute-sanitizer >/dev/null; then
+  ( for n in causal synaptic document_mask; do
+      echo "== memcheck backward $n"
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$run" \
+        "$dev/backward/$n.json" --backward --q-len 100 --kv-len 100 --dtype bf16 \
+        --heads 8 --kv-heads 2 2>&1 | tail -3
+      echo "== memcheck forward $n"
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$run" \
+        "$dev/packages/$n.json" --q-len 100 --kv-len 100 --dtype bf16 2>&1 | tail -3
+    done
+    echo "== racecheck backward synaptic"
+    compute-sanitizer --tool racecheck --error-exitcode 9 "$run" \
+      "$dev/backward/synaptic.json" --backward --q-len 100 --kv-len 100 \
+      --dtype bf16 2>&1 | tail -3
+    for d in 64 128; do
+      echo "== racecheck forward causal D=$d"
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$run" \
+        "$dev/packages/causal.json" --q-len 100 --kv-len 100 --dtype f16 \
+        --head-dim $d --v-head-dim $d 2>&1 | tail -3
+    done ) > "$a/sanitizer.txt" 2>&1 &
+fi
+( if "$dev/build-python.sh" /tmp/attnc-python > "$a/python-build.txt" 2>&1; then
+    PYTHONPATH=/tmp/attnc-python ATTNC_TEST_PACKAGES="$dev/packages" \
+      python3 -m pytest -q -p no:cacheprovider "$src/python/tests/gpu" > "$a/python-gpu.txt" 2>&1
+  fi ) &
+# Bounded: whatever has not finished by then is killed and reported so.
+( sleep "$budget_a"; pkill -f "$run" ; pkill -f compute-sanitizer; pkill -f pytest ) &
+killer=$!
+wait $(jobs -p | grep -v "^$killer$") 2>/dev/null
+kill $killer 2>/dev/null
+{
+  for f in "$a"/parity-*.txt "$a"/backward-*.txt; do
+    echo "$(basename "$f" .txt): $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$f" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}'); FAIL lines: $(grep -c FAIL "$f")"
+  done
+  cat "$a/sanitizer.txt" 2>/dev/null
+  tail -3 "$a/python-build.txt" "$a/python-gpu.txt" 2>/dev/null
+} > "$a/summary.txt"
+cat "$a/summary.txt"
+echo "A took $(( $(date +%s) - t0 )) s"
+pack a
+
+# B: timings, one at a time.
+b=$logs/b
+tb=$(date +%s)
+bench() {  # remaining-budget-bounded compare_torch run
+  local left=$(( budget_b - ($(date +%s) - tb) ))
+  (( left > 10 )) || { echo "B: no time left for $*"; return; }
+  timeout "$left" python3 "$src/bench/compare_torch.py" --dtype bf16 \
+    --attnc-run "$run" --out "$b" --warmup 20 --iters 100 "$@" \
+    >> "$b/compare.txt" 2>&1
+}
+bench --suite gym --lengths 8192 --head-dims 128 --packages "$dev/packages"
+bench --suite gym --backward --lengths 8192 --head-dims 128 \
+  --variants causal,document_mask,synaptic --packages "$dev/backward"
+bench --suite decode --lengths 8192,32768 --packages "$dev/packages"
+bench --suite gym --lengths 8192 --head-dims 64 --packages "$dev/packages"
+bench --suite gym --backward --lengths 8192 --head-dims 64 \
+  --variants causal,document_mask,synaptic --packages "$dev/backward"
+echo "B took $(( $(date +%s) - tb )) s"
+grep -h '^{' "$b/compare.txt" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    med = lambda k: r[k][0] if isinstance(r.get(k), list) else None
+    a, f = med("attnc_ms"), med("flex_ms")
+    s = min([med(k) for k in r if k.startswith("sdpa_") and k.endswith("_ms") and med(k)] or [0]) or None
+    print("%-8s %-15s D=%-3d T=%-5d attnc %s flex %s sdpa %s  vs flex %s  %s" % (
+        r.get("pass", "fwd"), r["variant"], r["D"], r["Lkv"], a, f, s,
+        "%.2fx" % (f / a) if a and f else "-", r.get("attnc_error", "")))
+' | tee "$b/summary.txt"
+pack b
+
+# C: ncu on the headline forward kernel (metrics by name; if this ncu
+# refuses one, the sections that hold them instead).
+c=$logs/c
+metrics=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active
+metrics+=,smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
+metrics+=,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
+metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
+if command -v ncu >/dev/null; then
+  for dim in 128 64; do
+    shape=(--batch 2 --heads 16 --kv-heads 16 --q-len 8192 --kv-len 8192
+           --head-dim $dim --dtype bf16)
+    timeout "$budget_c" ncu --launch-skip 3 --launch-count 1 --metrics "$metrics" \
+      "$run" "$dev/packages/full.json" --bench --warmup 3 --iters 1 "${shape[@]}" \
+      > "$c/ncu-full-d$dim.txt" 2>&1 ||
+    timeout "$budget_c" ncu --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+      --section ComputeWorkloadAnalysis --section SchedulerStats --section Occupancy \
+      "$run" "$dev/packages/full.json" --bench --warmup 3 --iters 1 "${shape[@]}" \
+      >> "$c/ncu-full-d$dim.txt" 2>&1
+  done
+  grep -hE "attnc_|pct|\.sum|registers|duration|Issue|Pipe|Busy" "$c"/ncu-*.txt | tail -40
+fi
+pack c
+
+# D: cold start of a fresh process (package load, PTX JIT, first launch).
+d=$logs/d
+for cache in 1 0; do
+  s=$(date +%s%N)
+  CUDA_CACHE_DISABLE=$cache "$run" "$dev/packages/causal.json" --bench \
+    --warmup 0 --iters 1 --q-len 1024 --kv-len 1024 --dtype bf16 \
+    --head-dim 128 > "$d/cold-$cache.txt" 2>&1
+  e=$(date +%s%N)
+  echo "cold start (CUDA_CACHE_DISABLE=$cache): $(( (e - s) / 1000000 )) ms" | tee -a "$d/summary.txt"
+done
+pack d
+echo "session took $(( $(date +%s) - t0 )) s"
