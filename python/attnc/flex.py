@@ -707,6 +707,16 @@ def _traced(score_fn, score_self, mask_fn, mask_self):
 _traced._dynamo_marked_constant = True  # torch._dynamo.assume_constant_result
 
 
+def traced_kernel(score_mod, mask_mod, on_cuda=False):
+    """The compiled kernel of the closures (traced and compiled once, as
+    flex_attention does) and the parameters they capture now, by name:
+    what attnc.distributed calls with its own query offsets."""
+    src, name, sources = _traced(*_split_method(score_mod), *_split_method(mask_mod))
+    fns = (score_mod, mask_mod)
+    params = {p: _read(fns, which, root, steps) for p, which, root, steps in sources}
+    return _kernel_for(src, name, on_cuda), params
+
+
 def _kernel_id(src, name, on_cuda):
     """The traced variant's kernel, as torch_op's registry number (a
     constant for Dynamo, like _traced)."""
