@@ -27,10 +27,12 @@ json backwardToJson(const GpuBackwardImage &k) {
   j["query"] = k.query;
   j["query_threads"] = k.queryThreads;
   j["query_shared_bytes"] = k.querySharedBytes;
+  j["query_dynamic_shared_bytes"] = k.queryDynamicSharedBytes;
   j["query_params"] = k.queryParams;
   j["key_value"] = k.keyValue;
   j["key_value_threads"] = k.keyValueThreads;
   j["key_value_shared_bytes"] = k.keyValueSharedBytes;
+  j["key_value_dynamic_shared_bytes"] = k.keyValueDynamicSharedBytes;
   j["key_value_params"] = k.keyValueParams;
   if (!k.maskBuilder.empty()) {
     j["mask_builder"] = k.maskBuilder;
@@ -99,11 +101,15 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
       !stringField(j, "query", k.query, why, 256) ||
       !intField(j, "query_threads", 16, 1024, k.queryThreads, why) ||
       !intField(j, "query_shared_bytes", 0, kStatic, k.querySharedBytes, why) ||
+      !intField(j, "query_dynamic_shared_bytes", 0, kMaxSharedBytes,
+                k.queryDynamicSharedBytes, why) ||
       !paramSizes(j, "query_params", k.queryParams, why) ||
       !stringField(j, "key_value", k.keyValue, why, 256) ||
       !intField(j, "key_value_threads", 16, 1024, k.keyValueThreads, why) ||
       !intField(j, "key_value_shared_bytes", 0, kStatic, k.keyValueSharedBytes,
                 why) ||
+      !intField(j, "key_value_dynamic_shared_bytes", 0, kMaxSharedBytes,
+                k.keyValueDynamicSharedBytes, why) ||
       !paramSizes(j, "key_value_params", k.keyValueParams, why) ||
       !tileWorkField(j, "query_tile_work", k.queryTileWork, why) ||
       !tileWorkField(j, "key_value_tile_work", k.keyValueTileWork, why) ||

@@ -682,6 +682,13 @@ TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
     if (s.mode == Mode::Prefill)
       s.qLen = 150;
   }
+  // The tiles' copies: 16-byte cp.async for contiguous rows in either
+  // layout; rows padded by one element take the element-wise copies.
+  Shape tokenMajor = shapes.front(), padded = shapes.front();
+  tokenMajor.layout = "bshd";
+  padded.pad = 1;
+  shapes.push_back(tokenMajor);
+  shapes.push_back(padded);
   forEachExampleVariant([&](const Session &session, const std::string &name,
                             const rt::VariantInfo &) {
       rt::KernelSpec spec;
@@ -693,7 +700,7 @@ TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
       REQUIRE(gpu.image.spec.warps == 4);
       REQUIRE(gpu.image.spec.blockM == 64);
       for (const Shape &s : shapes) {
-        INFO(tools::modeName(s.mode));
+        INFO(s.describe());
         checkBackwardKernel(session, name, *kernels.forward, gpu.run(), s,
                             1e-3, rt::DType::BF16, rt::DType::BF16);
       }
@@ -708,15 +715,21 @@ TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
     rt::DType dtype;
     int64_t d, dv;
     const char *form; // the kernel form asked for ("": the registry's)
+    int64_t ask;      // the tile's rows asked for (0: the form's choice)
     int64_t rows;     // the backward's tile (0: SIMT)
   };
-  for (Case c : {Case{rt::DType::BF16, 32, 32, "", 64},
-                 Case{rt::DType::F16, 128, 128, "", 32},
-                 Case{rt::DType::BF16, 256, 256, "", 16},
-                 Case{rt::DType::BF16, 32, 32, "simt", 0},
-                 Case{rt::DType::F16, 32, 32, "simt", 0}}) {
+  // The form's choice is 64 rows wherever the tiles fit the target's
+  // dynamic shared memory (sm_90 here: D=256 too); smaller tiles when
+  // asked for.
+  for (Case c : {Case{rt::DType::BF16, 32, 32, "", 0, 64},
+                 Case{rt::DType::F16, 128, 128, "", 0, 64},
+                 Case{rt::DType::F16, 128, 128, "", 32, 32},
+                 Case{rt::DType::BF16, 256, 256, "", 0, 64},
+                 Case{rt::DType::BF16, 256, 256, "", 16, 16},
+                 Case{rt::DType::BF16, 32, 32, "simt", 0, 0},
+                 Case{rt::DType::F16, 32, 32, "simt", 0, 0}}) {
     INFO(rt::dtypeName(c.dtype) << " D " << c.d << "/" << c.dv << " form "
-                                << c.form);
+                                << c.form << " rows " << c.ask);
     Shape s;
     s.batch = 1;
     s.heads = 2;
@@ -731,6 +744,10 @@ TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
     spec.vHeadDim = c.dv;
     KernelPair kernels = compilePair(*session, "synaptic", spec); // CPU
     spec.form = c.form;
+    if (c.ask) {
+      spec.blockM = spec.blockN = c.ask;
+      spec.warps = c.ask / 16;
+    }
     GpuBackward gpu(*session, "synaptic", spec);
     CHECK(gpu.image.spec.blockM == (c.rows ? c.rows : 32));
     CHECK(gpu.image.spec.warps == (c.rows ? c.rows / 16 : 0));

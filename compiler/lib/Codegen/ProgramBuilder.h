@@ -193,6 +193,24 @@ protected:
   Value select(Value c, Value a, Value x) {
     return arith::SelectOp::create(b_, c, a, x);
   }
+  /// Whether tensor `m` (strides `st`, innermost last) takes vector copies
+  /// of `mult` elements: unit stride along its rows, the other strides
+  /// multiples of `mult`, and its base `bytes`-aligned (checked at run
+  /// time: 16-byte cp.async needs mult 8 and 16 bytes for 2-byte elements).
+  Value rowsInVectors(Value m, ArrayRef<Value> st, int64_t mult,
+                      int64_t bytes) {
+    auto eq = [&](Value a, Value c) {
+      return arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, a, c);
+    };
+    auto andI = [&](Value a, Value c) { return arith::AndIOp::create(b_, a, c); };
+    Value c0 = cIdx(0);
+    Value base = memref::ExtractAlignedPointerAsIndexOp::create(b_, m);
+    Value aligned = eq(arith::RemUIOp::create(b_, base, cIdx(bytes)), c0);
+    Value ok = eq(st[3], cIdx(1));
+    for (int d = 0; d < 3; ++d)
+      ok = andI(ok, eq(arith::RemUIOp::create(b_, st[d], cIdx(mult)), c0));
+    return andI(ok, aligned);
+  }
 
   void loadEntryValues(ValueRange fnArgs, unsigned firstCapture);
 

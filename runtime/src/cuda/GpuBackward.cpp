@@ -20,6 +20,7 @@ namespace attnc::rt::cuda {
 
 namespace {
 constexpr int64_t kMaxStaticShared = 48 * 1024;
+constexpr int kMaxDynamicSharedAttr = 8; // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 int64_t bytesOf(const TensorView &t) {
   return rt::detail::extent(t) * static_cast<int64_t>(dtypeSize(t.dtype));
@@ -38,14 +39,28 @@ Status GpuBackwardKernel::load(const Context &ctx, const VariantInfo &variant,
     return s;
   if (Status s = ptx::checkTarget(ctx, image.target, image.query); !s)
     return s;
-  for (auto [threads, shared] :
-       {std::pair{image.queryThreads, image.querySharedBytes},
-        std::pair{image.keyValueThreads, image.keyValueSharedBytes}})
-    if (threads <= 0 || threads > 1024 || shared > kMaxStaticShared)
+  struct EntryFacts {
+    const std::string &name;
+    int64_t threads, shared, dynamic;
+  };
+  const EntryFacts facts[] = {
+      {image.query, image.queryThreads, image.querySharedBytes,
+       image.queryDynamicSharedBytes},
+      {image.keyValue, image.keyValueThreads, image.keyValueSharedBytes,
+       image.keyValueDynamicSharedBytes}};
+  for (const EntryFacts &f : facts) {
+    if (f.threads <= 0 || f.threads > 1024 || f.shared > kMaxStaticShared ||
+        f.dynamic < 0)
       return Status::invalidArgument(fmt::format(
           "backward kernel '{}' asks for {} threads and {} bytes of static "
           "shared memory (at most 1024 and {})",
-          image.query, threads, shared, kMaxStaticShared));
+          f.name, f.threads, f.shared, kMaxStaticShared));
+    if (f.shared + f.dynamic > ctx.device().sharedOptIn())
+      return Status::invalidArgument(fmt::format(
+          "backward kernel '{}' needs {} bytes of shared memory per block; "
+          "this device allows {}",
+          f.name, f.shared + f.dynamic, ctx.device().sharedOptIn()));
+  }
   // SIMT: a thread per row and key; tensor cores: a warp per 16 of them.
   int64_t perRow = image.spec.warps > 0 ? 2 : 1;
   if (image.spec.blockM * perRow != image.queryThreads ||
@@ -94,6 +109,17 @@ Status GpuBackwardKernel::load(const Context &ctx, const VariantInfo &variant,
                                "block-mask builder", k->maskBuilder_);
       !s)
     return s;
+  const Driver &drv = ctx.driver();
+  for (auto [fn, f] : {std::pair{k->query_, &facts[0]},
+                       std::pair{k->keyValue_, &facts[1]}})
+    if (f->dynamic > 0)
+      if (Status s = drv.check(drv.api().cuFuncSetAttribute(
+                                   fn, kMaxDynamicSharedAttr, int(f->dynamic)),
+                               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+          !s)
+        return Status::unavailable("backward kernel '" + f->name +
+                                   "' cannot have its shared memory: " +
+                                   s.message());
   out = std::move(k);
   return Status::ok();
 }
@@ -193,13 +219,14 @@ Status GpuBackwardKernel::run(const BackwardArgs &a, ParamGradients *paramGrads,
     // _bwd_q writes delta, which _bwd_kv reads: same stream, in order.
     if (Status s = ptx::launchItems(
             *ctx_, query_, d, p.B * p.Hq * ops.ip[abi::kNumQTiles],
-            static_cast<unsigned>(image_.queryThreads), 0, stream);
+            static_cast<unsigned>(image_.queryThreads),
+            static_cast<unsigned>(image_.queryDynamicSharedBytes), stream);
         !s)
       return s;
-    return ptx::launchItems(*ctx_, keyValue_, d,
-                            p.B * p.Hkv * ops.ip[abi::kNumKTiles],
-                            static_cast<unsigned>(image_.keyValueThreads), 0,
-                            stream);
+    return ptx::launchItems(
+        *ctx_, keyValue_, d, p.B * p.Hkv * ops.ip[abi::kNumKTiles],
+        static_cast<unsigned>(image_.keyValueThreads),
+        static_cast<unsigned>(image_.keyValueDynamicSharedBytes), stream);
   };
   // Whatever was enqueued finishes before `host` and `buf` go away.
   Status queued = enqueue();

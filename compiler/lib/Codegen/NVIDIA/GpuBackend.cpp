@@ -379,6 +379,8 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
   out.keyValueThreads = kv.launch.threads;
   out.querySharedBytes = q.launch.staticSharedBytes;
   out.keyValueSharedBytes = kv.launch.staticSharedBytes;
+  out.queryDynamicSharedBytes = q.launch.dynamicSharedBytes;
+  out.keyValueDynamicSharedBytes = kv.launch.dynamicSharedBytes;
   out.queryTileWork = q.work;
   out.keyValueTileWork = kv.work;
   auto params = [&](const std::string &entry, std::vector<int> &sizes) {

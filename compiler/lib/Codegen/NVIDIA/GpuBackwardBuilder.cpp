@@ -37,10 +37,18 @@ FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind) {
   return sec;
 }
 
+int64_t dynamicSharedBytes(ArrayRef<std::pair<int64_t, int64_t>> countAndBytes) {
+  int64_t at = 0;
+  for (auto [n, bytes] : countAndBytes)
+    at = (at + 15) / 16 * 16 + n * bytes;
+  return at;
+}
+
 gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
                                                StringRef name,
                                                ArrayRef<SharedBuffer> shared,
-                                               Entry &e, Extra &x) {
+                                               Entry &e, Extra &x,
+                                               bool dynamic) {
   SmallVector<Type> args = kernelArgs();
   args.pop_back(); // the forward's first item
   unsigned first = args.size();
@@ -51,15 +59,34 @@ gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
   auto fn = gpu::GPUFuncOp::create(b_, name, b_.getFunctionType(args, {}));
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   auto space = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
-  for (const SharedBuffer &buf : shared) {
-    fn.addWorkgroupAttribution(
-        MemRefType::get({buf.n}, buf.type, MemRefLayoutAttrInterface(), space),
-        fn.getLoc());
-    fn.setWorkgroupAttributionAttr(fn.getNumWorkgroupAttributions() - 1,
-                                   b_.getStringAttr("llvm.align"),
-                                   b_.getI64IntegerAttr(16));
+  shared_.clear();
+  if (!dynamic) {
+    for (const SharedBuffer &buf : shared) {
+      fn.addWorkgroupAttribution(
+          MemRefType::get({buf.n}, buf.type, MemRefLayoutAttrInterface(), space),
+          fn.getLoc());
+      fn.setWorkgroupAttributionAttr(fn.getNumWorkgroupAttributions() - 1,
+                                     b_.getStringAttr("llvm.align"),
+                                     b_.getI64IntegerAttr(16));
+    }
+    for (BlockArgument a : fn.getWorkgroupAttributions())
+      shared_.push_back(a);
   }
   b_.setInsertionPointToStart(&fn.getBody().front());
+  if (dynamic) {
+    Value raw = gpu::DynamicSharedMemoryOp::create(
+        b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
+                            MemRefLayoutAttrInterface(), space));
+    int64_t at = 0;
+    for (const SharedBuffer &buf : shared) {
+      at = (at + 15) / 16 * 16;
+      shared_.push_back(memref::ViewOp::create(
+          b_, MemRefType::get({buf.n}, buf.type, MemRefLayoutAttrInterface(),
+                              space),
+          raw, cIdx(at), ValueRange{}));
+      at += buf.n * buf.type.getIntOrFloatBitWidth() / 8;
+    }
+  }
   e = loadEntry(fn.getArguments());
   auto arg = [&](unsigned i) { return fn.getArgument(first + i); };
   x.fwdO = arg(0);

@@ -17,6 +17,10 @@
 
 namespace attnc::codegen {
 
+/// The bytes of dynamic shared memory createEntry lays `shared` out in:
+/// each buffer at the next 16-byte aligned offset.
+int64_t dynamicSharedBytes(ArrayRef<std::pair<int64_t, int64_t>> countAndBytes);
+
 /// The pair section of a GPU backward kernel of `kind` (bwd_q: a loop over
 /// KV tiles accumulating dQ; bwd_kv: a loop over query tiles accumulating
 /// dK and dV), its other ops checked: an op the GPU forms do not lower is
@@ -42,9 +46,15 @@ protected:
     Type type;
   };
   /// A gpu.func with the backward's operands and the given workgroup
-  /// buffers; sets the entry values and binds the gradient buffer.
+  /// buffers; sets the entry values and binds the gradient buffer. The
+  /// buffers are the function's workgroup attributions (static shared
+  /// memory), or with `dynamic` views into its dynamic shared memory, one
+  /// after the other at 16-byte aligned offsets (dynamicSharedBytes says
+  /// how much that is); `shared_` holds them in either case.
   gpu::GPUFuncOp createEntry(gpu::GPUModuleOp module, StringRef name,
-                             ArrayRef<SharedBuffer> shared, Entry &e, Extra &x);
+                             ArrayRef<SharedBuffer> shared, Entry &e, Extra &x,
+                             bool dynamic = false);
+  SmallVector<Value> shared_;
   /// The block's work item: launch's first item + blockIdx.x.
   Value blockItem(const Extra &x);
   Value offset4(ArrayRef<Value> s, Value i0, Value i1, Value i2) {

@@ -24,6 +24,11 @@
 // (at D = 64, R = 64: _bwd_q 242 -> 168 registers, and the spills of
 // _bwd_kv gone but for synaptic's; it costs a third more ldmatrix, the
 // first products' A fragments reloaded per chunk).
+// Tiles are staged by 16-byte cp.async (the thread's share unrolled, rows
+// past the end zero-filled without a read) where the tensor's rows are
+// contiguous and 16-byte aligned (checked once per block), else element by
+// element; the H100 (2026-11-26) showed the element-by-element staging to
+// be most of the backward's time at D=128 (docs/kernels.md).
 // P and dX are rounded to the element type as the second products' A
 // operands, as FlashAttention-2 rounds P and dS; everything else is f32.
 // The operands, items and the order of the two kernels are the SIMT form's
@@ -70,6 +75,21 @@ private:
   /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
   void stage(int64_t base, int64_t ld, int64_t width, Value count,
              function_ref<Value(Value, Value)> at);
+  /// The same copy of rows from `src`, element d of row r at
+  /// rowStart(r) + d * stride: with `vectors` (rowsInVectors, a run-time
+  /// value) as 16-byte cp.async, the thread's share unrolled and rows past
+  /// `count` zero-filled without a read (rowStart is then also taken of
+  /// rows past the end, whose address is not read); else by `stage`.
+  /// awaitTiles waits for the copies.
+  void stageTile(int64_t base, int64_t ld, int64_t width, Value count,
+                 Value src, Value stride, Value vectors,
+                 function_ref<Value(Value)> rowStart);
+  /// Commits this thread's copies and waits for all of them (before the
+  /// barrier that publishes the tiles).
+  void awaitTiles() {
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+  }
   /// A Q tile's Q and dO rows into the tiles at qS and oS (`rowOffset(st,
   /// r)`: row r's offset in q or dO, whose strides are st), and its rows'
   /// LSE and delta (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past
@@ -135,17 +155,20 @@ private:
     return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
   }
   Value smem, fs, tid, warp, g, tig2, zeroE;
+  // Whether Q and dO, and K and V, take 16-byte copies (stageTile).
+  Value vectorsQO, vectorsKV;
   // The lane's (row, column) in the A, B and B.trans fragments (begin()).
   Value aLane, aCol, bLane, bCol, tLane;
 };
 
 gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
                                          StringRef name, Entry &e, Extra &x) {
-  gpu::GPUFuncOp fn = createEntry(
-      module, name, {{2 * R * (ldQ + ldO), elem_}, {2 * R, f32_}}, e, x);
+  gpu::GPUFuncOp fn =
+      createEntry(module, name, {{2 * R * (ldQ + ldO), elem_}, {2 * R, f32_}},
+                  e, x, /*dynamic=*/true);
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
-  smem = fn.getWorkgroupAttributions()[0];
-  fs = fn.getWorkgroupAttributions()[1];
+  smem = shared_[0];
+  fs = shared_[1];
   tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
   Value lane = arith::RemUIOp::create(b_, tid, cIdx(32));
   warp = arith::DivUIOp::create(b_, tid, cIdx(32));
@@ -166,6 +189,10 @@ gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
   bCol = mul(lo, cIdx(8));
   tLane = add(mul(lo, cIdx(8)), r8);
   zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
+  vectorsQO = arith::AndIOp::create(b_, rowsInVectors(e.q, e.qs, 8, 16),
+                                    rowsInVectors(e.o, e.os, 8, 16));
+  vectorsKV = arith::AndIOp::create(b_, rowsInVectors(e.k, e.ks, 8, 16),
+                                    rowsInVectors(e.v, e.vs, 8, 16));
   return fn;
 }
 
@@ -177,16 +204,52 @@ void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
   });
 }
 
+void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
+                                   Value count, Value src, Value stride,
+                                   Value vectors,
+                                   function_ref<Value(Value)> rowStart) {
+  const int64_t chunks = width / 8, total = R * chunks;
+  ifThenElse(
+      vectors,
+      [&] {
+        for (int64_t i = 0; i * TH < total; ++i) {
+          Value c = add(tid, cIdx(i * TH));
+          auto issue = [&] {
+            Value row = arith::DivUIOp::create(b_, c, cIdx(chunks));
+            Value ch = arith::RemUIOp::create(b_, c, cIdx(chunks));
+            Value live =
+                arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, row, count);
+            nvgpu::DeviceAsyncCopyOp::create(
+                b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
+                ValueRange{add(cIdx(base), add(mul(row, cIdx(ld)),
+                                               mul(ch, cIdx(8))))},
+                src, ValueRange{add(rowStart(row), mul(ch, cIdx(8)))},
+                b_.getIndexAttr(8), select(live, cIdx(8), cIdx(0)),
+                b_.getUnitAttr());
+          };
+          if ((i + 1) * TH <= total)
+            issue();
+          else
+            ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c,
+                                         cIdx(total)),
+                   issue);
+        }
+      },
+      [&] {
+        stage(base, ld, width, count, [&](Value r, Value d) {
+          return load(src, add(rowStart(r), mul(d, stride)));
+        });
+      });
+}
+
 void TensorCoreBackward::stageQueryTile(
     const Entry &e, int64_t qS, int64_t oS, Value rows,
     function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
     function_ref<std::pair<Value, Value>(Value)> lseDelta) {
-  stage(qS, ldQ, D, rows, [&](Value r, Value d) {
-    return load(e.q, add(rowOffset(e.qs, r), mul(d, e.qs[3])));
-  });
-  stage(oS, ldO, DV, rows, [&](Value r, Value d) {
-    return load(e.o, add(rowOffset(e.os, r), mul(d, e.os[3])));
-  });
+  stageTile(qS, ldQ, D, rows, e.q, e.qs[3], vectorsQO,
+            [&](Value r) { return rowOffset(e.qs, r); });
+  stageTile(oS, ldO, DV, rows, e.o, e.os[3], vectorsQO,
+            [&](Value r) { return rowOffset(e.os, r); });
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
     Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, rows);
     std::pair<Value, Value> ld = lseDelta(minI(tid, sub(rows, cIdx(1))));
@@ -306,6 +369,7 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         return std::pair<Value, Value>{
             load(e.lse, offset4(e.ls, it.b, hi.first, hi.second)), delta};
       });
+  awaitTiles();
   gpu::BarrierOp::create(b_);
   // This thread's rows g and g + 8 of its warp's 16.
   SmallVector<Value> live(2), h(2), i(2), hI32(2), qpos(2), lse(2), delta(2),
@@ -332,14 +396,13 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   scf::ForOp tiles = loop(it.jlo, it.jhi, 1, init, [&](Value j, ValueRange acc) {
     Tile t = tileAt(it, j, inv);
     return ifYield(t.visit, acc, [&] {
-      stage(kS, ldQ, D, t.cols, [&](Value c, Value d) {
-        return load(e.k, add(add(it.kBase, mul(add(t.kv0, c), e.ks[2])),
-                             mul(d, e.ks[3])));
+      stageTile(kS, ldQ, D, t.cols, e.k, e.ks[3], vectorsKV, [&](Value c) {
+        return add(it.kBase, mul(add(t.kv0, c), e.ks[2]));
       });
-      stage(vS, ldO, DV, t.cols, [&](Value c, Value d) {
-        return load(e.v, add(add(it.vBase, mul(add(t.kv0, c), e.vs[2])),
-                             mul(d, e.vs[3])));
+      stageTile(vS, ldO, DV, t.cols, e.v, e.vs[3], vectorsKV, [&](Value c) {
+        return add(it.vBase, mul(add(t.kv0, c), e.vs[2]));
       });
+      awaitTiles();
       gpu::BarrierOp::create(b_);
       Frags dq = unflatten(acc);
       for (int64_t from = 0; from < R; from += C) {
@@ -460,12 +523,15 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     auto keyRow = [&](Value base, Value stride, Value c) {
       return add(base, mul(add(kt.kv0, c), stride));
     };
-    stage(kS, ldQ, D, kt.cols, [&](Value c, Value d) {
-      return load(e.k, add(keyRow(first.kBase, e.ks[2], c), mul(d, e.ks[3])));
+    stageTile(kS, ldQ, D, kt.cols, e.k, e.ks[3], vectorsKV, [&](Value c) {
+      return keyRow(first.kBase, e.ks[2], c);
     });
-    stage(vS, ldO, DV, kt.cols, [&](Value c, Value d) {
-      return load(e.v, add(keyRow(first.vBase, e.vs[2], c), mul(d, e.vs[3])));
+    stageTile(vS, ldO, DV, kt.cols, e.v, e.vs[3], vectorsKV, [&](Value c) {
+      return keyRow(first.vBase, e.vs[2], c);
     });
+    // Landed before any Q tile's barrier publishes them (and before the
+    // block exits when it visits none).
+    awaitTiles();
     // This thread's keys g and g + 8 of its warp's 16.
     SmallVector<Value> keyLive(2), key(2), kv(2);
     for (int64_t k = 0; k < 2; ++k) {
@@ -499,6 +565,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
                     load(e.lse, offset4(e.ls, kt.b, h, row)),
                     load(x.delta, deltaAt(e, kt.b, h, row))};
               });
+          awaitTiles();
           gpu::BarrierOp::create(b_);
           Frags dk = unflatten(acc.take_front(nK)),
                 dv = unflatten(acc.drop_front(nK));
@@ -533,13 +600,12 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
 namespace attnc {
 namespace {
 
-constexpr int64_t kStaticShared = 48 * 1024;
-
-/// Shared memory for R rows: four element tiles (pitch width + 8) and LSE
-/// and delta per row.
+/// Dynamic shared memory for R rows: four element tiles (pitch width + 8)
+/// and LSE and delta per row, as the kernel lays them out.
 int64_t sharedBytes(const rt::KernelSpec &s, int64_t R) {
   int64_t elem = rt::dtypeSize(s.dtype);
-  return 2 * R * (s.headDim + 8 + s.vHeadDim + 8) * elem + 2 * R * 4;
+  return codegen::dynamicSharedBytes(
+      {{2 * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {2 * R, 4}});
 }
 
 /// f16 or bf16, head dims multiples of 16 up to 256.
@@ -550,8 +616,10 @@ bool isMmaSyncShape(const rt::KernelSpec &s) {
 }
 
 /// The tensor-core backward: a warp per 16 rows (or keys), R = blockM =
-/// blockN of 64, 32 or 16 rows, the most whose four tiles fit 48 KiB of
-/// static shared memory.
+/// blockN of 64, 32 or 16 rows, the most whose four tiles fit the target's
+/// opt-in shared memory (dynamic: 227 KB on sm_90, 99 KB on sm_86/sm_89),
+/// unless the request names tiles the form builds. At D=128 R went from 32
+/// (the 48 KiB of static shared memory) to 64 on every target.
 class MmaSyncBackwardForm final : public KernelForm {
 public:
   StringRef name() const override { return "mma-sync"; }
@@ -560,13 +628,17 @@ public:
     return isGpuTarget(target.str());
   }
   std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
-                                          StringRef) const override {
+                                          StringRef target) const override {
     if (!isMmaSyncShape(request))
       return std::nullopt;
+    // The forward's tiles (what a package's request names) are not the
+    // backward's: only a request this form builds as given is kept.
+    if (!requestsDefaultTiles(request) && accepts(request, target))
+      return request;
     rt::KernelSpec s = request;
     s.blockM = 16;
     for (int64_t R : {64, 32})
-      if (sharedBytes(s, R) <= kStaticShared) {
+      if (sharedBytes(s, R) <= gpuSharedOptIn(target.str())) {
         s.blockM = R;
         break;
       }
@@ -574,9 +646,11 @@ public:
     s.warps = s.blockM / 16;
     return s;
   }
-  bool accepts(const rt::KernelSpec &s, StringRef) const override {
-    return isMmaSyncShape(s) && s.blockM == s.blockN && s.blockM % 16 == 0 &&
-           s.warps == s.blockM / 16 && sharedBytes(s, s.blockM) <= kStaticShared;
+  bool accepts(const rt::KernelSpec &s, StringRef target) const override {
+    return isMmaSyncShape(s) && s.blockM == s.blockN &&
+           (s.blockM == 16 || s.blockM == 32 || s.blockM == 64) &&
+           s.warps == s.blockM / 16 &&
+           sharedBytes(s, s.blockM) <= gpuSharedOptIn(target.str());
   }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
     // Named as the forward's tiles of the same shape would be (two stages).
@@ -586,7 +660,7 @@ public:
                                    attn::VariantOp variant) const override {
     LaunchFacts l;
     l.threads = s.warps * 32;
-    l.staticSharedBytes = sharedBytes(s, s.blockM);
+    l.dynamicSharedBytes = sharedBytes(s, s.blockM);
     // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv
     // (dP) give 2 MMAs per k-step; each accumulate gives 2 per 16 columns
     // of its width.
@@ -594,6 +668,13 @@ public:
     rt::TileWork q, kv;
     q.mma = chunks * (d / 8 + dv / 8 + d / 8);
     kv.mma = chunks * (d / 8 + dv / 8 + dv / 8 + d / 8);
+    // The streamed tiles' 16-byte copies per thread (K and V in _bwd_q's
+    // loop, Q and dO in _bwd_kv's): a thread's share of R rows.
+    const int64_t threads = s.warps * 32;
+    auto perThread = [&](int64_t n) {
+      return (s.blockM * n / 8 + threads - 1) / threads;
+    };
+    q.asyncCopies = kv.asyncCopies = perThread(d) + perThread(dv);
     // score_grad's accumulates per pair: those in its block (one atomic add
     // each; a warp's 16 keys x 16 queries of a chunk are 8 pairs per
     // thread). One inside a sum runs a data-dependent number of times: the

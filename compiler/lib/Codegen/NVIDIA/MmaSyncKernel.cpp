@@ -993,7 +993,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
       raw, cIdx(0), ValueRange{});
   e = loadEntry(fn.getArguments());
-  Value c0 = cIdx(0), c1 = cIdx(1);
+  Value c0 = cIdx(0);
   Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
   tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
@@ -1010,21 +1010,9 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   // 16-byte cp.async needs unit stride along D, the other strides in
   // multiples of 8 elements and 16-byte aligned bases; otherwise the same
   // copies go element by element. Paired O stores need 4 bytes likewise.
-  auto aligned = [&](Value m, int64_t bytes) {
-    return cmp(arith::CmpIPredicate::eq,
-               remu(memref::ExtractAlignedPointerAsIndexOp::create(b_, m), bytes),
-               c0);
-  };
-  auto rowMajor = [&](const SmallVector<Value> &st, int64_t mult) {
-    Value ok = cmp(arith::CmpIPredicate::eq, st[3], c1);
-    for (int d = 0; d < 3; ++d)
-      ok = andI(ok, cmp(arith::CmpIPredicate::eq, remu(st[d], mult), c0));
-    return ok;
-  };
-  fastQ = andI(rowMajor(e.qs, 8), aligned(e.q, 16));
-  fastKV = andI(andI(rowMajor(e.ks, 8), aligned(e.k, 16)),
-                andI(rowMajor(e.vs, 8), aligned(e.v, 16)));
-  fastO = andI(rowMajor(e.os, 2), aligned(e.o, 4));
+  fastQ = rowsInVectors(e.q, e.qs, 8, 16);
+  fastKV = andI(rowsInVectors(e.k, e.ks, 8, 16), rowsInVectors(e.v, e.vs, 8, 16));
+  fastO = rowsInVectors(e.o, e.os, 2, 4);
   // Read once, before the loop: the copies' case never changes per tile.
   paged = cmp(arith::CmpIPredicate::ne, ipAt(abi::kPageSize), c0);
   contiguous = andI(fastKV, arith::XOrIOp::create(

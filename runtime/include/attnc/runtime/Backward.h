@@ -101,6 +101,9 @@ struct GpuBackwardImage {
   std::string query, keyValue, maskBuilder; // entries; maskBuilder may be empty
   int64_t queryThreads = 0, keyValueThreads = 0; // per block
   int64_t querySharedBytes = 0, keyValueSharedBytes = 0; // static, per block
+  /// Dynamic shared memory per block, opted into at load (the tensor-core
+  /// form's tiles; 0: none).
+  int64_t queryDynamicSharedBytes = 0, keyValueDynamicSharedBytes = 0;
   std::vector<int> queryParams, keyValueParams, maskBuilderParams; // bytes
   /// Per visited KV tile of _bwd_q and per visited Q tile of _bwd_kv
   /// (optional in a package).
