@@ -62,6 +62,10 @@ void Cta::init(const Kernel &kernel, const LaunchShape &s, const MemoryMap &m,
   wtag.assign(granules, 0);
   repoch.assign(granules, 0);
   rmask.assign(granules, 0);
+  genericWriter.assign(granules, 0);
+  genericFence.assign(granules, 0);
+  proxyFences.assign(static_cast<size_t>(nw) * 32, 0);
+  warpgroups.assign(static_cast<size_t>((nw + 3) / 4), WarpgroupState());
   for (int i = 0; i < nw; ++i) {
     Warp &w = warps[static_cast<size_t>(i)];
     w.id = i;
@@ -78,6 +82,11 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   ctaid[2] = z;
   ++epoch; // the previous CTA's shared-memory tags are stale
   std::fill(sharedInit.begin(), sharedInit.end(), 0);
+  std::fill(genericWriter.begin(), genericWriter.end(), 0);
+  std::fill(proxyFences.begin(), proxyFences.end(), 0);
+  for (WarpgroupState &g : warpgroups)
+    g = WarpgroupState();
+  mmasInFlight = 0;
   // Registers and local memory start as garbage, as on a device: all-ones
   // bits (NaN in every float type), so that reading one before writing it
   // shows in the results.
@@ -88,6 +97,7 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   for (Warp &w : warps) {
     w.exited = ~w.exists;
     w.atBarrier = w.waiting = 0;
+    w.atWarpgroup = false;
     for (int l = 0; l < 32; ++l) {
       w.pc[l] = 0;
       w.pending[l].clear();
@@ -120,15 +130,25 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   for (;;) {
     for (Warp &w : warps)
       runWarp(w);
+    if (releaseWarpgroups())
+      continue;
     int alive = 0, arrived = 0;
     bool waiting = false;
     for (const Warp &w : warps) {
       alive += __builtin_popcount(w.exists & ~w.exited);
       arrived += __builtin_popcount(w.atBarrier);
-      waiting |= w.waiting != 0;
+      waiting |= w.waiting != 0 || w.atWarpgroup;
     }
-    if (alive == 0)
+    if (alive == 0) {
+      for (const WarpgroupState &g : warpgroups)
+        if (!g.mmas.empty()) {
+          const Warp &w0 = warps[static_cast<size_t>(&g - warpgroups.data()) * 4];
+          fault(w0, *g.mmas.front().in, 0, kErrLaunchFailed,
+                "the warpgroup exited with a wgmma.mma_async that no "
+                "wgmma.wait_group retired (its accumulators were never written)");
+        }
       return;
+    }
     if (waiting || arrived != alive)
       deadlock();
     releaseBarrier();
@@ -211,6 +231,7 @@ void Cta::deadlock() const {
         size_t pc = static_cast<size_t>(w.pc[l]);
         std::string text = pc < k->text.size() ? k->text[pc] : "";
         what = std::string((w.atBarrier >> l) & 1 ? "wait at the barrier on"
+                           : w.atWarpgroup        ? "wait for their warpgroup at"
                                                   : "wait for their warp at") +
                " PTX line " + std::to_string(in.line) + ": " + text;
       }
@@ -229,7 +250,7 @@ void Cta::deadlock() const {
 void Cta::runWarp(Warp &w) {
   const Instr *code = k->code.data();
   for (;;) {
-    uint32_t run = w.exists & ~w.exited & ~w.atBarrier & ~w.waiting;
+    uint32_t run = w.atWarpgroup ? 0 : w.exists & ~w.exited & ~w.atBarrier & ~w.waiting;
     if (!run)
       return;
     int pc = INT_MAX, nextOther = INT_MAX;
@@ -303,6 +324,24 @@ void Cta::runWarp(Warp &w) {
         }
         ++pc;
         stop = g == 0;
+        break;
+      case Ctl::Warpgroup:
+        // .sync.aligned over the warpgroup: the whole warp arrives
+        // together, then waits for the other three (releaseWarpgroups).
+        if (!m) {
+          ++pc;
+          break;
+        }
+        if (m != g || g != (w.exists & ~w.exited) || w.exists != 0xffffffffu)
+          fault(w, in, __builtin_ctz(m), kErrIllegalInstruction,
+                "this warpgroup instruction is .aligned: every lane of the "
+                "warp must execute it together (lanes " + std::to_string(m) +
+                    " of " + std::to_string(w.exists & ~w.exited) + " do)");
+        w.atWarpgroup = true;
+        for (uint32_t r = g; r; r &= r - 1)
+          w.pc[__builtin_ctz(r)] = pc;
+        g = 0;
+        stop = true;
         break;
       case Ctl::Trap:
         if (m)

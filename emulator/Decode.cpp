@@ -390,7 +390,7 @@ bool bindControl(Decoder &d, const SynInstr &s, Instr &in, std::string &err,
     }
     return true;
   }
-  if (op == "membar" || op == "fence") {
+  if (op == "membar" || (op == "fence" && s.opcode.rfind("fence.proxy", 0) != 0)) {
     in.fn = nop; // accesses are sequentially consistent here
     return true;
   }
@@ -423,14 +423,16 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
     log = "emucuda: the module has no .target";
     return 218;
   }
-  if (sm.target > cc) {
+  if (sm.target > cc || (sm.archSpecific && sm.target != cc)) {
     log = "emucuda: the module targets sm_" + std::to_string(sm.target) +
+          (sm.archSpecific ? "a (that compute capability only)" : "") +
           " but the device is sm_" + std::to_string(cc);
     return 209; // CUDA_ERROR_NO_BINARY_FOR_GPU
   }
   std::vector<std::string> src = lines(ptx);
   auto m = std::make_unique<Module>();
   m->target = sm.target;
+  m->archSpecific = sm.archSpecific;
   for (const SynKernel &sk : sm.kernels) {
     auto k = std::make_unique<Kernel>();
     k->name = sk.name;
@@ -442,7 +444,7 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
       k->maxThreads = sk.maxntid[0] * sk.maxntid[1] * sk.maxntid[2];
     if (sk.reqntid[0])
       k->maxThreads = sk.reqntid[0] * sk.reqntid[1] * sk.reqntid[2];
-    Decoder d(*k, sm.target);
+    Decoder d(*k, sm.target, sm.archSpecific);
     if (!d.declare(sk, sm.vars, err)) {
       log = "emucuda: " + err;
       return 218;
@@ -477,7 +479,8 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
       bool taken = e.empty() && (bindControl(d, s, in, e, labels) ||
                                  bindAlu(d, s, in, e) ||
                                  bindConvert(d, s, in, e) ||
-                                 bindMemory(d, s, in, e) || bindWarp(d, s, in, e));
+                                 bindMemory(d, s, in, e) || bindWarp(d, s, in, e) ||
+                                 bindWarpgroup(d, s, in, e));
       if (e.empty() && !taken)
         e = "instruction '" + s.opcode + "' is not supported by the emulator";
       if (e.empty() && in.ctl == Ctl::Plain && !in.fn)

@@ -2,7 +2,7 @@
 //
 // The decoder gives every register, immediate and special register a slot,
 // every symbol an address and every label a program counter, then asks the
-// binders (ExecAlu, ExecConvert, ExecMemory, ExecWarp) to choose each
+// binders (ExecAlu, ExecConvert, ExecMemory, ExecWarp, ExecWarpgroup) to choose each
 // instruction's handler. An opcode no binder takes, or a form a binder does
 // not support, is a load error naming the PTX line.
 //
@@ -28,10 +28,13 @@ Ty lastType(const std::vector<std::string> &parts);
 
 class Decoder {
 public:
-  Decoder(Kernel &k, int target) : k_(k), target_(target) {}
+  Decoder(Kernel &k, int target, bool archSpecific = false)
+      : k_(k), target_(target), archSpecific_(archSpecific) {}
 
   Kernel &kernel() { return k_; }
   int target() const { return target_; }
+  /// sm_90a: wgmma and setmaxnreg need it.
+  bool archSpecific() const { return archSpecific_; }
 
   /// A value operand of type `t`: a register, an immediate (a constant
   /// slot holding its bits as `t`), a special register, a symbol (its
@@ -56,6 +59,7 @@ public:
 private:
   Kernel &k_;
   int target_;
+  bool archSpecific_;
   std::unordered_map<std::string, int32_t> regs_;
   std::unordered_map<std::string, Ty> regTypes_;
   std::unordered_map<uint64_t, int32_t> consts_;

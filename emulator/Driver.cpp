@@ -576,6 +576,11 @@ R cuGetErrorString(R r, const char **s) {
 }
 
 // ---- For tests ----
+/// The wgmma operand layouts executed since the last call with clear != 0
+/// (attnc::emu::wgmmaLayoutsSeen): what a conformance test covered.
+unsigned attnc_emu_wgmma_layouts(int clear) {
+  return attnc::emu::wgmmaLayoutsSeen(clear != 0);
+}
 int attnc_emu_launch_count() {
   std::lock_guard<std::mutex> lock(state().mu);
   return static_cast<int>(state().launches.size());

@@ -148,6 +148,13 @@ void Cta::sharedRead(const Warp &w, const Instr &in, int lane, uint64_t addr,
 void Cta::sharedWrite(const Warp &w, const Instr &in, int lane, uint64_t addr,
                       uint32_t n, const void *src, uint32_t align) {
   checkShared(w, in, lane, addr, n, align, "write");
+  if (mmasInFlight)
+    checkInFlightReads(w, in, lane, addr, n, "write");
+  uint32_t thread = uint32_t(w.id * 32 + lane);
+  for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
+    genericWriter[g] = thread + 1;
+    genericFence[g] = proxyFences[thread];
+  }
   if (racecheck) {
     uint32_t bit = 1u << w.id;
     for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
@@ -174,6 +181,8 @@ void Cta::sharedWrite(const Warp &w, const Instr &in, int lane, uint64_t addr,
 void Cta::sharedReserve(const Warp &w, const Instr &in, int lane, uint64_t addr,
                         uint32_t n, uint32_t align) {
   checkShared(w, in, lane, addr, n, align, "cp.async write");
+  if (mmasInFlight)
+    checkInFlightReads(w, in, lane, addr, n, "cp.async write");
   if (racecheck) {
     uint32_t bit = 1u << w.id;
     for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
@@ -198,6 +207,12 @@ void Cta::sharedReserve(const Warp &w, const Instr &in, int lane, uint64_t addr,
 void Cta::sharedLand(const Warp &w, const PendingCopy &c) {
   std::memcpy(shared.data() + c.dst, c.bytes, c.n);
   std::memset(sharedInit.data() + c.dst, 1, c.n);
+  // cp.async writes through the generic proxy too.
+  uint32_t thread = uint32_t(w.id * 32 + c.lane);
+  for (uint64_t g = c.dst / 2; g <= (uint64_t(c.dst) + c.n - 1) / 2; ++g) {
+    genericWriter[g] = thread + 1;
+    genericFence[g] = proxyFences[thread];
+  }
   if (racecheck)
     for (uint64_t g = c.dst / 2; g <= (uint64_t(c.dst) + c.n - 1) / 2; ++g)
       wtag[g] = (epoch << 6) | uint32_t(w.id);
@@ -354,6 +369,7 @@ void cpAsync(Cta &c, Warp &w, const Instr &in, uint32_t m) {
                   std::to_string(size) + "-byte alignment)");
     c.sharedReserve(w, in, l, dst, size, size);
     p.group = w.openGroup[l];
+    p.lane = static_cast<uint8_t>(l);
     w.pending[l].push_back(p);
   });
 }

@@ -60,11 +60,33 @@ struct PendingCopy {
   uint32_t dst = 0;
   uint32_t group = 0;
   uint8_t n = 0;
+  uint8_t lane = 0;
   uint8_t bytes[16];
+};
+
+/// A wgmma.mma_async issued and not yet retired by wgmma.wait_group
+/// (ExecWarpgroup.cpp): its result, computed from the operands at issue,
+/// lands in the accumulator registers when its group retires; until then
+/// those registers hold poison (all-ones: NaN) and the shared bytes it read
+/// must not be written.
+struct PendingMma {
+  const Instr *in = nullptr;
+  uint32_t group = 0;         // its commit group (0: not committed yet)
+  std::vector<int32_t> dest;  // accumulator slots, per thread
+  std::vector<uint32_t> value; // [warp of 4][lane][dest] bits
+  std::vector<std::pair<uint32_t, uint32_t>> reads; // shared [begin, end)
+};
+
+/// The state of 4 consecutive warps issuing wgmma together.
+struct WarpgroupState {
+  bool fenced = false;   // a wgmma.fence since the last wgmma.wait_group
+  uint32_t groups = 0;   // groups committed so far
+  std::vector<PendingMma> mmas;
 };
 
 struct Warp {
   int id = 0;
+  bool atWarpgroup = false; // every lane waits at a warpgroup instruction
   uint32_t exists = 0;    // lanes that are threads of the CTA
   uint32_t exited = 0;
   uint32_t atBarrier = 0; // waiting at bar.sync (pc at the barrier)
@@ -93,6 +115,13 @@ struct Cta {
   std::vector<uint32_t> wtag;      // per 2-byte granule: epoch << 6 | writer warp
   std::vector<uint32_t> repoch, rmask; // per granule: epoch of the reads, reader warps
   uint32_t epoch = 1;              // barriers completed (never reset: tags stay valid)
+  // The async proxy (wgmma's shared operands): per 2-byte granule, the
+  // thread (+1) that last wrote it through the generic proxy and that
+  // thread's count of fence.proxy.async at the time; per thread, that
+  // count. A granule the async proxy reads must have been fenced since.
+  std::vector<uint32_t> genericWriter, genericFence, proxyFences;
+  std::vector<WarpgroupState> warpgroups;
+  size_t mmasInFlight = 0;
   bool racecheck = true;
   uint64_t steps = 0, maxSteps = 0;
   const Allocation *lastAlloc = nullptr; // global lookups hit the same allocation
@@ -124,6 +153,16 @@ struct Cta {
                      uint32_t n, uint32_t align);
   /// cp.async retire: the bytes land (a write by warp `w`).
   void sharedLand(const Warp &w, const PendingCopy &c);
+  /// Faults if [addr, addr + n) is read by a wgmma.mma_async in flight
+  /// (`what`: "write", "cp.async write").
+  void checkInFlightReads(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                          uint32_t n, const char *what) const;
+  /// A read of [addr, addr + n) by the async proxy (wgmma's operands):
+  /// bounds, written bytes, fence.proxy.async after generic writes, races.
+  void checkAsyncRead(const Warp &w, const Instr &in, uint32_t addr, uint32_t n);
+  /// Runs the warpgroup instruction every warp of some warpgroup waits at
+  /// (ExecWarpgroup.cpp); false when none is ready.
+  bool releaseWarpgroups();
   uint8_t *localPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
                     uint32_t n, uint32_t align);
 
@@ -171,6 +210,11 @@ bool bindAlu(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindConvert(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindWarpgroup(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+/// A bit per wgmma operand layout executed (bit 8 operand + 4 MN-major +
+/// swizzle: 0 none, 1 32B, 2 64B, 3 128B; operand 0 A, 1 B; bit 16: A
+/// from registers), since the last call that cleared them.
+uint32_t wgmmaLayoutsSeen(bool clear);
 
 } // namespace attnc::emu
 

@@ -88,10 +88,18 @@ EMU_INLINE const uint8_t *sharedLoad(Cta &c, const Warp &w, const Instr &in, int
 template <unsigned N>
 EMU_INLINE void sharedStore(Cta &c, const Warp &w, const Instr &in, int l,
                         uint64_t addr, const void *src) {
-  if (addr % N == 0 && addr + N <= c.sharedBytes &&
+  // With a wgmma in flight, the checked path (its operands must not change).
+  if (addr % N == 0 && addr + N <= c.sharedBytes && !c.mmasInFlight &&
       (!c.racecheck || raceWrite(c, w.id, addr / 2, (addr + N - 1) / 2))) {
     std::memcpy(&c.shared[addr], src, N);
     markWritten<N>(&c.sharedInit[addr]);
+    // A generic-proxy write: the async proxy may read it only after this
+    // thread's next fence.proxy.async.
+    uint32_t thread = uint32_t(w.id * 32 + l);
+    for (uint64_t g = addr / 2; g <= (addr + N - 1) / 2; ++g) {
+      c.genericWriter[g] = thread + 1;
+      c.genericFence[g] = c.proxyFences[thread];
+    }
     return;
   }
   c.sharedWrite(w, in, l, addr, N, src, N);

@@ -34,6 +34,7 @@ enum class Ctl : uint8_t {
   Exit,       // ret / exit
   Barrier,    // bar.sync / barrier.sync: every thread of the CTA
   Collective, // shfl/ldmatrix/mma/vote/bar.warp: every lane of `membermask`
+  Warpgroup,  // wgmma.*: every lane of the 4 warps of the warpgroup
   Trap,       // trap: a fault
 };
 
@@ -64,6 +65,9 @@ struct Instr {
   int32_t membermask = -1; // Collective: slot of the member mask; -1: all lanes
   int line = 0;
   Operand op[6];
+  /// Register slots of operands wider than a Vec (wgmma's accumulators and
+  /// A fragments): op[k].n of them from op[k].r[0] on, an index here.
+  std::vector<int32_t> wide;
 };
 
 /// Where a kernel parameter lives in the parameter buffer.
@@ -97,6 +101,7 @@ struct Kernel {
 
 struct Module {
   int target = 0;
+  bool archSpecific = false;
   std::vector<std::unique_ptr<Kernel>> kernels;
   const Kernel *find(const std::string &name) const {
     for (const auto &k : kernels)

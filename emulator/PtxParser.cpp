@@ -180,6 +180,7 @@ public:
         if (v.text.rfind("sm_", 0) != 0)
           return fail(v, "expected a target such as sm_90, got '" + v.text + "'");
         m.target = std::atoi(v.text.c_str() + 3);
+        m.archSpecific = !v.text.empty() && v.text.back() == 'a';
         while (peekIs(",")) {
           next();
           next();
@@ -558,7 +559,15 @@ private:
           next();
           continue;
         }
-        return expect("}");
+        if (!expect("}"))
+          return false;
+        // `{ %r }` (what inline assembly writes for a scalar) is the
+        // register itself: no instruction takes a vector of one.
+        if (o.elems.size() == 1) {
+          SynOperand one = std::move(o.elems[0]);
+          o = std::move(one);
+        }
+        return true;
       }
     }
     if (peekIs("[")) {

@@ -106,6 +106,7 @@ struct SynKernel {
 struct SynModule {
   int version = 0; // 80 for .version 8.0
   int target = 0;  // 90 for .target sm_90 (sm_90a: 90)
+  bool archSpecific = false; // sm_90a: loads on compute capability 9.0 only
   std::vector<SynVar> vars; // module-scope .shared
   std::vector<SynKernel> kernels;
 };

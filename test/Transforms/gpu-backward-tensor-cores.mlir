@@ -1,12 +1,14 @@
 // RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 backward=1 dtype=bf16 head-dim=16 v-head-dim=32" -convert-flash-to-mma-sync -canonicalize | FileCheck %s
 // The GPU backward on tensor cores (TensorCoreBackwardKernel.cpp): bf16
 // with head dims multiples of 16 gets 64-row tiles and 4 warps (128
-// threads). Both kernels keep four bf16 tiles in one 16-byte-aligned
-// workgroup buffer (2 x 64 x ((16 + 8) + (32 + 8)) = 8192 elements) plus
-// LSE and delta per row. The first products (S, dP) take B by ldmatrix
-// without .trans; the second (dQ, or dV and dK) by ldmatrix.trans, after
-// the barrier that publishes the staged tiles. Only _bwd_kv adds into the
-// parameters' gradients, atomically.
+// threads). Both kernels keep four bf16 tiles in dynamic shared memory (2
+// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements) and LSE and delta per row
+// after them. Tiles are copied by 16-byte cp.async where the tensor's rows
+// allow (a run-time check), else element by element; one wait before the
+// barrier that publishes them. The first products (S, dP) take B by
+// ldmatrix without .trans; the second (dQ, or dV and dK) by
+// ldmatrix.trans. Only _bwd_kv adds into the parameters' gradients,
+// atomically.
 
 attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
   %0 = attn.gather @t[%h] : f32
@@ -19,15 +21,26 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 
 // CHECK-LABEL: gpu.func @attnc_bias_bf16_d16v32_m64n64w4s2_bwd_q(
 // CHECK-SAME:    %[[Q:[^:]*]]: memref<?xbf16>,
-// CHECK-SAME:    workgroup(%[[SM:[^ ]*]] : memref<8192xbf16, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %[[FS:[^ ]*]] : memref<128xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
-// Q and dO rows are staged once, with LSE and delta per row.
+// CHECK-NOT:     workgroup(
+// CHECK-SAME:    kernel attributes {known_block_size = array<i32: 128, 1, 1>}
+// CHECK:         %[[RAW:.*]] = gpu.dynamic_shared_memory
+// CHECK:         %[[SM:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
+// CHECK:         %[[FS:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<128xf32, #gpu.address_space<workgroup>>
+// Q and dO rows are staged once, by 16-byte copies or element by element,
+// with LSE and delta per row.
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         memref.store %{{.*}}, %[[SM]]
 // CHECK:         memref.store %{{.*}}, %[[FS]]
-// CHECK:         gpu.barrier
+// CHECK:         nvvm.cp.async.commit.group
+// CHECK-NEXT:    nvvm.cp.async.wait.group 0
+// CHECK-NEXT:    gpu.barrier
 // Per visited KV tile: stage K and V, then S and dP on the tensor cores.
 // CHECK:         scf.for
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         memref.store %{{.*}}, %[[SM]]
-// CHECK:         gpu.barrier
+// CHECK:         nvvm.cp.async.commit.group
+// CHECK-NEXT:    nvvm.cp.async.wait.group 0
+// CHECK-NEXT:    gpu.barrier
 // CHECK:         nvgpu.ldmatrix %[[SM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
 // CHECK-SAME:    multiplicandAPtxType = #nvvm.mma_type<bf16>
@@ -43,14 +56,20 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         gpu.return
 
 // CHECK-LABEL: gpu.func @attnc_bias_bf16_d16v32_m64n64w4s2_bwd_kv(
-// CHECK-SAME:    workgroup(%[[KSM:[^ ]*]] : memref<8192xbf16, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<128xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
-// K and V stay; per query head of the group and visited Q tile, Q and dO
-// are staged between barriers.
+// CHECK-NOT:     workgroup(
+// CHECK:         %[[KRAW:.*]] = gpu.dynamic_shared_memory
+// CHECK:         %[[KSM:.*]] = memref.view %[[KRAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
+// K and V stay (copied and awaited once); per query head of the group and
+// visited Q tile, Q and dO are staged between barriers.
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
+// CHECK:         nvvm.cp.async.wait.group 0
 // CHECK:         scf.for
 // CHECK:         scf.for
 // CHECK:         gpu.barrier
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         memref.store %{{.*}}, %[[KSM]]
-// CHECK:         gpu.barrier
+// CHECK:         nvvm.cp.async.wait.group 0
+// CHECK-NEXT:    gpu.barrier
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
 // The bias table's gradient: an atomic add per kept pair.

@@ -199,7 +199,9 @@ static int runTool(int argc, char **argv) {
         std::cout << fmt::format("  {:<20} {:<6} {:<5} {:>4} threads {:>6} B "
                                  "smem  {} (+ _bwd_kv)\n",
                                  v.info.name, k.target, rt::dtypeName(k.spec.dtype),
-                                 k.queryThreads, k.querySharedBytes, k.query);
+                                 k.queryThreads,
+                                 k.querySharedBytes + k.queryDynamicSharedBytes,
+                                 k.query);
     }
     return 0;
   }

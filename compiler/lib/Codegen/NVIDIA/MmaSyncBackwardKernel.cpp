@@ -75,15 +75,20 @@ private:
   /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
   void stage(int64_t base, int64_t ld, int64_t width, Value count,
              function_ref<Value(Value, Value)> at);
+  /// Where a tile's rows are in a tensor: row r starts at start(r); with
+  /// `stride`, at first + r * stride (affine: each of a thread's copies
+  /// after its first adds a constant to the address).
+  struct RowPlace {
+    function_ref<Value(Value)> start;
+    Value first, stride;
+  };
   /// The same copy of rows from `src`, element d of row r at
-  /// rowStart(r) + d * stride: with `vectors` (rowsInVectors, a run-time
+  /// rows.start(r) + d * dStride: with `vectors` (rowsInVectors, a run-time
   /// value) as 16-byte cp.async, the thread's share unrolled and rows past
-  /// `count` zero-filled without a read (rowStart is then also taken of
-  /// rows past the end, whose address is not read); else by `stage`.
-  /// awaitTiles waits for the copies.
+  /// `count` zero-filled without a read (their address is formed, not
+  /// read); else by `stage`. awaitTiles waits for the copies.
   void stageTile(int64_t base, int64_t ld, int64_t width, Value count,
-                 Value src, Value stride, Value vectors,
-                 function_ref<Value(Value)> rowStart);
+                 Value src, Value dStride, Value vectors, const RowPlace &rows);
   /// Commits this thread's copies and waits for all of them (before the
   /// barrier that publishes the tiles).
   void awaitTiles() {
@@ -91,12 +96,14 @@ private:
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
   }
   /// A Q tile's Q and dO rows into the tiles at qS and oS (`rowOffset(st,
-  /// r)`: row r's offset in q or dO, whose strides are st), and its rows'
-  /// LSE and delta (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past
-  /// the end. The LSE and delta loads take a thread per row.
+  /// r)`: row r's offset in q or dO, whose strides are st; `affine`: it is
+  /// rowOffset(st, 0) + r * st[2]), and its rows' LSE and delta
+  /// (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past the end. The
+  /// LSE and delta loads take a thread per row.
   void stageQueryTile(const Entry &e, int64_t qS, int64_t oS, Value rows,
                       function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
-                      function_ref<std::pair<Value, Value>(Value)> lseDelta);
+                      function_ref<std::pair<Value, Value>(Value)> lseDelta,
+                      bool affine);
   /// The warp's 16 rows of the tile at `aBase` times the columns of the
   /// tile at `bBase` (both [rows][k], k = 16 kSteps): n / 8 accumulators.
   Frags rowsByCols(int64_t aBase, int64_t lda, int64_t kSteps, int64_t bBase,
@@ -205,10 +212,49 @@ void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
 }
 
 void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
-                                   Value count, Value src, Value stride,
-                                   Value vectors,
-                                   function_ref<Value(Value)> rowStart) {
+                                   Value count, Value src, Value dStride,
+                                   Value vectors, const RowPlace &rows) {
   const int64_t chunks = width / 8, total = R * chunks;
+  auto copy = [&](Value dst, Value from, Value live) {
+    nvgpu::DeviceAsyncCopyOp::create(
+        b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem, ValueRange{dst}, src,
+        ValueRange{from}, b_.getIndexAttr(8), select(live, cIdx(8), cIdx(0)),
+        b_.getUnitAttr());
+  };
+  auto slt = [&](Value a, Value c) {
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, a, c);
+  };
+  if (rows.stride && TH % chunks == 0) {
+    // Affine rows and whole rows per pass of the threads: copy i is the
+    // thread's first moved down i * rowStep rows (same chunk).
+    const int64_t rowStep = TH / chunks;
+    ifThenElse(
+        vectors,
+        [&] {
+          Value row = arith::DivUIOp::create(b_, tid, cIdx(chunks));
+          Value ch8 = mul(arith::RemUIOp::create(b_, tid, cIdx(chunks)), cIdx(8));
+          Value from = add(add(rows.first, mul(row, rows.stride)), ch8);
+          Value step = mul(rows.stride, cIdx(rowStep));
+          Value to = add(mul(row, cIdx(ld)), ch8);
+          for (int64_t i = 0; i * TH < total; ++i) {
+            Value at = add(to, cIdx(base + i * rowStep * ld));
+            Value live = slt(add(row, cIdx(i * rowStep)), count);
+            if ((i + 1) * TH <= total)
+              copy(at, from, live);
+            else
+              ifThen(slt(add(tid, cIdx(i * TH)), cIdx(total)),
+                     [&] { copy(at, from, live); });
+            from = add(from, step);
+          }
+        },
+        [&] {
+          stage(base, ld, width, count, [&](Value r, Value d) {
+            return load(src, add(add(rows.first, mul(r, rows.stride)),
+                                 mul(d, dStride)));
+          });
+        });
+    return;
+  }
   ifThenElse(
       vectors,
       [&] {
@@ -216,28 +262,19 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
           Value c = add(tid, cIdx(i * TH));
           auto issue = [&] {
             Value row = arith::DivUIOp::create(b_, c, cIdx(chunks));
-            Value ch = arith::RemUIOp::create(b_, c, cIdx(chunks));
-            Value live =
-                arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, row, count);
-            nvgpu::DeviceAsyncCopyOp::create(
-                b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
-                ValueRange{add(cIdx(base), add(mul(row, cIdx(ld)),
-                                               mul(ch, cIdx(8))))},
-                src, ValueRange{add(rowStart(row), mul(ch, cIdx(8)))},
-                b_.getIndexAttr(8), select(live, cIdx(8), cIdx(0)),
-                b_.getUnitAttr());
+            Value ch8 = mul(arith::RemUIOp::create(b_, c, cIdx(chunks)), cIdx(8));
+            copy(add(cIdx(base), add(mul(row, cIdx(ld)), ch8)),
+                 add(rows.start(row), ch8), slt(row, count));
           };
           if ((i + 1) * TH <= total)
             issue();
           else
-            ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c,
-                                         cIdx(total)),
-                   issue);
+            ifThen(slt(c, cIdx(total)), issue);
         }
       },
       [&] {
         stage(base, ld, width, count, [&](Value r, Value d) {
-          return load(src, add(rowStart(r), mul(d, stride)));
+          return load(src, add(rows.start(r), mul(d, dStride)));
         });
       });
 }
@@ -245,11 +282,15 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
 void TensorCoreBackward::stageQueryTile(
     const Entry &e, int64_t qS, int64_t oS, Value rows,
     function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
-    function_ref<std::pair<Value, Value>(Value)> lseDelta) {
-  stageTile(qS, ldQ, D, rows, e.q, e.qs[3], vectorsQO,
-            [&](Value r) { return rowOffset(e.qs, r); });
-  stageTile(oS, ldO, DV, rows, e.o, e.os[3], vectorsQO,
-            [&](Value r) { return rowOffset(e.os, r); });
+    function_ref<std::pair<Value, Value>(Value)> lseDelta, bool affine) {
+  for (auto [at, width, src, st] :
+       {std::tuple{qS, D, e.q, &e.qs}, std::tuple{oS, DV, e.o, &e.os}}) {
+    auto start = [&](Value r) { return rowOffset(*st, r); };
+    RowPlace place{start, affine ? start(cIdx(0)) : Value(),
+                   affine ? (*st)[2] : Value()};
+    stageTile(at, at == qS ? ldQ : ldO, width, rows, src, (*st)[3], vectorsQO,
+              place);
+  }
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
     Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, rows);
     std::pair<Value, Value> ld = lseDelta(minI(tid, sub(rows, cIdx(1))));
@@ -368,7 +409,8 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
                });
         return std::pair<Value, Value>{
             load(e.lse, offset4(e.ls, it.b, hi.first, hi.second)), delta};
-      });
+      },
+      /*affine=*/false);
   awaitTiles();
   gpu::BarrierOp::create(b_);
   // This thread's rows g and g + 8 of its warp's 16.
@@ -396,12 +438,16 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   scf::ForOp tiles = loop(it.jlo, it.jhi, 1, init, [&](Value j, ValueRange acc) {
     Tile t = tileAt(it, j, inv);
     return ifYield(t.visit, acc, [&] {
-      stageTile(kS, ldQ, D, t.cols, e.k, e.ks[3], vectorsKV, [&](Value c) {
+      auto kStart = [&](Value c) {
         return add(it.kBase, mul(add(t.kv0, c), e.ks[2]));
-      });
-      stageTile(vS, ldO, DV, t.cols, e.v, e.vs[3], vectorsKV, [&](Value c) {
+      };
+      auto vStart = [&](Value c) {
         return add(it.vBase, mul(add(t.kv0, c), e.vs[2]));
-      });
+      };
+      stageTile(kS, ldQ, D, t.cols, e.k, e.ks[3], vectorsKV,
+                {kStart, kStart(cIdx(0)), e.ks[2]});
+      stageTile(vS, ldO, DV, t.cols, e.v, e.vs[3], vectorsKV,
+                {vStart, vStart(cIdx(0)), e.vs[2]});
       awaitTiles();
       gpu::BarrierOp::create(b_);
       Frags dq = unflatten(acc);
@@ -523,12 +569,12 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     auto keyRow = [&](Value base, Value stride, Value c) {
       return add(base, mul(add(kt.kv0, c), stride));
     };
-    stageTile(kS, ldQ, D, kt.cols, e.k, e.ks[3], vectorsKV, [&](Value c) {
-      return keyRow(first.kBase, e.ks[2], c);
-    });
-    stageTile(vS, ldO, DV, kt.cols, e.v, e.vs[3], vectorsKV, [&](Value c) {
-      return keyRow(first.vBase, e.vs[2], c);
-    });
+    auto kStart = [&](Value c) { return keyRow(first.kBase, e.ks[2], c); };
+    auto vStart = [&](Value c) { return keyRow(first.vBase, e.vs[2], c); };
+    stageTile(kS, ldQ, D, kt.cols, e.k, e.ks[3], vectorsKV,
+              {kStart, kStart(cIdx(0)), e.ks[2]});
+    stageTile(vS, ldO, DV, kt.cols, e.v, e.vs[3], vectorsKV,
+              {vStart, vStart(cIdx(0)), e.vs[2]});
     // Landed before any Q tile's barrier publishes them (and before the
     // block exits when it visits none).
     awaitTiles();
@@ -564,7 +610,8 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
                 return std::pair<Value, Value>{
                     load(e.lse, offset4(e.ls, kt.b, h, row)),
                     load(x.delta, deltaAt(e, kt.b, h, row))};
-              });
+              },
+              /*affine=*/true);
           awaitTiles();
           gpu::BarrierOp::create(b_);
           Frags dk = unflatten(acc.take_front(nK)),

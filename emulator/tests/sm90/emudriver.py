@@ -1,0 +1,90 @@
+"""A small ctypes binding of the CUDA driver API, enough to load a PTX
+module into libattnc-emucuda.so (or any libcuda), move arrays and launch a
+kernel: what the conformance tests use to run PTX that another compiler
+(Triton) wrote."""
+import ctypes
+
+import numpy as np
+
+
+class DriverError(RuntimeError):
+    pass
+
+
+class Driver:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self._check(self.lib.cuInit(0), "cuInit")
+        dev = ctypes.c_int()
+        self._check(self.lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+        ctx = ctypes.c_void_p()
+        self._check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+                    "cuDevicePrimaryCtxRetain")
+        self._check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self.lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        self.lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t]
+        self.lib.cuMemcpyDtoH_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t]
+        self.lib.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+
+    def _check(self, rc, what, log=None):
+        if rc != 0:
+            msg = "%s failed with CUDA error %d" % (what, rc)
+            report = getattr(self.lib, "attnc_emu_last_report", None)
+            if report is not None:
+                report.restype = ctypes.c_char_p
+                text = report()
+                if text:
+                    msg += "\n" + text.decode()
+            if log:
+                msg += "\n" + log
+            raise DriverError(msg)
+
+    def load(self, ptx, name):
+        """The kernel `name` of a PTX module; a load error carries the JIT log."""
+        mod = ctypes.c_void_p()
+        buf = ctypes.create_string_buffer(1 << 16)
+        opts = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER(_SIZE_BYTES)
+        vals = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), ctypes.c_void_p(1 << 16))
+        rc = self.lib.cuModuleLoadDataEx(ctypes.byref(mod), ptx.encode() + b"\0", 2, opts, vals)
+        self._check(rc, "cuModuleLoadDataEx", buf.value.decode())
+        fn = ctypes.c_void_p()
+        self._check(self.lib.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()),
+                    "cuModuleGetFunction")
+        return fn
+
+    def to_device(self, array):
+        array = np.ascontiguousarray(array)
+        ptr = ctypes.c_uint64()
+        self._check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(array.nbytes, 1)), "cuMemAlloc")
+        self._check(self.lib.cuMemcpyHtoD_v2(ptr.value, array.ctypes.data, array.nbytes),
+                    "cuMemcpyHtoD")
+        return ptr.value
+
+    def alloc(self, nbytes):
+        ptr = ctypes.c_uint64()
+        self._check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1)), "cuMemAlloc")
+        return ptr.value
+
+    def to_host(self, ptr, shape, dtype):
+        out = np.empty(shape, dtype)
+        self._check(self.lib.cuMemcpyDtoH_v2(out.ctypes.data, ptr, out.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def free(self, ptr):
+        self.lib.cuMemFree_v2(ptr)
+
+    def launch(self, fn, grid, block, shared, params):
+        """params: a list of ctypes values (c_uint64 for pointers, c_int32...)."""
+        if shared > 48 * 1024:
+            self._check(self.lib.cuFuncSetAttribute(fn, 8, ctypes.c_int(shared)),
+                        "cuFuncSetAttribute")
+        holders = [ctypes.pointer(p) for p in params]
+        args = (ctypes.c_void_p * len(params))(*[ctypes.cast(h, ctypes.c_void_p) for h in holders])
+        g = list(grid) + [1] * (3 - len(grid))
+        b = list(block) + [1] * (3 - len(block))
+        rc = self.lib.cuLaunchKernel(fn, *[ctypes.c_uint(x) for x in g],
+                                     *[ctypes.c_uint(x) for x in b],
+                                     ctypes.c_uint(shared), ctypes.c_void_p(0), args,
+                                     ctypes.c_void_p(0))
+        self._check(rc, "cuLaunchKernel")
+        self._check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
