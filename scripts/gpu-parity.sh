@@ -12,7 +12,9 @@
 #     racecheck on every launch): the full matrix for sm_90 PTX, and for
 #     sm_80 PTX one case per kernel once the script has checked that each
 #     sm_80 kernel is the sm_90 one but for its .target line (else the full
-#     matrix there too). Needs no GPU.
+#     matrix there too); then the full matrix again for sm_90a packages,
+#     where f16/bf16 with head dims multiples of 64 run the wgmma form and
+#     the rest the mma.sync and SIMT forms built for sm_90a. Needs no GPU.
 #   scripts/gpu-parity.sh BUILD_DIR [EXAMPLE...]
 #     on the CUDA device (the driver found as attnc-run finds it): the full
 #     matrix for the device's target; exits 77 (a ctest skip), saying why,
@@ -57,11 +59,25 @@ printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
      --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$3/{}.json" \
      > "$3/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {}" >> "$3/{}.compile.txt"' \
   "$build" "$src" "$targets" "$tmp"
+if ((emulator)); then
+  printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
+    '"$0/bin/attnc" compile "$1/examples/{}.attn" --emit=package --target=sm_90a \
+       --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$2/{}.90a.json" \
+       >> "$2/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {} for sm_90a" >> "$2/{}.compile.txt"' \
+    "$build" "$src" "$tmp"
+fi
 printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
   '"$0/bin/attnc" compile "$1/examples/{}.attn" --emit=package --target="$2" \
      --dtypes=f16,bf16 --head-dims=256,192:128 -o "$3/{}.large.json" \
      >> "$3/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {} (large head dims)" >> "$3/{}.compile.txt"' \
   "$build" "$src" "${targets##*,}" "$tmp"
+if ((emulator)); then
+  printf '%s\n' "${examples[@]}" | xargs -P "$jobs" -I{} sh -c \
+    '"$0/bin/attnc" compile "$1/examples/{}.attn" --emit=package --target=sm_90a \
+       --dtypes=f16,bf16 --head-dims=256,192:128 -o "$2/{}.large90a.json" \
+       >> "$2/{}.compile.txt" 2>&1 || echo "FAIL: cannot package {} for sm_90a (large head dims)" >> "$2/{}.compile.txt"' \
+    "$build" "$src" "$tmp"
+fi
 bad=0
 for n in "${examples[@]}"; do
   if grep -q FAIL "$tmp/$n.compile.txt"; then
@@ -90,6 +106,8 @@ run_example() {
       echo "sm_80: the full matrix" >> "$log"
       ATTNC_EMU_CC=80 "$build/bin/attnc-run" "$tmp/$n.json" --matrix >> "$log" 2>&1 || status=1
     fi
+    echo "sm_90a: the full matrix (the wgmma form where it applies)" >> "$log"
+    ATTNC_EMU_CC=90 "$build/bin/attnc-run" "$tmp/$n.90a.json" --matrix >> "$log" 2>&1 || status=1
   else
     "$build/bin/attnc-run" "$tmp/$n.json" --matrix > "$log" 2>&1 || status=1
   fi
@@ -101,6 +119,11 @@ run_example() {
         "$build/bin/attnc-run" "$tmp/$n.large.json" --dtype $dt --heads 8 \
           --kv-heads 2 --head-dim "${d%:*}" --v-head-dim "${d#*:}" --mode $m \
           >> "$log" 2>&1 || status=1
+        if ((emulator)); then
+          "$build/bin/attnc-run" "$tmp/$n.large90a.json" --dtype $dt --heads 8 \
+            --kv-heads 2 --head-dim "${d%:*}" --v-head-dim "${d#*:}" --mode $m \
+            >> "$log" 2>&1 || status=1
+        fi
       done
     done
   done

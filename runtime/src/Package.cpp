@@ -20,10 +20,14 @@ namespace attnc::rt {
 
 using nlohmann::json;
 
-int targetNumber(const std::string &t) {
+int targetNumber(const std::string &t, bool *archSpecific) {
   int64_t n = 0;
-  if (t.rfind("sm_", 0) != 0 || !parseInt(t.substr(3), 50, 999, n))
+  bool arch = !t.empty() && t.back() == 'a';
+  std::string digits = t.size() > 3 ? t.substr(3, t.size() - 3 - (arch ? 1 : 0)) : "";
+  if (t.rfind("sm_", 0) != 0 || !parseInt(digits, 50, 999, n))
     return 0;
+  if (archSpecific)
+    *archSpecific = arch;
   return static_cast<int>(n);
 }
 

@@ -228,11 +228,16 @@ const Image *selectImage(const std::vector<Image> &images, int cc, DType dtype,
     have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
                         dtypeName(k.spec.dtype), k.spec.headDim,
                         k.spec.vHeadDim);
-    int t = targetNumber(k.target);
+    bool arch = false;
+    int t = targetNumber(k.target, &arch);
+    // An architecture-specific kernel (sm_90a) runs on its own compute
+    // capability only, and is preferred there to the generic one.
+    int rank = 2 * t + (arch ? 1 : 0);
     if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
-        k.spec.vHeadDim != vHeadDim || t > cc || t <= best)
+        k.spec.vHeadDim != vHeadDim || t > cc || (arch && t != cc) ||
+        rank <= best)
       continue;
-    best = t;
+    best = rank;
     out = &k;
   }
   return out;

@@ -125,6 +125,9 @@ def ConvertFlashToSimt : ConvertFlashPass<"simt",
 def ConvertFlashToMmaSync : ConvertFlashPass<"mma-sync",
     "Lower flash kernels of the mma.sync forms to gpu.funcs on tensor cores",
     GpuDialects>;
+def ConvertFlashToWgmma : ConvertFlashPass<"wgmma",
+    "Lower flash kernels of the sm_90a wgmma form to gpu.funcs (warpgroup MMA)",
+    GpuDialects>;
 
 //===----------------------------------------------------------------------===//
 // Lowering
@@ -144,7 +147,7 @@ def AttnLowerToNVVM : Pass<"attn-lower-to-nvvm", "mlir::ModuleOp"> {
   let summary = "Lower the GPU program to the NVVM dialect (drops the variants)";
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_80\"",
-           "sm_80, sm_86, sm_89 or sm_90">,
+           "sm_80, sm_86, sm_89, sm_90 or sm_90a">,
   ];
   let dependentDialects = ["mlir::LLVM::LLVMDialect", "mlir::NVVM::NVVMDialect"];
 }

@@ -77,6 +77,7 @@ const KernelForm *formOf(mlir::flash::KernelOp kernel) {
 
 llvm::ArrayRef<const KernelForm *> kernelForms() {
   static const KernelForm *const kForms[] = {
+      &wgmmaForm(),            // sm_90a, f16/bf16 with D multiples of 64
       &mmaSyncForm(),          // NVIDIA, f16/bf16 on tensor cores
       &simtForm(),             // NVIDIA, everything else
       &cpuForm(),              // the host CPU

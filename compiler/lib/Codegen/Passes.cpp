@@ -29,6 +29,7 @@ namespace attnc {
 #define GEN_PASS_DEF_CONVERTFLASHTOCPU
 #define GEN_PASS_DEF_CONVERTFLASHTOSIMT
 #define GEN_PASS_DEF_CONVERTFLASHTOMMASYNC
+#define GEN_PASS_DEF_CONVERTFLASHTOWGMMA
 #define GEN_PASS_DEF_ATTNLOWERTOLLVM
 #define GEN_PASS_DEF_ATTNLOWERTONVVM
 #include "attnc/Passes.h.inc"
@@ -131,6 +132,14 @@ struct ConvertFlashToMmaSyncPass
     : impl::ConvertFlashToMmaSyncBase<ConvertFlashToMmaSyncPass> {
   void runOnOperation() override {
     if (failed(lowerFlashKernels(getOperation(), "mma-sync")))
+      signalPassFailure();
+  }
+};
+
+struct ConvertFlashToWgmmaPass
+    : impl::ConvertFlashToWgmmaBase<ConvertFlashToWgmmaPass> {
+  void runOnOperation() override {
+    if (failed(lowerFlashKernels(getOperation(), "wgmma")))
       signalPassFailure();
   }
 };

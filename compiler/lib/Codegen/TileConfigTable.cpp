@@ -8,11 +8,19 @@
 #include "attnc/Codegen/KernelForm.h"
 
 #include <fmt/format.h>
+#include <cstdlib>
 
 namespace attnc {
 
 bool isGpuTarget(const std::string &t) {
-  return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90";
+  return t == "sm_80" || t == "sm_86" || t == "sm_89" || t == "sm_90" ||
+         t == "sm_90a";
+}
+
+int gpuArch(const std::string &t) {
+  if (!isGpuTarget(t))
+    return 0;
+  return std::atoi(t.c_str() + 3);
 }
 
 int64_t gpuSharedOptIn(const std::string &target) {
@@ -20,7 +28,7 @@ int64_t gpuSharedOptIn(const std::string &target) {
   // sm_86/sm_89, 227 KB on sm_90.
   if (target == "sm_80")
     return 166912;
-  if (target == "sm_90")
+  if (gpuArch(target) == 90)
     return 232448;
   return 101376;
 }

@@ -520,11 +520,11 @@ int runCompile(const std::vector<std::string> &args) {
     for (const std::string &t : splitList(o.target))
       if (!attnc::isGpuTarget(t))
         return usageError("unknown --target '" + t +
-                          "' for a package (expected sm_80, sm_86, sm_89 or "
-                          "sm_90)");
+                          "' for a package (expected sm_80, sm_86, sm_89, sm_90 "
+                          "or sm_90a)");
   } else if (o.target != "cpu" && !attnc::isGpuTarget(o.target))
     return usageError("unknown --target '" + o.target +
-                      "' (expected cpu, sm_80, sm_86, sm_89 or sm_90)");
+                      "' (expected cpu, sm_80, sm_86, sm_89, sm_90 or sm_90a)");
   if (gpuStage && o.target == "cpu")
     o.target = "sm_80";
   if (o.emit == "llvm" && o.target != "cpu")

@@ -1,6 +1,7 @@
 //===- PtxModule.cpp - Loading PTX and launching its entries --------------===//
 #include "PtxModule.h"
 #include "attnc/runtime/Parse.h"
+#include "attnc/runtime/Package.h"
 
 #include <fmt/format.h>
 
@@ -17,16 +18,17 @@ constexpr int64_t kMaxGridX = 2147483647;
 
 Status checkTarget(const Context &ctx, const std::string &target,
                    const std::string &what) {
-  int64_t cc = 0;
-  if (target.rfind("sm_", 0) != 0 || !parseInt(target.substr(3), 50, 999, cc))
-    cc = 0;
+  bool arch = false;
+  int cc = targetNumber(target, &arch);
   if (cc <= 0)
     return Status::invalidArgument("kernel '" + what +
                                    "' has an unknown target '" + target + "'");
-  if (cc > ctx.device().computeCapability())
+  if (cc > ctx.device().computeCapability() ||
+      (arch && cc != ctx.device().computeCapability()))
     return Status::invalidArgument(fmt::format(
-        "kernel '{}' is compiled for {}, but {} is sm_{}", what, target,
-        ctx.device().name(), ctx.device().computeCapability()));
+        "kernel '{}' is compiled for {}{}, but {} is sm_{}", what, target,
+        arch ? " (that compute capability only)" : "", ctx.device().name(),
+        ctx.device().computeCapability()));
   return Status::ok();
 }
 

@@ -138,6 +138,7 @@ const KernelForm &cpuBackwardForm();
 const KernelForm &simtForm();
 const KernelForm &simtBackwardForm();
 const KernelForm &mmaSyncForm();
+const KernelForm &wgmmaForm();
 const KernelForm &mmaSyncBackwardForm();
 
 } // namespace attnc

@@ -16,8 +16,12 @@
 
 namespace attnc {
 
-/// `sm_80`, `sm_86`, `sm_89`, `sm_90`: the targets the NVPTX path accepts.
+/// `sm_80`, `sm_86`, `sm_89`, `sm_90`, `sm_90a`: the targets the NVPTX
+/// path accepts (sm_90a: sm_90's architecture-specific features, wgmma;
+/// its kernels load on compute capability 9.0 only).
 bool isGpuTarget(const std::string &target);
+/// The compute capability a target's kernels need (90 for sm_90a too).
+int gpuArch(const std::string &target);
 
 /// The opt-in dynamic shared memory per block of a target's devices.
 int64_t gpuSharedOptIn(const std::string &target);

@@ -292,8 +292,8 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
                          const std::string &target, rt::GpuKernelImage &out) {
   if (!isGpuTarget(target))
     return rt::Status::invalidArgument("unknown GPU target '" + target +
-                                       "' (expected sm_80, sm_86, sm_89 or "
-                                       "sm_90)");
+                                       "' (expected sm_80, sm_86, sm_89, sm_90 "
+                                       "or sm_90a)");
   FormChoice choice = formFor(spec, target, Direction::Forward);
   if (!choice)
     return rt::Status::invalidArgument("no GPU kernel form takes the "
@@ -343,8 +343,8 @@ rt::Status compileBackwardForGpu(attn::VariantOp variant,
                                  rt::GpuBackwardImage &out) {
   if (!isGpuTarget(target))
     return rt::Status::invalidArgument("unknown GPU target '" + target +
-                                       "' (expected sm_80, sm_86, sm_89 or "
-                                       "sm_90)");
+                                       "' (expected sm_80, sm_86, sm_89, sm_90 "
+                                       "or sm_90a)");
   if (!variant.getGradBlock() || variant.getGradBlock()->empty())
     return rt::Status::invalidArgument(
         "variant '" + variant.getSymName().str() +

@@ -1,4 +1,12 @@
-//===- MmaSyncKernel.cpp - The mma.sync GPU form (tensor cores) -----------===//
+//===- MmaSyncKernel.cpp - The tensor-core forward: mma.sync and wgmma ----===//
+//
+// The builder of the tensor-core forward kernels: the mma.sync form
+// (MmaSyncForm below) and, with TensorCoreLayout::wgmma, the sm_90a form
+// (WgmmaForm.cpp): the same loop, copies, softmax and epilogue on the same
+// accumulator fragments (a wgmma m64nNk16 accumulator is, per warp, the
+// mma.sync m16n8 fragments of its N / 8 n-tiles), with S = QK^T by wgmma
+// from shared-memory descriptors and O += PV by wgmma with P from
+// registers, operands in 128-byte swizzled atoms (Wgmma.h).
 //
 // f16/bf16 on sm_80+: a CTA of `warps` warps takes block_m query rows, each
 // warp 16 x m-tiles of them. Q, K and V go through dynamic shared memory
@@ -16,6 +24,8 @@
 #include "attnc/Codegen/TileConfigTable.h"
 #include "MmaFragments.h"
 #include "ProgramBuilder.h"
+#include "TensorCoreForward.h"
+#include "Wgmma.h"
 
 #include <algorithm>
 
@@ -32,17 +42,38 @@ namespace {
 /// chunk.
 struct TensorCoreLayout {
   int64_t warps = 0, mTiles = 0, stages = 2;
+  /// The sm_90a form: Q, K and V in 128-byte swizzled atoms of 8 rows x 64
+  /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
+  /// in shared memory (wgmma reads it there), 1 KB to align the base.
+  bool wgmma = false;
+  int64_t atomQ = 0, atomK = 0, atomV = 0;
+  int64_t vOffset = 0; // V's rows after K's, within a stage (elements)
   /// Q fragments loaded once per work item and held in registers; else
   /// re-read from shared memory for every KV tile (fewer registers).
   bool qInRegisters = true;
   int64_t ldQ = 0, ldK = 0, ldV = 0;
   bool swizzleQ = false, swizzleK = false, swizzleV = false;
   int64_t stageElems = 0, qOffset = 0, totalElems = 0;
-  int64_t sharedBytes() const { return totalElems * 2; }
+  int64_t sharedBytes() const { return totalElems * 2 + (wgmma ? 1024 : 0); }
 };
 
-TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
+TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma = false) {
   TensorCoreLayout L;
+  if (wgmma) {
+    L.wgmma = true;
+    L.warps = s.blockM / 16;
+    L.mTiles = 1;
+    L.qInRegisters = false;
+    L.ldQ = L.ldK = L.ldV = 64;
+    L.swizzleQ = L.swizzleK = L.swizzleV = true;
+    L.atomQ = s.blockM * 64;
+    L.atomK = L.atomV = s.blockN * 64;
+    L.vOffset = s.blockN * s.headDim;
+    L.stageElems = s.blockN * (s.headDim + s.vHeadDim);
+    L.qOffset = L.stages * L.stageElems;
+    L.totalElems = L.qOffset + s.blockM * s.headDim;
+    return L;
+  }
   L.warps = s.warps > 0 ? s.warps : std::clamp<int64_t>(s.blockM / 16, 1, 8);
   L.mTiles = s.blockM / (16 * L.warps);
   // Q in registers costs 2 x D / 16 x 4 x m-tiles of them per thread.
@@ -56,6 +87,7 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
   L.ldK = pitch(s.headDim, L.swizzleK);
   L.ldV = pitch(s.vHeadDim, L.swizzleV);
   L.stageElems = s.blockN * (L.ldK + L.ldV);
+  L.vOffset = s.blockN * L.ldK;
   int64_t kv = L.stages * L.stageElems, q = s.blockM * L.ldQ;
   // Q held in registers is dead in shared memory once loaded: it borrows
   // stage 1, which the first prefetch fills only after every warp has
@@ -70,15 +102,18 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s) {
   return L;
 }
 
-rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s) {
-  TensorCoreLayout L = tensorCoreLayout(s);
+rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false) {
+  TensorCoreLayout L = tensorCoreLayout(s, wgmma);
   const int64_t threads = L.warps * 32;
   auto perThread = [&](int64_t chunks) { return (chunks + threads - 1) / threads; };
   rt::TileWork w;
   // QK^T: (block_n / 8) n-tiles x (D / 16) k-steps; PV: (block_n / 16)
   // k-steps x (Dv / 8) n-tiles; each for every m-tile of the warp.
-  w.mma = L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
-                      s.blockN / 16 * (s.vHeadDim / 8));
+  // The static SASS model reads mma.sync loops (HMMA): wgmma's is not
+  // stated yet.
+  w.mma = L.wgmma ? 0
+                  : L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
+                                s.blockN / 16 * (s.vHeadDim / 8));
   w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
                   perThread(s.blockN * s.vHeadDim / 8);
   return w;
@@ -92,8 +127,8 @@ namespace {
 class TensorCoreKernel : public ProgramBuilder {
 public:
   TensorCoreKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
-                   const FlashConfig &cfg)
-      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec)) {
+                   const FlashConfig &cfg, bool wgmma = false)
+      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)) {
     MT = L.mTiles;
     NT = BN / 8;
     KS = D / 16;
@@ -131,7 +166,10 @@ private:
   /// fragment.
   Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
                     Value row, Value chunk, int64_t rowC = 0,
-                    int64_t chunkC = 0);
+                    int64_t chunkC = 0, int64_t atom = 0);
+  /// The shared byte address (i64) of element `at` plus `bytes` (wgmma's
+  /// descriptors).
+  Value byteAddress(Value at, int64_t bytes);
   /// sharedIndex as (the part computed at run time, the constant the
   /// tile row and k-step add): for an address the constant is an
   /// instruction's immediate offset (sharedAt).
@@ -141,7 +179,7 @@ private:
   };
   SharedPlace sharedPlace(Value base, int64_t ld, bool swizzle, int64_t chunks,
                           Value row, Value chunk, int64_t rowC = 0,
-                          int64_t chunkC = 0);
+                          int64_t chunkC = 0, int64_t atom = 0);
   /// Shared memory seen from element `at` on, and the index of element
   /// `at + offset` in it: the address is (base + 2 at) + 2 offset, whose
   /// constant PTX and ptxas keep as an immediate (an index `at + offset`
@@ -228,6 +266,8 @@ private:
   Entry e;
   Item it;
   Value smem, smemBytes, tid, lane, warp, g, tig, mat, r8, zeroE;
+  Value smemAddr; // the aligned base's shared address (wgmma), i64
+  WgmmaEmitter wg{b_};
   Value fastQ, fastKV, fastO, paged, contiguous;
   CopyPlan planK, planV;
   SmallVector<Row> rows;                 // [mt * 2 + k]
@@ -238,7 +278,18 @@ private:
 TensorCoreKernel::SharedPlace
 TensorCoreKernel::sharedPlace(Value base, int64_t ld, bool swizzle,
                               int64_t chunks, Value row, Value chunk,
-                              int64_t rowC, int64_t chunkC) {
+                              int64_t rowC, int64_t chunkC, int64_t atom) {
+  if (atom) {
+    // A 128-byte swizzled atom layout (wgmma): chunk c of row r is in atom
+    // c / 8, at row r, chunk (c % 8) xor (r % 8). Copies only: no constant
+    // chunk part.
+    Value c = arith::XOrIOp::create(b_, remu(chunk, 8), remu(row, 8));
+    Value at = add(add(mul(divu(chunk, 8), cIdx(atom)), mul(row, cIdx(ld))),
+                   mul(c, cIdx(8)));
+    (void)chunks;
+    (void)chunkC;
+    return {add(base, at), rowC * ld};
+  }
   Value c = chunk;
   int64_t offset = rowC * ld + chunkC * 8;
   if (swizzle) {
@@ -257,10 +308,19 @@ TensorCoreKernel::sharedPlace(Value base, int64_t ld, bool swizzle,
 
 Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
                                     int64_t chunks, Value row, Value chunk,
-                                    int64_t rowC, int64_t chunkC) {
+                                    int64_t rowC, int64_t chunkC, int64_t atom) {
   auto [at, offset] =
-      sharedPlace(base, ld, swizzle, chunks, row, chunk, rowC, chunkC);
+      sharedPlace(base, ld, swizzle, chunks, row, chunk, rowC, chunkC, atom);
   return offset ? add(at, cIdx(offset)) : at;
+}
+
+Value TensorCoreKernel::byteAddress(Value at, int64_t bytes) {
+  Value off = arith::IndexCastUIOp::create(
+      b_, i64_, mul(at, cIdx(elem_.getIntOrFloatBitWidth() / 8)));
+  return arith::AddIOp::create(
+      b_, smemAddr,
+      arith::AddIOp::create(b_, off, arith::ConstantOp::create(
+                                         b_, b_.getI64IntegerAttr(bytes))));
 }
 
 std::pair<Value, Value> TensorCoreKernel::sharedAt(SharedPlace p) {
@@ -324,7 +384,8 @@ void TensorCoreKernel::loadQ() {
           Value live = cmp(arith::CmpIPredicate::slt, row, it.rows);
           nvgpu::DeviceAsyncCopyOp::create(
               b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
-              ValueRange{sharedIndex(qOff, L.ldQ, L.swizzleQ, chunks, row, ch)},
+              ValueRange{sharedIndex(qOff, L.ldQ, L.swizzleQ, chunks, row, ch,
+                                     0, 0, L.atomQ)},
               e.q, ValueRange{add(rowOf(row), mul(ch, cIdx(8)))},
               b_.getIndexAttr(8), select(live, cIdx(8), c0), b_.getUnitAttr());
         });
@@ -335,7 +396,7 @@ void TensorCoreKernel::loadQ() {
           Value live = cmp(arith::CmpIPredicate::slt, row, it.rows);
           Value v = load(e.q, add(rowOf(row), mul(d, e.qs[3])));
           Value at = add(sharedIndex(qOff, L.ldQ, L.swizzleQ, chunks, row,
-                                     divu(d, 8)),
+                                     divu(d, 8), 0, 0, L.atomQ),
                          remu(d, 8));
           store(select(live, v, zeroE), smem, at);
         });
@@ -369,9 +430,9 @@ void TensorCoreKernel::signQ() {
 /// Tile j's K and V rows into the stage at element `base`; rows past the
 /// sequence are zero (cp.async zero-fill reads nothing out of bounds).
 void TensorCoreKernel::planCopies() {
-  for (auto [plan, n, ld, swizzle, st] :
-       {std::tuple{&planK, D, L.ldK, L.swizzleK, &e.ks},
-        std::tuple{&planV, DV, L.ldV, L.swizzleV, &e.vs}}) {
+  for (auto [plan, n, ld, swizzle, st, atom] :
+       {std::tuple{&planK, D, L.ldK, L.swizzleK, &e.ks, L.atomK},
+        std::tuple{&planV, DV, L.ldV, L.swizzleV, &e.vs, L.atomV}}) {
     const int64_t chunks = n / 8, total = BN * chunks;
     plan->count = (total + TH - 1) / TH;
     plan->ld = ld;
@@ -386,7 +447,7 @@ void TensorCoreKernel::planCopies() {
         Value row = divu(c, chunks), ch = remu(c, chunks);
         plan->row.push_back(row);
         plan->shared.push_back(
-            sharedIndex(cIdx(0), ld, swizzle, chunks, row, ch));
+            sharedIndex(cIdx(0), ld, swizzle, chunks, row, ch, 0, 0, atom));
         plan->global.push_back(add(mul(row, (*st)[2]), mul(ch, cIdx(8))));
       }
       plan->has.push_back((i + 1) * TH <= total
@@ -407,7 +468,7 @@ void TensorCoreKernel::copyContiguous(Value j32, Value base) {
     Value cols = tail ? sub(it.kvLen, mul(j, cIdx(BN))) : Value();
     for (auto [plan, src, at] :
          {std::tuple{&planK, e.k, base},
-          std::tuple{&planV, e.v, add(base, cIdx(BN * L.ldK))}}) {
+          std::tuple{&planV, e.v, add(base, cIdx(L.vOffset))}}) {
       // The tile's first copy; each copy adds its fixed offset. Strided
       // plans walk down the tile from copy 0 (each global address the last
       // plus stepGlobal, each shared one an immediate offset), so nothing
@@ -461,11 +522,13 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
     int64_t n, ld;
     bool swizzle;
     Value at;
+    int64_t atom;
   };
   for (const Part &p :
-       {Part{e.k, it.kBase, abi::kKStride, &e.ks, D, L.ldK, L.swizzleK, base},
+       {Part{e.k, it.kBase, abi::kKStride, &e.ks, D, L.ldK, L.swizzleK, base,
+             L.atomK},
         Part{e.v, it.vBase, abi::kVStride, &e.vs, DV, L.ldV, L.swizzleV,
-             add(base, cIdx(BN * L.ldK))}}) {
+             add(base, cIdx(L.vOffset)), L.atomV}}) {
     const int64_t chunks = p.n / 8;
     // Contiguous and paged K/V get their own copy of each loop, so the
     // contiguous one holds no page-table state (register pressure).
@@ -481,7 +544,8 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
         Value from = add(rowOffset(paged, minI(key, last)), mul(ch, cIdx(8)));
         nvgpu::DeviceAsyncCopyOp::create(
             b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem,
-            ValueRange{sharedIndex(p.at, p.ld, p.swizzle, chunks, row, ch)},
+            ValueRange{sharedIndex(p.at, p.ld, p.swizzle, chunks, row, ch, 0, 0,
+                                   p.atom)},
             p.src, ValueRange{from}, b_.getIndexAttr(8),
             select(valid, cIdx(8), c0), b_.getUnitAttr());
       });
@@ -494,7 +558,7 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
         Value v = load(p.src, add(rowOffset(paged, minI(key, last)),
                                   mul(d, (*p.st)[3])));
         Value at = add(sharedIndex(p.at, p.ld, p.swizzle, chunks, row,
-                                   divu(d, 8)),
+                                   divu(d, 8), 0, 0, p.atom),
                        remu(d, 8));
         store(select(valid, v, zeroE), smem, at);
       });
@@ -603,6 +667,27 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     if (p.getWith() != "k")
       return op.emitOpError("the mma.sync forward form takes Q K^T only");
     Value kBase = regs[p.getKv()][0];
+    if (L.wgmma) {
+      // S = Q K^T for the warpgroup's 64 rows: one m64n{BN}k16 per 16 of
+      // Dqk, both operands K-major from their atoms (32 bytes a k-step).
+      // The warpgroup's first row: 64 rows of 64 elements into each atom.
+      Value qRows = add(cIdx(L.qOffset), mul(divu(warp, 4), cIdx(64 * 64)));
+      SmallVector<Value> acc(NT * 4, e.zeroF), aDescs, bDescs;
+      for (int64_t ks = 0; ks < KS; ++ks) {
+        int64_t atom = ks / 4, within = (ks % 4) * 32;
+        aDescs.push_back(wg.descriptor(
+            byteAddress(add(qRows, cIdx(atom * L.atomQ)), within), 16, 1024));
+        bDescs.push_back(wg.descriptor(
+            byteAddress(add(kBase, cIdx(atom * L.atomK)), within), 16, 1024));
+      }
+      wg.fence();
+      for (int64_t ks = 0; ks < KS; ++ks)
+        acc = wg.mma(acc, aDescs[ks], {}, bDescs[ks], NT * 4, elem_.isBF16(),
+                     /*transB=*/false, /*accumulate=*/ks > 0);
+      wg.commit();
+      regs[p] = wg.wait(0, acc);
+      return success();
+    }
     // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
     // .trans) feeds every m-tile of the warp.
     SmallVector<SmallVector<Frag>> S(MT, SmallVector<Frag>(NT, Frag(4, e.zeroF)));
@@ -784,7 +869,34 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       return op.emitOpError("the mma.sync forward form lowers pv only");
     const SmallVector<Value> &P = regs[a.getScores()];
     const SmallVector<Value> &o = regs[a.getAcc()];
-    Value vBase = add(regs[a.getWith()][0], cIdx(BN * L.ldK));
+    Value vBase = add(regs[a.getWith()][0], cIdx(L.vOffset));
+    if (L.wgmma) {
+      // O += P V: P's accumulator fragments as the register A operand (the
+      // mma.sync A layout, per warp), V MN-major from its atoms: 16 keys a
+      // k-step (2048 bytes), atoms along Dv `lbo` apart.
+      auto pack = [&](int64_t nt, int64_t c) {
+        return packF32Pair(P[nt * 4 + c], P[nt * 4 + c + 1]);
+      };
+      SmallVector<Value> acc(o.begin(), o.end());
+      // Every A register is packed and every descriptor formed before the
+      // one fence: registers written between it and a wgmma that reads
+      // them would make ptxas insert a warpgroup.arrive per k-step.
+      SmallVector<SmallVector<Value>> aRegs;
+      SmallVector<Value> bDescs;
+      for (int64_t kk = 0; kk < KP; ++kk) {
+        aRegs.push_back({pack(2 * kk, 0), pack(2 * kk, 2), pack(2 * kk + 1, 0),
+                         pack(2 * kk + 1, 2)});
+        bDescs.push_back(wg.descriptor(byteAddress(vBase, kk * 16 * 128),
+                                       L.atomV * 2, 1024));
+      }
+      wg.fence(); // P and O were written by the warps' own code
+      for (int64_t kk = 0; kk < KP; ++kk)
+        acc = wg.mma(acc, Value(), aRegs[kk], bDescs[kk], DT * 4,
+                     elem_.isBF16(), /*transB=*/true, /*accumulate=*/true);
+      wg.commit();
+      regs[a] = wg.wait(0, acc);
+      return success();
+    }
     SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t dt = 0; dt < DT; ++dt)
@@ -932,6 +1044,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     // Tile j has arrived (its group is the only one pending) and every warp
     // is past the previous tile, whose stage the prefetch now refills.
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    // wgmma reads shared memory through the async proxy: each thread's
+    // cp.async writes are fenced before the barrier that publishes them.
+    if (L.wgmma)
+      wg.proxyFence();
     gpu::BarrierOp::create(b_);
     auto [next, nextClass] = nextVisited(nextTile(j32), nKT32, inv);
     Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
@@ -988,10 +1104,24 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   Value raw = gpu::DynamicSharedMemoryOp::create(
       b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                           MemRefLayoutAttrInterface(), wg));
+  Value viewAt = cIdx(0);
+  if (L.wgmma) {
+    // The atoms' swizzle is of the shared address: start on a 1024-byte
+    // boundary (the 1 KB of slack the layout adds).
+    Value base = memref::ExtractAlignedPointerAsIndexOp::create(b_, raw);
+    viewAt = remu(sub(cIdx(1024), remu(base, 1024)), 1024);
+    raw = memref::ViewOp::create(
+        b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
+                            MemRefLayoutAttrInterface(), wg),
+        raw, viewAt, ValueRange{cIdx(L.totalElems * 2)});
+    smemAddr = arith::IndexCastUIOp::create(
+        b_, i64_, memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
+    viewAt = cIdx(0);
+  }
   smemBytes = raw;
   smem = memref::ViewOp::create(
       b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
-      raw, cIdx(0), ValueRange{});
+      raw, viewAt, ValueRange{});
   e = loadEntry(fn.getArguments());
   Value c0 = cIdx(0);
   Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
@@ -1099,7 +1229,7 @@ public:
     if (requestsDefaultTiles(request)) {
       int64_t d = std::max(request.headDim, request.vHeadDim);
       for (const TileChoice &c : kTable)
-        if (d <= c.maxDim && (!c.sm90Only || target == "sm_90")) {
+        if (d <= c.maxDim && (!c.sm90Only || gpuArch(target.str()) == 90)) {
           tc.blockM = c.blockM;
           tc.blockN = c.blockN;
           tc.warps = c.warps;
@@ -1171,21 +1301,7 @@ public:
   }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {
-    if (kernel.getKind() != "forward")
-      return kernel.emitOpError("the mma.sync forward form lowers forward "
-                                "kernels");
-    kernel->getContext()
-        ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
-                      arith::ArithDialect, math::MathDialect,
-                      vector::VectorDialect, NVVM::NVVMDialect,
-                      nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
-    codegen::TensorCoreKernel lowering(kernel->getParentOfType<ModuleOp>(),
-                                       variantOf(kernel), mask,
-                                       configOf(kernel));
-    if (failed(lowering.lower(kernel, cast<gpu::GPUModuleOp>(container))))
-      return failure();
-    kernel.erase();
-    return success();
+    return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/false);
   }
 };
 
@@ -1194,6 +1310,38 @@ public:
 const KernelForm &mmaSyncForm() {
   static const MmaSyncForm form;
   return form;
+}
+
+int64_t tensorCoreSharedBytes(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreLayout(s, wgmma).sharedBytes();
+}
+
+int64_t tensorCoreWarps(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreLayout(s, wgmma).warps;
+}
+
+rt::TileWork tensorCoreWork(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreTileWork(s, wgmma);
+}
+
+LogicalResult lowerTensorCoreForward(flash::KernelOp kernel,
+                                     const MaskAnalysis &mask,
+                                     Operation *container, bool wgmma) {
+  if (kernel.getKind() != "forward")
+    return kernel.emitOpError("the tensor-core forward forms lower forward "
+                              "kernels");
+  kernel->getContext()
+      ->loadDialect<gpu::GPUDialect, memref::MemRefDialect, scf::SCFDialect,
+                    arith::ArithDialect, math::MathDialect,
+                    vector::VectorDialect, NVVM::NVVMDialect,
+                    nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
+  codegen::TensorCoreKernel lowering(kernel->getParentOfType<ModuleOp>(),
+                                     variantOf(kernel), mask, configOf(kernel),
+                                     wgmma);
+  if (failed(lowering.lower(kernel, cast<gpu::GPUModuleOp>(container))))
+    return failure();
+  kernel.erase();
+  return success();
 }
 
 } // namespace attnc

@@ -24,7 +24,7 @@ namespace attnc::rt {
 
 /// One compiled GPU kernel (and its block-mask builder, for data masks).
 struct GpuKernelImage {
-  std::string target;       // "sm_80", "sm_86", "sm_89" or "sm_90"
+  std::string target;       // "sm_80", "sm_86", "sm_89", "sm_90" or "sm_90a"
   KernelSpec spec;          // as compiled: blockN may be below the request
   int64_t threads = 0;      // per block; the grid is one block per work item
   int64_t sharedBytes = 0;  // static shared memory per block
@@ -69,8 +69,10 @@ struct Package {
   Status write(const std::string &path) const;
 };
 
-/// "sm_90" -> 90, for targets sm_50 ... sm_999; 0 otherwise.
-int targetNumber(const std::string &target);
+/// "sm_90" -> 90, for targets sm_50 ... sm_999; 0 otherwise. An
+/// architecture-specific target ("sm_90a": its kernels load on compute
+/// capability 9.0 only) gives its number and sets *archSpecific.
+int targetNumber(const std::string &target, bool *archSpecific = nullptr);
 
 /// A kernel's tile configuration: block_m, block_n and warps from the
 /// manifest, pipeline stages from its (checked) name.

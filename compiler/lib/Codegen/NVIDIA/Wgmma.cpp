@@ -1,0 +1,128 @@
+//===- Wgmma.cpp - sm_90a's warpgroup MMA, as inline PTX ------------------===//
+#include "Wgmma.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+#include <string>
+
+using namespace mlir;
+
+namespace attnc::codegen {
+
+Value WgmmaEmitter::descriptor(Value addr, int64_t lbo, int64_t sbo) {
+  Type i64 = b_.getI64Type();
+  auto c = [&](int64_t v) { return arith::ConstantOp::create(b_, b_.getI64IntegerAttr(v)); };
+  // Bits 0-13: address >> 4; 16-29: lbo >> 4; 32-45: sbo >> 4; 62-63: 1
+  // (128-byte swizzle); base offset 0 (atoms start on 1024-byte boundaries).
+  Value a = addr.getType() == i64 ? addr
+                                  : Value(arith::IndexCastUIOp::create(b_, i64, addr));
+  Value start = arith::AndIOp::create(
+      b_, arith::ShRUIOp::create(b_, a, c(4)), c(0x3fff));
+  int64_t fixed = ((lbo >> 4) & 0x3fff) << 16 | ((sbo >> 4) & 0x3fff) << 32 |
+                  int64_t(1) << 62;
+  return arith::OrIOp::create(b_, start, c(fixed));
+}
+
+namespace {
+LLVM::InlineAsmOp inlineAsm(ImplicitLocOpBuilder &b, TypeRange results,
+                            ValueRange operands, const std::string &text,
+                            const std::string &constraints) {
+  Type res;
+  if (results.size() == 1)
+    res = results[0];
+  else if (!results.empty())
+    res = LLVM::LLVMStructType::getLiteral(b.getContext(),
+                                           llvm::to_vector(results));
+  return LLVM::InlineAsmOp::create(
+      b, res, operands, text, constraints, /*has_side_effects=*/true,
+      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
+      ArrayAttr());
+}
+} // namespace
+
+void WgmmaEmitter::fence() {
+  inlineAsm(b_, {}, {}, "wgmma.fence.sync.aligned;", "~{memory}");
+}
+
+void WgmmaEmitter::commit() {
+  inlineAsm(b_, {}, {}, "wgmma.commit_group.sync.aligned;", "~{memory}");
+}
+
+void WgmmaEmitter::proxyFence() {
+  inlineAsm(b_, {}, {}, "fence.proxy.async.shared::cta;", "~{memory}");
+}
+
+SmallVector<Value> WgmmaEmitter::asmF32(const std::string &text,
+                                        const std::string &constraints,
+                                        ValueRange operands, int64_t results) {
+  SmallVector<Type> types(static_cast<size_t>(results), b_.getF32Type());
+  LLVM::InlineAsmOp op = inlineAsm(b_, types, operands, text, constraints);
+  SmallVector<Value> out;
+  if (results == 1) {
+    out.push_back(op.getResult(0));
+    return out;
+  }
+  for (int64_t i = 0; i < results; ++i)
+    out.push_back(LLVM::ExtractValueOp::create(b_, op.getResult(0), i));
+  return out;
+}
+
+SmallVector<Value> WgmmaEmitter::mma(ArrayRef<Value> acc, Value aDesc,
+                                     ArrayRef<Value> aRegs, Value bDesc,
+                                     int64_t n, bool bf16, bool transB,
+                                     bool accumulate) {
+  const int64_t N = 2 * n;
+  std::string text = "wgmma.mma_async.sync.aligned.m64n" + std::to_string(N) +
+                     "k16.f32." + (bf16 ? "bf16.bf16" : "f16.f16") + " {";
+  std::string cons;
+  for (int64_t i = 0; i < n; ++i) {
+    text += (i ? ", $" : "$") + std::to_string(i);
+    cons += (i ? ",=f" : "=f");
+  }
+  text += "}, ";
+  SmallVector<Value> operands;
+  int64_t next = n;
+  if (aDesc) {
+    text += "$" + std::to_string(next++) + ", ";
+    cons += ",l";
+    operands.push_back(aDesc);
+  } else {
+    text += "{";
+    for (size_t i = 0; i < aRegs.size(); ++i) {
+      text += (i ? ", $" : "$") + std::to_string(next++);
+      cons += ",r";
+      Value r = aRegs[i];
+      if (r.getType() != b_.getI32Type())
+        r = LLVM::BitcastOp::create(b_, b_.getI32Type(), r);
+      operands.push_back(r);
+    }
+    text += "}, ";
+  }
+  text += "$" + std::to_string(next++) + ", ";
+  cons += ",l";
+  operands.push_back(bDesc);
+  // scale-d (1: D += A B), scale-a, scale-b, [trans-a,] trans-b.
+  text += std::string(accumulate ? "1" : "0") + ", 1, 1, " +
+          (aDesc ? "0, " : "") + (transB ? "1" : "0") + ";";
+  if (accumulate)
+    for (int64_t i = 0; i < n; ++i) {
+      cons += "," + std::to_string(i);
+      operands.push_back(acc[static_cast<size_t>(i)]);
+    }
+  return asmF32(text, cons, operands, n);
+}
+
+SmallVector<Value> WgmmaEmitter::wait(int64_t pending, ArrayRef<Value> acc) {
+  const int64_t n = static_cast<int64_t>(acc.size());
+  std::string cons;
+  for (int64_t i = 0; i < n; ++i)
+    cons += (i ? ",=f" : "=f");
+  for (int64_t i = 0; i < n; ++i)
+    cons += "," + std::to_string(i);
+  cons += ",~{memory}";
+  return asmF32("wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";",
+                cons, acc, n);
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,98 @@
+//===- WgmmaForm.cpp - The sm_90a forward form: wgmma ---------------------===//
+//
+// f16/bf16 on sm_90a (Hopper's architecture-specific target) with head dims
+// that are multiples of 64 up to 256: the tensor-core forward's loop
+// (MmaSyncKernel.cpp) with both products on wgmma (Wgmma.h). A CTA is
+// block_m / 64 warpgroups; each issues S = Q K^T for its 64 rows as one
+// m64n{block_n}k16 per 16 of Dqk from shared-memory descriptors (Q stays
+// in shared memory), and O += P V with P from registers. K and V tiles come
+// in by cp.async into 128-byte swizzled atoms, two stages, fenced for the
+// async proxy before the barrier that publishes them.
+//
+// This is step (a) of issue #30's Hopper form, without TMA, mbarriers or
+// warp specialization yet. Other shapes take the mma.sync form on sm_90a.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
+#include "TensorCoreForward.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+
+using namespace mlir;
+
+namespace attnc {
+namespace {
+
+/// block_m and block_n per head-dim class (max(Dqk, Dv) up to): 2
+/// warpgroups of 64 rows; the KV tile as wide as the registers allow (S is
+/// block_n / 2 and O Dv / 2 f32 per thread), FlashAttention-3's shapes for
+/// D 64 and 128.
+struct WgmmaTile {
+  int64_t maxDim, blockM, blockN;
+};
+constexpr WgmmaTile kTable[] = {{64, 128, 128}, {128, 128, 128}, {256, 128, 64}};
+
+bool isWgmmaShape(const rt::KernelSpec &s) {
+  return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
+         s.headDim % 64 == 0 && s.vHeadDim % 64 == 0 && s.headDim > 0 &&
+         s.vHeadDim > 0 && s.headDim <= 256 && s.vHeadDim <= 256;
+}
+
+class WgmmaForm final : public KernelForm {
+public:
+  StringRef name() const override { return "wgmma"; }
+  Direction direction() const override { return Direction::Forward; }
+  bool runsOn(StringRef target) const override { return target == "sm_90a"; }
+  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
+                                          StringRef target) const override {
+    if (!isWgmmaShape(request))
+      return std::nullopt;
+    rt::KernelSpec s = request;
+    if (requestsDefaultTiles(request)) {
+      int64_t d = std::max(request.headDim, request.vHeadDim);
+      for (const WgmmaTile &t : kTable)
+        if (d <= t.maxDim) {
+          s.blockM = t.blockM;
+          s.blockN = t.blockN;
+          break;
+        }
+      s.warps = s.blockM / 16;
+    }
+    while (s.blockN > 16 &&
+           tensorCoreSharedBytes(s, true) > gpuSharedOptIn(target.str()))
+      s.blockN -= 16;
+    if (accepts(s, target))
+      return s;
+    return std::nullopt;
+  }
+  bool accepts(const rt::KernelSpec &s, StringRef target) const override {
+    return isWgmmaShape(s) && s.blockM % 64 == 0 && s.blockM >= 64 &&
+           s.blockM <= 256 && s.warps == s.blockM / 16 && s.blockN % 16 == 0 &&
+           s.blockN >= 16 && s.blockN <= 256 &&
+           tensorCoreSharedBytes(s, true) <= gpuSharedOptIn(target.str());
+  }
+  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
+    return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, 2};
+  }
+  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
+                                   attn::VariantOp) const override {
+    LaunchFacts l;
+    l.threads = tensorCoreWarps(s, true) * 32;
+    l.dynamicSharedBytes = tensorCoreSharedBytes(s, true);
+    return {KernelEntry{"", l, tensorCoreWork(s, true)}};
+  }
+  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
+                      Operation *container) const override {
+    return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/true);
+  }
+};
+
+} // namespace
+
+const KernelForm &wgmmaForm() {
+  static const WgmmaForm form;
+  return form;
+}
+
+} // namespace attnc

@@ -1,0 +1,126 @@
+// RUN: attn-opt %s -convert-flash-to-wgmma | FileCheck %s
+// -convert-flash-to-wgmma: the sm_90a form lowers an ALiBi variant's
+// forward kernel (bf16, D=64: attnc compile --emit=tiled --target=sm_90a
+// --dtype bf16) to a gpu.func of 8 warps (2 warpgroups) issuing wgmma as
+// inline PTX: S = QK^T as 4 m64n128k16 from shared-memory descriptors (Dqk
+// 64 = 4 k-steps), O += PV as 8 m64n64k16 with A from registers (block_n
+// 128 = 8 k-steps); each group fenced before, committed and waited with
+// the accumulators tied through the wait. K and V land by cp.async, fenced
+// for the async proxy before the barrier that publishes them; the shared
+// memory's base is aligned to 1024 bytes for the 128-byte swizzle.
+
+module {
+  attn.variant @alibi(slope: f32[H])
+      score_mod(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+    %0 = attn.gather @slope[%h] : f32
+    %1 = arith.subi %kv, %q : i32
+    %2 = arith.sitofp %1 : i32 to f32
+    %3 = arith.mulf %0, %2 : f32
+    %4 = arith.addf %score, %3 : f32
+    attn.yield %4 : f32
+  } mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+    %0 = arith.cmpi sge, %q, %kv : i32
+    attn.yield %0 : i1
+  } score_grad(%score: f32, %b: i32, %h: i32, %q: i32, %kv: i32, %dy: f32) {
+    %0 = arith.subi %kv, %q : i32
+    %1 = arith.sitofp %0 : i32 to f32
+    %2 = arith.mulf %dy, %1 : f32
+    attn.accumulate @slope[%h], %2 : f32
+    attn.yield %dy : f32
+  }
+  flash.kernel @attnc_alibi_bf16_d64v64_m128n128w8s2 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 8 : i64} {
+    %0 = flash.work_item
+    %1 = flash.load_query "q" of %0
+    %2 = flash.zero_acc "v"
+    %3 = flash.fill_rows 0xFF800000
+    %4 = flash.zero_partials
+    %5:3 = flash.for_tiles %0 iter_args(%2, %3, %4) : !flash.acc, !flash.rows, !flash.partials {
+    ^bb0(%arg0: !flash.tile, %arg1: !flash.acc, %arg2: !flash.rows, %arg3: !flash.partials):
+      %9 = flash.load_kv %arg0
+      %10 = flash.product %1 x "k" of %9
+      %11 = flash.apply_mods %10 on %arg0
+      %12 = flash.row_max %11
+      %13 = flash.rows_map(%arg2, %12) {
+      ^bb0(%arg4: f32, %arg5: f32):
+        %21 = arith.maximumf %arg4, %arg5 : f32
+        flash.yield %21 : f32
+      }
+      %14 = flash.rows_map(%13) {
+      ^bb0(%arg4: f32):
+        %cst = arith.constant 0xFF800000 : f32
+        %21 = arith.cmpf oeq, %arg4, %cst : f32
+        %cst_0 = arith.constant 0.000000e+00 : f32
+        %22 = arith.select %21, %cst_0, %arg4 : f32
+        flash.yield %22 : f32
+      }
+      %15 = flash.rows_map(%arg2, %14) {
+      ^bb0(%arg4: f32, %arg5: f32):
+        %cst = arith.constant 1.44269502 : f32
+        %21 = arith.subf %arg4, %arg5 : f32
+        %22 = arith.mulf %21, %cst : f32
+        %23 = math.exp2 %22 : f32
+        flash.yield %23 : f32
+      }
+      %16 = flash.scores_map(%11) rows(%14) {
+      ^bb0(%arg4: f32, %arg5: f32):
+        %cst = arith.constant 1.44269502 : f32
+        %21 = arith.subf %arg4, %arg5 : f32
+        %22 = arith.mulf %21, %cst : f32
+        %23 = math.exp2 %22 : f32
+        flash.yield %23 : f32
+      }
+      %17 = flash.row_sum %16
+      %18 = flash.rescale_sum %arg3 * %15 + %17
+      %19 = flash.scale_acc %arg1 by %15
+      %20 = flash.accumulate "pv" %19 + %16 x %9 : !flash.kv
+      flash.yield %20, %13, %18 : !flash.acc, !flash.rows, !flash.partials
+    }
+    %6 = flash.complete %5#2
+    %7 = flash.rows_map(%6) {
+    ^bb0(%arg0: f32):
+      %cst = arith.constant 0.000000e+00 : f32
+      %9 = arith.cmpf une, %arg0, %cst : f32
+      %cst_0 = arith.constant 0.000000e+00 : f32
+      %cst_1 = arith.constant 1.000000e+00 : f32
+      %10 = arith.divf %cst_1, %arg0 : f32
+      %11 = arith.select %9, %10, %cst_0 : f32
+      flash.yield %11 : f32
+    }
+    %8 = flash.rows_map(%5#1, %6) {
+    ^bb0(%arg0: f32, %arg1: f32):
+      %cst = arith.constant 0.000000e+00 : f32
+      %9 = arith.cmpf une, %arg1, %cst : f32
+      %cst_0 = arith.constant 0.000000e+00 : f32
+      %10 = arith.select %9, %arg0, %cst_0 : f32
+      %cst_1 = arith.constant 0.693147182 : f32
+      %11 = math.log2 %arg1 : f32
+      %12 = arith.mulf %11, %cst_1 : f32
+      %13 = arith.addf %10, %12 : f32
+      %cst_2 = arith.constant 0xFF800000 : f32
+      %14 = arith.select %9, %13, %cst_2 : f32
+      flash.yield %14 : f32
+    }
+    flash.store_output %5#0 * %7 lse %8 of %0
+  }
+}
+
+// CHECK: module attributes {gpu.container_module}
+// CHECK-NOT: flash.kernel
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 255 : i32}
+// CHECK: %[[RAW:.*]] = gpu.dynamic_shared_memory
+// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81920]
+// CHECK: nvgpu.device_async_copy
+// CHECK: nvvm.cp.async.wait.group 0
+// CHECK-NEXT: llvm.inline_asm has_side_effects {{.*}} "fence.proxy.async.shared::cta;"
+// CHECK-NEXT: gpu.barrier
+// CHECK: llvm.inline_asm has_side_effects {{.*}} "wgmma.fence.sync.aligned;"
+// CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
+// CHECK-NEXT: llvm.extractvalue
+// CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
+// CHECK: llvm.nvvm.ex2.approx.ftz.f32
+// CHECK: "wgmma.fence.sync.aligned;"
+// CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
+// CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2_merge(
