@@ -12,10 +12,16 @@
 # build the runtime-only Python package there (the runtime as a static PIC
 # library, libcrypto.a, nanobind's source tree from .venv).
 # Pass `.device` in the device tool's `carry`.
-#   usage: scripts/device-bundle.sh [TARGET]       (default sm_90)
+#   usage: scripts/device-bundle.sh [TARGETS]      (default sm_90,sm_90a: the
+#   runtime runs the sm_90a kernels on an H100 and H200, sm_90's elsewhere)
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
-target="${1:-sm_90}"
+target="${1:-sm_90,sm_90a}"
+# Large head dims, the backward (the same kernels on sm_90a), tile
+# candidates and the Python tests' packages: the first target only, which
+# keeps the bundle near 64 MiB (the device tool's carry limit; drop
+# .device/candidates and .device/large when a call needs neither).
+first="${target%%,*}"
 out="$src/.device"
 cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
@@ -30,18 +36,18 @@ for f in "$src"/examples/*.attn; do
   [[ "$n" == tour ]] && continue
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
-  "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
+  "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
     --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
 done
 # The backward (forward kernels included: attnc-run --backward runs both).
 for n in causal document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
-    --backward --target="$target" --dtypes=f32,f16,bf16 \
+    --backward --target="$first" --dtypes=f32,f16,bf16 \
     --head-dims=64,80,128,64:32 -o "$out/backward/$n.json"
 done
 for n in full causal sliding_window document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
-    --target="$target" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
+    --target="$first" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
     -o "$out/candidates/$n.json"
 done
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" \
@@ -55,7 +61,7 @@ cp -r "$nanobind" "$out/nanobind"
 # FlexAttention closures of the GPU pytest, exported with the compiler.
 mkdir -p "$out/python-packages"
 PYTHONPATH="$src/build/python" "$src/.venv/bin/python" \
-  "$src/python/tests/gpu/make_packages.py" "$out/python-packages" "$target"
+  "$src/python/tests/gpu/make_packages.py" "$out/python-packages" "$first"
 # The packages are built from the working tree: -dirty says it had changes.
 git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
 du -sh "$out"
