@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .steady_state import TileWork
 
-DEFAULT_TARGETS = ("sm_80", "sm_89", "sm_90")
+DEFAULT_TARGETS = ("sm_80", "sm_89", "sm_90", "sm_90a")
 DEFAULT_DTYPES = ("f16", "bf16")
 DEFAULT_HEAD_DIMS = ("64", "128")
 
@@ -64,6 +64,8 @@ def images_of_package(example: str, package: dict, backward: bool) -> list[Image
         if not backward:
             continue
         for k in variant.get("backward", []):
+            if k["target"].endswith("a"):
+                continue  # the backward's forms are sm_90's on sm_90a
             dims = f"{k['head_dim']}:{k['v_head_dim']}"
             img = Image(k["target"], k["ptx"])
             for role, entry, key, what in (("bwd_q", k["query"], "query_tile_work", "KV tile"),

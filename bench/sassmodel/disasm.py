@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 _INSTR = re.compile(
-    r"^\s*/\*([0-9a-f]+)\*/\s+(?:(@!?U?P[0-9T])\s+)?([A-Z0-9_.]+)\s*(.*?)\s*;\s*$"
+    r"^\s*/\*([0-9a-f]+)\*/\s+(?:(@!?U?P[0-9T])\s+)?([A-Za-z0-9_.]+)\s*(.*?)\s*;\s*$"
 )
 _LABEL = re.compile(r"^([.$A-Za-z_][\w.$]*):\s*$")
 _SECTION = re.compile(r"^\.text\.([\w.$]+):\s*$")
@@ -133,6 +133,16 @@ def _widths(opcode: str, n_ops: int) -> list[int]:
         acc = 4 if len(parts) > 2 and parts[2] == "F32" else 2
         a, b = (2, 1) if shape == "1688" else (4, 2)
         for i, x in enumerate((acc, a, b, acc)):
+            put(i, x)
+    elif stem == "HGMMA":
+        # HGMMA.64xNx16.F32.*: N / 2 f32 accumulators per thread (operands
+        # 0 and 3), A from 4 registers when not a descriptor.
+        try:
+            n = int(parts[1].split("x")[1])
+        except (IndexError, ValueError):
+            n = 8
+        acc = n // 2 if len(parts) > 2 and parts[2] == "F32" else n // 4
+        for i, x in enumerate((acc, 4, 1, acc)):
             put(i, x)
     elif stem == "LDSM":
         put(0, 4 if parts[-1] == "4" else 2 if parts[-1] == "2" else 1)

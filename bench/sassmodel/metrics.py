@@ -15,10 +15,20 @@ from dataclasses import dataclass, asdict
 
 from .cfg import Cfg
 from .disasm import CONTROL_OPS, CONVERT_OPS, FP_OPS, INT_OPS, MMA_OPS, SFU_OPS, Instruction
-from .steady_state import ATOMIC_OPS, Walk
+from .steady_state import ATOMIC_OPS, TILE_MMA_OPS, Walk
 
 # FLOP of one HMMA.16816 (m16n8k16: 2 * 16 * 8 * 16).
 MMA_FLOP = {"16816": 4096, "1688": 2048}
+
+
+def mma_flop(x: Instruction) -> int:
+    """Per warp: an HMMA's FLOP; an HGMMA.64xNxK's warpgroup product
+    2 * 64 * N * K, of which each of its 4 warps issues a quarter."""
+    shape = x.opcode.split(".")[1] if "." in x.opcode else ""
+    if x.stem == "HGMMA":
+        m, n, k = (int(v) for v in shape.split("x"))
+        return 2 * m * n * k // 4
+    return MMA_FLOP.get(shape, 4096)
 
 _WIDE_PARTS = {"WIDE", "X", "64", "U64", "S64", "EX"}
 
@@ -125,8 +135,8 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
     seq = walk.instructions
     n = len(seq)
     issued = n + walk.call_cost
-    mma_ins = [x for x in seq if x.stem == "HMMA"]
-    flop = sum(MMA_FLOP.get(x.opcode.split(".")[1], 4096) for x in mma_ins)
+    mma_ins = [x for x in seq if x.stem in TILE_MMA_OPS]
+    flop = sum(mma_flop(x) for x in mma_ins)
     copies = sum(1 for x in seq if x.stem == "LDGSTS")
 
     # Copy overhead: two iterations, seeds are the copies and the control

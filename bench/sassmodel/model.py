@@ -30,11 +30,15 @@ def load_calibration() -> dict:
     return json.loads(CALIBRATION_FILE.read_text())
 
 
-def constant_for(target: str, cal: dict | None = None) -> tuple[float, str]:
-    """(k, where it comes from) for a target."""
+def constant_for(target: str, cal: dict | None = None) -> tuple[float | None, str]:
+    """(k, where it comes from) for a target. An architecture-specific
+    target (sm_90a: wgmma, whose tensor-pipe cycles per instruction are not
+    mma.sync's) borrows nothing: (None, "none") until a GPU run measures it."""
     cal = cal or load_calibration()
     if target in cal["targets"]:
         return cal["targets"][target]["k"], target
+    if target.endswith("a"):
+        return None, "none"
     num = int(target.removeprefix("sm_"))
     nearest = min(cal["targets"], key=lambda t: abs(int(t.removeprefix("sm_")) - num))
     return cal["targets"][nearest]["k"], nearest
@@ -42,9 +46,12 @@ def constant_for(target: str, cal: dict | None = None) -> tuple[float, str]:
 
 def predict(m: PathMetrics, target: str, cal: dict | None = None) -> dict:
     k, source = constant_for(target, cal)
-    busy = min(1.0, k / m.instructions_per_mma) if m.instructions_per_mma else 0.0
+    if k is None:
+        busy = None
+    else:
+        busy = min(1.0, k / m.instructions_per_mma) if m.instructions_per_mma else 0.0
     return {
-        "predicted_tensor_busy": round(busy, 3),
+        "predicted_tensor_busy": None if busy is None else round(busy, 3),
         "calibrated_on": source,
         "sfu_per_mma": round(m.sfu / m.mma, 3) if m.mma else 0.0,
     }

@@ -25,8 +25,9 @@ from .disasm import Instruction
 
 @dataclass(frozen=True)
 class TileWork:
-    """One full tile's work as the generator emits it, per warp (MMAs) and
-    per thread (16-byte cp.async, atomic adds)."""
+    """One full tile's work as the generator emits it, per warp (MMAs:
+    HMMA for the mma.sync forms, HGMMA for the wgmma form) and per thread
+    (16-byte cp.async, atomic adds)."""
 
     mma: int
     async_copies: int
@@ -49,8 +50,13 @@ class Walk:
 ATOMIC_OPS = {"RED", "REDG", "ATOM", "ATOMG"}
 
 
+#: The tensor-core instructions a tile's work counts: mma.sync (HMMA) and
+#: wgmma (HGMMA, issued by every warp of its warpgroup).
+TILE_MMA_OPS = ("HMMA", "HGMMA")
+
+
 def _counts(ins: list[Instruction]) -> tuple[int, int, int]:
-    mma = sum(1 for x in ins if x.stem == "HMMA")
+    mma = sum(1 for x in ins if x.stem in TILE_MMA_OPS)
     cp = sum(1 for x in ins if x.stem == "LDGSTS")
     at = sum(1 for x in ins if x.stem in ATOMIC_OPS)
     return mma, cp, at

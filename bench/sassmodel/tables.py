@@ -19,7 +19,7 @@ def _cell(r: dict, key: str) -> str:
     if key == "spills":
         return str(r.get("spill_store_bytes", 0) + r.get("spill_load_bytes", 0))
     if key == "predicted_tensor_busy":
-        return f"{100 * r[key]:.0f}%"
+        return "–" if r.get(key) is None else f"{100 * r[key]:.0f}%"
     v = r.get(key, "")
     if key == "instructions_per_async_copy" and not r.get("async_copies"):
         return "–"

@@ -72,7 +72,7 @@ def compile(source, variant=None, *, name=None):
     return Kernel(program, _pick_variant(program.variants, variant))
 
 
-def compile_package(source, path, *, targets=("sm_80", "sm_90"),
+def compile_package(source, path, *, targets=("sm_80", "sm_90", "sm_90a"),
                     dtypes=("bf16", "f16", "f32"), head_dims=(64, 128), name=None,
                     backward=False):
     """Compiles every variant of a .attn file (or source text) ahead of time

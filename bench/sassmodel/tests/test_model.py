@@ -281,3 +281,47 @@ def test_loop_local_memory_counts_spills_off_the_path():
     w = steady_state(g, TileWork(2, 2))
     m = path_metrics(g, w)
     assert m.local_memory == 0 and m.loop_local_memory == 2
+
+
+WGMMA_LOOP = """
+.L_head:
+    LDGSTS.E.BYPASS.128 [R45], desc[UR8][R20.64]
+    WARPGROUP.ARRIVE
+    HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12], RZ, !UPT
+    HGMMA.64x128x16.F32.BF16 R24, gdesc[UR16], R24, gsb0
+    WARPGROUP.DEPBAR.LE gsb0, 0x0
+    FMNMX R200, R24, R25, !PT
+    MUFU.EX2 R201, R200
+    F2FP.BF16.F32.PACK_AB R202, R25, R24
+    WARPGROUP.ARRIVE
+    HGMMA.64x64x16.F32.BF16 R88, R202, gdesc[UR20], R88, gsb0
+    WARPGROUP.DEPBAR.LE gsb0, 0x0
+    IADD3 R40, R40, 0x1, RZ
+    ISETP.NE.AND P0, PT, R40, R41, PT
+    @P0 BRA `(.L_head)
+    EXIT
+"""
+
+
+def test_wgmma_operands_and_flop():
+    f = func(WGMMA_LOOP)
+    hg = [x for x in f.instructions if x.stem == "HGMMA"]
+    # m64n128: 64 f32 accumulators per thread; the register-A form reads 4.
+    assert hg[0].defs == [f"R{24 + i}" for i in range(64)]
+    assert "UR12" in hg[0].uses and "R24" not in hg[0].uses  # RZ: no C
+    assert set(f"R{202 + i}" for i in range(4)) <= set(hg[2].uses)
+    g = Cfg(f)
+    walk = steady_state(g, TileWork(mma=3, async_copies=1))
+    m = path_metrics(g, walk)
+    assert m.mma == 3
+    # Per warp: a quarter of each warpgroup product 2 * 64 * N * 16.
+    flop = 2 * (2 * 64 * 128 * 16 // 4) + 2 * 64 * 64 * 16 // 4
+    assert m.mma_flop_per_instruction == round(flop / m.instructions, 1)
+
+
+def test_sm90a_has_no_borrowed_constant():
+    cal = {"targets": {"sm_90": {"k": 2.0}}}
+    g = Cfg(func(WGMMA_LOOP))
+    m = path_metrics(g, steady_state(g, TileWork(3, 1)))
+    p = model.predict(m, "sm_90a", cal)
+    assert p["predicted_tensor_busy"] is None and p["calibrated_on"] == "none"

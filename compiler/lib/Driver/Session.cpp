@@ -154,6 +154,10 @@ void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
 const char *Session::compilerId() { return kCompilerId; }
 
 std::string gpuTargetFor(int cc) {
+  // Compute capability 9.0 gets sm_90a (the wgmma form); a later device
+  // runs sm_90's PTX, JIT-compiled forward.
+  if (cc == 90)
+    return "sm_90a";
   if (cc >= 90)
     return "sm_90";
   if (cc >= 89)

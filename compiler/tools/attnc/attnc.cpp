@@ -82,10 +82,12 @@ compile options:
                     per target, dtype and head dims
   --dropout         kernels that apply attention dropout (docs/dropout.md;
                     p, seed and offset are run-time arguments)
-  --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90 for the
-                    GPU stages (tensor-core form for f16/bf16, SIMT for
-                    f32; emulated in CI, validated on an H100); a comma
-                    list for --emit=package (default sm_80,sm_90)
+  --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90, sm_90a for
+                    the GPU stages (tensor-core forms for f16/bf16: wgmma
+                    on sm_90a where the head dims are multiples of 64,
+                    mma.sync elsewhere; SIMT for f32; emulated in CI,
+                    validated on an H100); a comma
+                    list for --emit=package (default sm_80,sm_90,sm_90a)
   --dtypes=LIST --head-dims=LIST
                     what --emit=package compiles: dtypes (default
                     f32,f16,bf16) and head dims, each D or Dqk:Dv (default
@@ -516,7 +518,7 @@ int runCompile(const std::vector<std::string> &args) {
                       "--tuning picks one: choose one");
   if (o.emit == "package") {
     if (o.target == "cpu")
-      o.target = "sm_80,sm_90";
+      o.target = "sm_80,sm_90,sm_90a";
     for (const std::string &t : splitList(o.target))
       if (!attnc::isGpuTarget(t))
         return usageError("unknown --target '" + t +

@@ -22,7 +22,8 @@
 namespace attnc {
 
 /// The newest GPU target attnc compiles for that a device of compute
-/// capability `cc` (90 for sm_90) runs: sm_90, sm_89, sm_86 or sm_80.
+/// capability `cc` (90 for sm_90) runs: sm_90a on 9.0 exactly, else sm_90,
+/// sm_89, sm_86 or sm_80.
 std::string gpuTargetFor(int cc);
 
 /// Thread-safe: any number of threads may call one Session; its compiles

@@ -109,9 +109,9 @@ rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false) {
   rt::TileWork w;
   // QK^T: (block_n / 8) n-tiles x (D / 16) k-steps; PV: (block_n / 16)
   // k-steps x (Dv / 8) n-tiles; each for every m-tile of the warp.
-  // The static SASS model reads mma.sync loops (HMMA): wgmma's is not
-  // stated yet.
-  w.mma = L.wgmma ? 0
+  // wgmma: one HGMMA per 16 of Dqk (S) and per 16 keys (PV), issued by
+  // every warp of the warpgroup.
+  w.mma = L.wgmma ? s.headDim / 16 + s.blockN / 16
                   : L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
                                 s.blockN / 16 * (s.vHeadDim / 8));
   w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
@@ -167,9 +167,8 @@ private:
   Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
                     Value row, Value chunk, int64_t rowC = 0,
                     int64_t chunkC = 0, int64_t atom = 0);
-  /// The shared byte address (i64) of element `at` plus `bytes` (wgmma's
-  /// descriptors).
-  Value byteAddress(Value at, int64_t bytes);
+  /// The shared byte address (i32) of element `at` (wgmma's descriptors).
+  Value byteAddress(Value at);
   /// sharedIndex as (the part computed at run time, the constant the
   /// tile row and k-step add): for an address the constant is an
   /// instruction's immediate offset (sharedAt).
@@ -266,7 +265,7 @@ private:
   Entry e;
   Item it;
   Value smem, smemBytes, tid, lane, warp, g, tig, mat, r8, zeroE;
-  Value smemAddr; // the aligned base's shared address (wgmma), i64
+  Value smemAddr; // the aligned base's shared address (wgmma), i32
   WgmmaEmitter wg{b_};
   Value fastQ, fastKV, fastO, paged, contiguous;
   CopyPlan planK, planV;
@@ -314,13 +313,10 @@ Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
   return offset ? add(at, cIdx(offset)) : at;
 }
 
-Value TensorCoreKernel::byteAddress(Value at, int64_t bytes) {
+Value TensorCoreKernel::byteAddress(Value at) {
   Value off = arith::IndexCastUIOp::create(
-      b_, i64_, mul(at, cIdx(elem_.getIntOrFloatBitWidth() / 8)));
-  return arith::AddIOp::create(
-      b_, smemAddr,
-      arith::AddIOp::create(b_, off, arith::ConstantOp::create(
-                                         b_, b_.getI64IntegerAttr(bytes))));
+      b_, i32_, mul(at, cIdx(elem_.getIntOrFloatBitWidth() / 8)));
+  return arith::AddIOp::create(b_, smemAddr, off);
 }
 
 std::pair<Value, Value> TensorCoreKernel::sharedAt(SharedPlace p) {
@@ -673,12 +669,11 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       // The warpgroup's first row: 64 rows of 64 elements into each atom.
       Value qRows = add(cIdx(L.qOffset), mul(divu(warp, 4), cIdx(64 * 64)));
       SmallVector<Value> acc(NT * 4, e.zeroF), aDescs, bDescs;
+      Value qAt = byteAddress(qRows), kAt = byteAddress(kBase);
       for (int64_t ks = 0; ks < KS; ++ks) {
         int64_t atom = ks / 4, within = (ks % 4) * 32;
-        aDescs.push_back(wg.descriptor(
-            byteAddress(add(qRows, cIdx(atom * L.atomQ)), within), 16, 1024));
-        bDescs.push_back(wg.descriptor(
-            byteAddress(add(kBase, cIdx(atom * L.atomK)), within), 16, 1024));
+        aDescs.push_back(wg.descriptor(qAt, atom * L.atomQ * 2 + within, 16, 1024));
+        bDescs.push_back(wg.descriptor(kAt, atom * L.atomK * 2 + within, 16, 1024));
       }
       wg.fence();
       for (int64_t ks = 0; ks < KS; ++ks)
@@ -883,11 +878,11 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       // them would make ptxas insert a warpgroup.arrive per k-step.
       SmallVector<SmallVector<Value>> aRegs;
       SmallVector<Value> bDescs;
+      Value vAt = byteAddress(vBase);
       for (int64_t kk = 0; kk < KP; ++kk) {
         aRegs.push_back({pack(2 * kk, 0), pack(2 * kk, 2), pack(2 * kk + 1, 0),
                          pack(2 * kk + 1, 2)});
-        bDescs.push_back(wg.descriptor(byteAddress(vBase, kk * 16 * 128),
-                                       L.atomV * 2, 1024));
+        bDescs.push_back(wg.descriptor(vAt, kk * 16 * 128, L.atomV * 2, 1024));
       }
       wg.fence(); // P and O were written by the warps' own code
       for (int64_t kk = 0; kk < KP; ++kk)
@@ -1115,7 +1110,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
                             MemRefLayoutAttrInterface(), wg),
         raw, viewAt, ValueRange{cIdx(L.totalElems * 2)});
     smemAddr = arith::IndexCastUIOp::create(
-        b_, i64_, memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
+        b_, i32_, memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
     viewAt = cIdx(0);
   }
   smemBytes = raw;

@@ -32,10 +32,15 @@ public:
   explicit WgmmaEmitter(mlir::ImplicitLocOpBuilder &b) : b_(b) {}
 
   /// The 64-bit descriptor of a 128B-swizzled operand starting at shared
-  /// byte address `addr` (i64; an atom boundary plus 32 bytes per k-step):
-  /// `lbo` and `sbo` in bytes (K-major: sbo 1024 between 8-row groups;
-  /// MN-major: lbo between atoms along N, sbo 1024 between 8-row groups).
-  mlir::Value descriptor(mlir::Value addr, int64_t lbo, int64_t sbo);
+  /// byte address `base` + `offset` (base: an i32 multiple of 16, offset a
+  /// constant multiple of 16: an atom plus 32 bytes per k-step), `lbo` and
+  /// `sbo` in bytes (K-major: sbo 1024 between 8-row groups; MN-major: lbo
+  /// between atoms along N, sbo 1024 between 8-row groups). In 32-bit
+  /// halves: the low one is (base >> 4) plus a constant, the high one a
+  /// constant (shared addresses are below 256 KB: the 14-bit field never
+  /// carries), so a k-step's descriptor is one add.
+  mlir::Value descriptor(mlir::Value base, int64_t offset, int64_t lbo,
+                         int64_t sbo);
   void fence();
   void commit();
   void proxyFence();
