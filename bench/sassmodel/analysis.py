@@ -19,7 +19,13 @@ def analyze_image(image: Image, ptxas: str, nvdisasm: str) -> list[dict]:
         ptx = Path(tmp) / "k.ptx"
         cubin = Path(tmp) / "k.cubin"
         ptx.write_text(image.ptx)
-        resources = toolchain.assemble(ptxas, ptx, image.target, cubin)
+        try:
+            resources = toolchain.assemble(ptxas, ptx, image.target, cubin)
+        except RuntimeError as err:  # ptxas failed, or serialized wgmma
+            return [{"id": e.id, "example": e.example, "dtype": e.dtype,
+                     "dims": e.dims, "target": e.target, "role": e.role,
+                     "entry": e.entry, "config": e.config, "error": str(err)}
+                    for e in image.entries]
         funcs = disasm.parse(toolchain.disassemble(nvdisasm, cubin),
                              only={e.entry for e in image.entries})
     out = []

@@ -79,11 +79,23 @@ def parse_ptxas_report(text: str) -> dict[str, EntryResources]:
     return out
 
 
+def refuse_serialized_wgmma(text: str, what: str) -> None:
+    """ptxas serializes wgmma.mma_async (waits for each before the next)
+    when it cannot prove the asynchronous use safe, and says so in a
+    warning: a kernel built so has lost what makes wgmma fast, so the
+    model refuses it (issue #30)."""
+    lines = [l.strip() for l in text.splitlines()
+             if "wgmma.mma_async instructions are serialized" in l]
+    if lines:
+        raise RuntimeError(f"ptxas serialized wgmma in {what}:\n" + "\n".join(lines))
+
+
 def assemble(ptxas: str, ptx_path: Path, arch: str, cubin_path: Path) -> dict[str, EntryResources]:
     r = subprocess.run([ptxas, f"-arch={arch}", "-v", str(ptx_path), "-o", str(cubin_path)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ptxas failed on {ptx_path} ({arch}):\n{r.stderr}")
+    refuse_serialized_wgmma(r.stdout + r.stderr, f"{ptx_path} ({arch})")
     return parse_ptxas_report(r.stdout + r.stderr)
 
 

@@ -325,3 +325,14 @@ def test_sm90a_has_no_borrowed_constant():
     m = path_metrics(g, steady_state(g, TileWork(3, 1)))
     p = model.predict(m, "sm_90a", cal)
     assert p["predicted_tensor_busy"] is None and p["calibrated_on"] == "none"
+
+
+def test_serialized_wgmma_is_refused():
+    from sassmodel import toolchain
+    ok = "ptxas info    : Used 255 registers, used 1 barriers\n"
+    toolchain.refuse_serialized_wgmma(ok, "k.ptx")
+    warned = ok + ("ptxas warning : (C7510) Potential Performance Loss: "
+                   "wgmma.mma_async instructions are serialized due to the "
+                   "presence of Extern calls in the function 'k'\n")
+    with pytest.raises(RuntimeError, match="serialized"):
+        toolchain.refuse_serialized_wgmma(warned, "k.ptx")
