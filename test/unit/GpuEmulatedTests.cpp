@@ -34,12 +34,13 @@ struct Gpu {
     REQUIRE(Session::loadSource("t.attn", kSources, diags, session).isOk());
   }
   std::unique_ptr<cuda::GpuKernel> kernel(const std::string &variant, DType dt,
-                                          int64_t d = 64) {
+                                          int64_t d = 64,
+                                          const std::string &target = "sm_80") {
     KernelSpec spec;
     spec.dtype = dt;
     spec.headDim = spec.vHeadDim = d;
     GpuKernelImage image;
-    Status s = session->compileGpu(variant, spec, "sm_80", image);
+    Status s = session->compileGpu(variant, spec, target, image);
     INFO(s.toString());
     REQUIRE(s.isOk());
     VariantInfo info;
@@ -214,18 +215,20 @@ TEST_CASE("emulated GPU: back-to-back launches of different shapes on a "
 TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "
           "exponents, negative scales included",
           "[gpu-emulated]") {
-  // causal's score_mod is the identity: the mma.sync form leaves QK^T
-  // unscaled, takes |scale| in each exponent's FMA and negates Q for a
-  // negative scale (flash.score_scale); 1e-300 is 0 in the kernel's f32,
+  // causal's score_mod is the identity: the tensor-core forms leave QK^T
+  // unscaled, take |scale| in each exponent's multiply and negate Q for a
+  // negative scale (flash.score_scale): mma.sync in its registers (sm_80),
+  // wgmma in shared memory (sm_90a); 1e-300 is 0 in the kernel's f32,
   // where masked scores must stay -inf (not NaN). doc's is not: it scales
   // first.
   Gpu g;
+  for (const char *target : {"sm_80", "sm_90a"})
   for (DType dt : {DType::F16, DType::BF16})
     for (int64_t d : {64, 128})
       for (const char *variant : {"causal", "doc"}) {
-        auto k = g.kernel(variant, dt, d);
+        auto k = g.kernel(variant, dt, d, target);
         for (double scale : {0.125, -0.3, 2.5, -1e-3, 1e-300}) {
-          INFO(variant << " D=" << d << " scale " << scale);
+          INFO(target << " " << variant << " D=" << d << " scale " << scale);
           HostProblem p(dt, 2, 2, 2, 70, 70, d, 7);
           std::vector<int32_t> docs(2 * 70);
           for (int64_t i = 0; i < 2 * 70; ++i)

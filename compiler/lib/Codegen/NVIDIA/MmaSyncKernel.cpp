@@ -206,6 +206,9 @@ private:
   /// Q's fragments negated where the scale is negative (load_query
   /// signed_by_scale): a sign-bit xor of every element, once per item.
   void signQ();
+  /// The same for Q in shared memory (the wgmma form), once it has landed:
+  /// every element's sign bit flipped where the scale is negative.
+  void signSharedQ();
   bool qSigned = false;
   void loadTile(Value j, Value base);
   /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
@@ -406,6 +409,27 @@ TensorCoreKernel::Frag TensorCoreKernel::qFragment(int64_t mt, int64_t ks) {
   return ldmatrix(sharedIndex(cIdx(L.qOffset), L.ldQ, L.swizzleQ, D / 8, row,
                               divu(mat, 2), 16 * mt, 2 * ks),
                   /*trans=*/false);
+}
+
+void TensorCoreKernel::signSharedQ() {
+  Value negative = arith::CmpFOp::create(b_, arith::CmpFPredicate::OLT, e.scale,
+                                         e.zeroF);
+  ifThen(negative, [&] {
+    Type i16 = b_.getI16Type();
+    Value sign = arith::ConstantOp::create(b_, b_.getI16IntegerAttr(-32768));
+    // A thread per element, in Q's atom layout (rows past the end are
+    // zero and stay zero up to the sign).
+    loop0(tid, cIdx(BM * D), cIdx(TH), [&](Value x) {
+      Value row = divu(x, D), d = remu(x, D);
+      Value at = add(sharedIndex(cIdx(L.qOffset), L.ldQ, L.swizzleQ, D / 8, row,
+                                 divu(d, 8), 0, 0, L.atomQ),
+                     remu(d, 8));
+      Value bits = arith::BitcastOp::create(b_, i16, load(smem, at));
+      store(arith::BitcastOp::create(b_, elem_,
+                                     arith::XOrIOp::create(b_, bits, sign)),
+            smem, at);
+    });
+  });
 }
 
 void TensorCoreKernel::signQ() {
@@ -623,7 +647,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
   if (isa<flash::WorkItemOp>(op))
     return success(); // one block per item: decoded at the entry
   if (auto l = dyn_cast<flash::LoadQueryOp>(op)) {
-    if (l.getSignedByScale() && !L.qInRegisters)
+    if (l.getSignedByScale() && !L.qInRegisters && !L.wgmma)
       return op.emitOpError("the mma.sync form signs Q held in registers only");
     qSigned = l.getSignedByScale();
     loadQ();
@@ -1009,6 +1033,13 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
         qf[mt].push_back(qFragment(mt, ks));
     if (qSigned)
       signQ();
+  } else if (L.wgmma && qSigned) {
+    // Q's group (the older of the two) has landed for every thread once
+    // they pass the barrier; the flipped elements are published by the
+    // loop's proxy fence and barrier.
+    NVVM::CpAsyncWaitGroupOp::create(b_, 1);
+    gpu::BarrierOp::create(b_);
+    signSharedQ();
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,

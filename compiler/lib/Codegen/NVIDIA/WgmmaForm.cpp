@@ -82,6 +82,12 @@ public:
     l.dynamicSharedBytes = tensorCoreSharedBytes(s, true);
     return {KernelEntry{"", l, tensorCoreWork(s, true)}};
   }
+  /// The scale goes into the exponents where the score_mod is the
+  /// identity: Q, in shared memory, takes a negative scale's sign once per
+  /// work item.
+  bool takesScaleInExponent(const rt::KernelSpec &) const override {
+    return true;
+  }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {
     return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/true);
