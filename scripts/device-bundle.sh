@@ -12,23 +12,23 @@
 # build the runtime-only Python package there (the runtime as a static PIC
 # library, libcrypto.a, nanobind's source tree from .venv).
 # Pass `.device` in the device tool's `carry`.
-#   usage: scripts/device-bundle.sh [TARGETS]      (default sm_90,sm_90a: the
-#   runtime runs the sm_90a kernels on an H100 and H200, sm_90's elsewhere)
+#   usage: scripts/device-bundle.sh [TARGET]        (default sm_90a: on an
+#   H100 or H200 the wgmma form where it applies, the mma.sync and SIMT
+#   forms elsewhere). packages-mma/ adds the same examples' mma.sync kernels
+#   (sm_90, bf16, D 64 and 128) for timing the two forms side by side. The
+#   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1, which keeps the
+#   bundle under 64 MiB (the device tool's carry limit).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
-target="${1:-sm_90,sm_90a}"
-# Large head dims, the backward (the same kernels on sm_90a), tile
-# candidates and the Python tests' packages: the first target only, which
-# keeps the bundle near 64 MiB (the device tool's carry limit; drop
-# .device/candidates and .device/large when a call needs neither).
-first="${target%%,*}"
+target="${1:-sm_90a}"
+first="$target"
 out="$src/.device"
 cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
 cmake --build "$src/build-device"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/large" "$out/candidates" \
-  "$out/backward"
+mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" "$out/large" \
+  "$out/candidates" "$out/backward"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
 for f in "$src"/examples/*.attn; do
@@ -38,6 +38,8 @@ for f in "$src"/examples/*.attn; do
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
     --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
+  "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
+    --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json"
 done
 # The backward (forward kernels included: attnc-run --backward runs both).
 for n in causal document_mask synaptic; do
@@ -45,11 +47,14 @@ for n in causal document_mask synaptic; do
     --backward --target="$first" --dtypes=f32,f16,bf16 \
     --head-dims=64,80,128,64:32 -o "$out/backward/$n.json"
 done
-for n in full causal sliding_window document_mask synaptic; do
-  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
-    --target="$first" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
-    -o "$out/candidates/$n.json"
-done
+# The tuner's candidates (16 MB) only when asked: BUNDLE_TUNE=1.
+if [[ "${BUNDLE_TUNE:-0}" == 1 ]]; then
+  for n in full causal sliding_window document_mask synaptic; do
+    "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+      --target="$first" --dtypes=bf16 --head-dims=64,128 --tile-candidates \
+      -o "$out/candidates/$n.json"
+  done
+fi
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" \
    "$src/scripts/run-gpu-session.sh" "$out/"
 cp "$src/scripts/device-python.sh" "$out/build-python.sh"

@@ -7,8 +7,9 @@
 #      sanitizer memcheck/racecheck of forward and backward, the runtime-only
 #      Python package's GPU tests;
 #   B. timings, one at a time: bench/compare_torch.py (flex_attention
-#      compiled, SDPA, attnc) on the gym at 8k for D 64 and 128, decode, and
-#      the backward;
+#      compiled, SDPA, attnc: on an H100 the sm_90a wgmma form) on the gym
+#      at 8k for D 64 and 128, decode, and the backward; then the mma.sync
+#      form on the same shapes (packages-mma/);
 #   C. ncu on the headline kernel (full, bf16, D=128, 8k): tensor-pipe busy
 #      and issue activity, to recalibrate the static SASS model;
 #   D. cold start: a fresh process from package load to its first launch,
@@ -119,6 +120,23 @@ bench --suite decode --lengths 8192,32768 --packages "$dev/packages"
 bench --suite gym --lengths 8192 --head-dims 64 --packages "$dev/packages"
 bench --suite gym --backward --lengths 8192 --head-dims 64 \
   --variants causal,document_mask,synaptic --packages "$dev/backward"
+# The mma.sync form on the same shapes (packages-mma/: sm_90 kernels),
+# beside the runtime's choice above (sm_90a: wgmma where it applies).
+if [[ -d "$dev/packages-mma" ]]; then
+  for n in full causal synaptic; do
+    for d in 128 64; do
+      timeout 30 "$run" "$dev/packages-mma/$n.json" --bench --json --warmup 20 \
+        --iters 100 --batch 2 --heads 16 --kv-heads 16 --q-len 8192 \
+        --kv-len 8192 --head-dim $d --dtype bf16 >> "$b/mma-sync.jsonl" 2>/dev/null
+    done
+  done
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print('mma.sync %-10s D=%-3d T=%-5d %.3f ms  %s' % (r['variant'], r['D'], r['Lkv'], r['ms_median'], r['kernel']))
+" "$b/mma-sync.jsonl" | tee -a "$b/summary.txt"
+fi
 echo "B took $(( $(date +%s) - tb )) s"
 grep -h '^{' "$b/compare.txt" | python3 -c '
 import json, sys
