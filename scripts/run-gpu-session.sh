@@ -160,15 +160,18 @@ metrics+=,smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_hmma.sum
 metrics+=,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
 # The mma.sync kernels (packages-mma/) calibrate the model's sm_90
-# constant; the runtime's choice (packages/: sm_90a's wgmma) its sm_90a one.
-metrics+=,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+# constant; the runtime's choice (packages/: sm_90a's wgmma) its sm_90a one,
+# with the gmma pipe's metric too.
+gmma=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
 if command -v ncu >/dev/null; then
   for dim in 128 64; do
     for pk in packages-mma packages; do
       [[ -f "$dev/$pk/full.json" ]] || continue
       shape=(--batch 2 --heads 16 --kv-heads 16 --q-len 8192 --kv-len 8192
              --head-dim $dim --dtype bf16)
-      timeout "$budget_c" ncu --launch-skip 3 --launch-count 1 --metrics "$metrics" \
+      m="$metrics"
+      [[ $pk == packages ]] && m+=",$gmma"
+      timeout "$budget_c" ncu --launch-skip 3 --launch-count 1 --metrics "$m" \
         "$run" "$dev/$pk/full.json" --bench --warmup 3 --iters 1 "${shape[@]}" \
         > "$c/ncu-$pk-full-d$dim.txt" 2>&1 ||
       timeout "$budget_c" ncu --launch-skip 3 --launch-count 1 --section SpeedOfLight \
