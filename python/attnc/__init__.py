@@ -357,7 +357,7 @@ class Kernel:
         _registry.append(self)
 
     def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0,
-              dropout=None):
+              dropout=None, kv_offsets=None):
         a = _attnc.CallArgs()
         a.scale = scale
         if dropout is not None:
@@ -365,6 +365,7 @@ class Kernel:
         a.num_splits = _int(num_splits, "num_splits", 0, _I32_MAX)
         a.kv_lens = _ints(kv_lens, "kv_lens")
         a.q_offsets = _ints(q_offsets, "q_offsets")
+        a.kv_offsets = _ints(kv_offsets, "kv_offsets")
         if pages is not None:
             a.kv_indptr, a.kv_indices, a.kv_last_page_len = (
                 _ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
@@ -443,7 +444,7 @@ class Kernel:
         return self
 
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                 out=None, return_lse=False, num_threads=0, stream=None,
+                 kv_offsets=None, out=None, return_lse=False, num_threads=0, stream=None,
                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
                  num_splits=0, dropout_p=0.0, dropout_seed=None,
                  dropout_offset=0, **params):
@@ -452,7 +453,11 @@ class Kernel:
         natural log, with return_lse=True). kv_lens: per-sequence key
         counts; q_offsets: per-sequence absolute position of the first
         query (default: the queries end at the last key; 0 is
-        FlexAttention's convention). On CUDA the call is enqueued on
+        FlexAttention's convention); kv_offsets: per-sequence absolute
+        position of the first key (default 0): k and v are then a block of
+        a longer sequence (a context-parallel shard, a cache whose prefix
+        was evicted), the modifiers see each key's true position, and a
+        capture indexed by kv spans the positions (docs/runtime.md). On CUDA the call is enqueued on
         `stream` (default: torch's current stream, or the null stream) and
         returns without waiting. torch tensors go through the operator
         torch.ops.attnc.attention (torch.compile keeps it in its graph),
@@ -497,7 +502,8 @@ class Kernel:
             return torch_op.call(self._op_id, q, k, v, scale, kv_lens,
                                  q_offsets, return_lse, params, pages,
                                  num_splits, dropout_p, dropout_seed,
-                                 dropout_offset)
+                                 dropout_offset,
+                                 _ints(kv_offsets, "kv_offsets"))
         dropout = None
         if dropout_p:
             if dropout_seed is None:
@@ -506,12 +512,12 @@ class Kernel:
                 dropout_seed = int(dropout_seed.item()) % (_U64_MAX + 1)
             dropout = (dropout_p, dropout_seed, dropout_offset)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
-                         out=out, return_lse=return_lse, num_threads=num_threads,
+                         kv_offsets=kv_offsets, out=out, return_lse=return_lse, num_threads=num_threads,
                          stream=stream, params=params, pages=pages,
                          num_splits=num_splits, dropout=dropout)
 
     def plan(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-             return_lse=False, num_threads=0, stream=None, kv_indptr=None,
+             kv_offsets=None, return_lse=False, num_threads=0, stream=None, kv_indptr=None,
              kv_indices=None, kv_last_page_len=None, num_splits=0, **params):
         """Plan/run (docs/runtime.md): validates a call (the arguments of
         __call__) and plans it once: lengths, the page table, the scalars,
@@ -532,7 +538,8 @@ class Kernel:
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
         out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
-        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits)
+        args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits,
+                          kv_offsets=kv_offsets)
         if where[0] == _CUDA:
             native = kernel.plan(q, k, v, out, lse, args, _stream_of(q, where, stream))
         else:
@@ -543,7 +550,7 @@ class Kernel:
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
              num_threads, stream, params, pages=None, num_splits=0,
-             dropout=None):
+             dropout=None, kv_offsets=None):
         """dropout: None, or (p, seed, offset) with p > 0."""
         where = _device_of(q)
         dtype = _dtype_of(q, "q")
@@ -554,11 +561,11 @@ class Kernel:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
         args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits,
-                          dropout)
+                          dropout, kv_offsets)
         if _checked:
             host = args if where[0] != _CUDA else self._args(
                 scale, kv_lens, q_offsets, {n: _host(x) for n, x in params.items()},
-                pages, num_splits, dropout)
+                pages, num_splits, dropout, kv_offsets)
             _check_gathers(self, q, k, v, host)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
@@ -582,7 +589,7 @@ class Kernel:
         return self._cached(key, build)
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
-                  kv_lens, q_offsets, params, dropout=None):
+                  kv_lens, q_offsets, params, dropout=None, kv_offsets=None):
         """The backward pass on torch tensors, CPU or CUDA
         (attnc::attention_backward): (dq, dk, dv, [the gradient of each
         captured tensor, in params' order])."""
@@ -600,7 +607,8 @@ class Kernel:
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()
-        args = self._args(scale, kv_lens, q_offsets, params, dropout=dropout)
+        args = self._args(scale, kv_lens, q_offsets, params, dropout=dropout,
+                          kv_offsets=kv_offsets)
         grad_out = grad_out.to(q.dtype)
         if where[0] == _CUDA:
             grads = kernel.run(q, k, v, out, lse, grad_out, grad_lse, dq, dk, dvv,
@@ -622,7 +630,7 @@ class Kernel:
         return dq, dk, dvv, tensor_grads
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
+                  kv_offsets=None, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
                   dropout_p=0.0, dropout_seed=0, dropout_offset=0, **params):
         """The fp64 oracle on the same arguments (copied to the host when
         on a device): (out, lse) as float64 NumPy arrays. Slow (naive
@@ -635,7 +643,8 @@ class Kernel:
                    _int(dropout_offset, "dropout_offset", 0, _U64_MAX))
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
-            self._args(scale, kv_lens, q_offsets, params, pages, dropout=dropout))
+            self._args(scale, kv_lens, q_offsets, params, pages, dropout=dropout,
+                       kv_offsets=kv_offsets))
 
 
 class Plan:

@@ -2,14 +2,23 @@
 the ranks of a process group (docs/distributed.md).
 
 Each rank holds a shard of the sequence's tokens: its queries, keys and
-values, in the order `shard` gives. The scheme is the one PyTorch's
-context parallelism uses for flex_attention. K and V are all-gathered
-(in the backward, dK and dV are summed back to their owners), and each
-rank attends its queries at their global positions against every key.
-Any score_mod and mask_mod therefore sees the same (b, h, q, kv) as on
-one device, and tiles the mask leaves empty cost nothing. The communication
-is torch.distributed's collectives (gloo on CPUs, NCCL on GPUs); attnc adds
-no communication layer of its own.
+values, in the order `shard` gives. Each rank attends its queries at their
+global positions, so any score_mod and mask_mod sees the same (b, h, q,
+kv) as on one device. The communication is torch.distributed's (gloo on
+CPUs, NCCL on GPUs); attnc adds no communication layer of its own. Two
+schemes:
+
+- "all_gather" (the default; PyTorch's scheme for flex_attention): K and V
+  are all-gathered, and in the backward dK and dV are summed back to their
+  owners. One kernel call per query run, against every key.
+- "ring": K/V blocks travel around the ring of ranks (batched P2P), the
+  next block's transfer overlapping the attention of the current one; the
+  kernels take each block at its global key positions (kv_offsets) and
+  return their LSE, and the partial results are merged by LSE (`merge`).
+  The backward sends K/V around again with dK/dV accumulating behind them
+  (each block's gradients from the merged output and LSE, as
+  ring-flash-attention does). A block the mask leaves empty is skipped
+  without a launch (`last_launches` counts them).
 
 Load balancing (`load_balance=True`, the default) splits the sequence
 into 2N chunks and gives rank r chunks r and 2N-1-r (head and tail, as
@@ -19,14 +28,22 @@ factors) are passed whole, in global order, on every rank: each rank's
 kernel reads what its queries need. Their gradients are summed over the
 ranks, so every rank ends with the full gradient.
 
-Not here yet: ring attention (K/V passed around the ring, overlapped
-with compute) and the all-to-all over heads (Ulysses); torch.compile of
+Not here yet: the all-to-all over heads (Ulysses); torch.compile of
 these calls (the collectives run eagerly).
 """
 import torch
 import torch.distributed as dist
 
-__all__ = ["chunks", "shard", "unshard", "attention", "flex_attention"]
+__all__ = ["chunks", "shard", "unshard", "merge", "attention", "flex_attention",
+           "SCHEMES"]
+
+#: The schemes `attention` takes.
+SCHEMES = ("all_gather", "ring")
+
+#: Kernel launches of this process's last `attention` call, by scheme and
+#: pass: {"forward": n, "backward": n, "skipped": n} (ring: the blocks the
+#: mask leaves empty are skipped).
+last_launches = {}
 
 
 def _world(group):
@@ -126,44 +143,257 @@ def _check(q, k, v, world):
                          "%d, %d" % (q.shape[2], k.shape[2], v.shape[2]))
 
 
+def merge(outs, lses):
+    """Partial attention results over disjoint key sets, merged by their
+    LSEs: outs [..., L, Dv] and lses [..., L] (natural log, float32; -inf
+    for a row with no key) -> (out, lse) of the attention over the union.
+    A row no part has a key for is 0 with LSE -inf, as the kernels give.
+    Differentiable (torch operations)."""
+    if not outs or len(outs) != len(lses):
+        raise ValueError("merge needs one LSE per output and at least one "
+                         "part, got %d outputs and %d LSEs" % (len(outs), len(lses)))
+    if len(outs) == 1:
+        return outs[0], lses[0]
+    lse = torch.logsumexp(torch.stack(lses), 0)
+    live = torch.isfinite(lse)
+    safe = torch.where(live, lse, torch.zeros_like(lse))
+    out = 0
+    for o, l in zip(outs, lses):
+        w = torch.where(live, torch.exp(l - safe), torch.zeros_like(l))
+        out = out + w.unsqueeze(-1) * o.to(torch.float32)
+    return out.to(outs[0].dtype), lse
+
+
 def _run(call, q, k, v, group, load_balance, params):
-    world, rank = _world(group)
-    _check(q, k, v, world)
-    if params.get("dropout_p") and params.get("dropout_seed") is None:
-        # One stream on every rank (the mask is a function of the global
-        # positions, so it is the single-device mask): rank 0's seed.
-        seed = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64)
-        dist.broadcast(seed, 0, group=group)
-        params = dict(params, dropout_seed=int(seed.item()))
-    B, seq = q.shape[0], q.shape[2] * world
+    B, seq = q.shape[0], q.shape[2] * _world(group)[0]
     kf = unshard(k, group, load_balance=load_balance)
     vf = unshard(v, group, load_balance=load_balance)
     params = {n: _Replicated.apply(x, group)
               if isinstance(x, torch.Tensor) and x.requires_grad else x
               for n, x in params.items()}
     outs, at = [], 0
+    world, rank = _world(group)
     for s, n in chunks(seq, world, rank, load_balance):
         outs.append(call(q[:, :, at:at + n], kf, vf, [s] * B, params))
         at += n
+    last_launches.clear()
+    last_launches.update(forward=len(outs), skipped=0)
     return outs[0] if len(outs) == 1 else torch.cat(outs, 2)
 
 
-def attention(kernel, q, k, v, group=None, *, load_balance=True, scale=None,
-              **params):
+def _peer(group, rank):
+    return rank if group is None else dist.get_global_rank(group, rank)
+
+
+def _shift(tensors, group, back=False):
+    """Starts sending `tensors` to the next rank (the previous one with
+    `back`) and receiving as many from the other side: (received buffers,
+    the requests to wait on)."""
+    world, rank = _world(group)
+    to, frm = ((rank - 1) % world, (rank + 1) % world) if back else \
+        ((rank + 1) % world, (rank - 1) % world)
+    bufs = [torch.empty_like(t) for t in tensors]
+    ops = [dist.P2POp(dist.isend, t, _peer(group, to), group) for t in tensors]
+    ops += [dist.P2POp(dist.irecv, b, _peer(group, frm), group) for b in bufs]
+    return bufs, dist.batch_isend_irecv(ops)
+
+
+def _wait(reqs):
+    for r in reqs:
+        r.wait()
+
+
+class _Ring(torch.autograd.Function):
+    """Ring attention over the group (the module's docstring): q, k, v this
+    rank's shards, then the captured tensors (whole); returns this rank's
+    output shard. Everything the kernels take besides q, k, v is in `spec`
+    (the kernel, scalars, scale, dropout, load balancing)."""
+
+    @staticmethod
+    def forward(ctx, spec, q, k, v, *tensors):
+        world, rank = _world(spec["group"])
+        params = dict(spec["scalars"], **dict(zip(spec["names"], tensors)))
+        B, seq = q.shape[0], q.shape[2] * world
+        q_runs = chunks(seq, world, rank, spec["load_balance"])
+        parts = [([], []) for _ in q_runs]
+        kb, vb = k.contiguous(), v.contiguous()
+        launches = skipped = 0
+        for step in range(world):
+            reqs = []
+            if step + 1 < world:  # the next block in flight meanwhile
+                (nk, nv), reqs = _shift([kb, vb], spec["group"])
+            src = (rank - step) % world
+            for qi, sq, nq, aq, sk, nkk, ak in _pairs(q_runs, seq, world, src, spec):
+                if not _visits(spec, B, q.shape[1], sq, nq, sk, nkk):
+                    skipped += 1
+                    continue
+                with torch.no_grad():
+                    o, l = spec["kernel"](
+                        q[:, :, aq:aq + nq], kb[:, :, ak:ak + nkk],
+                        vb[:, :, ak:ak + nkk], q_offsets=[sq] * B,
+                        kv_offsets=[sk] * B, scale=spec["scale"],
+                        return_lse=True, **_detached(params), **spec["dropout"])
+                parts[qi][0].append(o)
+                parts[qi][1].append(l)
+                launches += 1
+            if reqs:
+                _wait(reqs)
+                kb, vb = nk, nv
+        outs, lses = [], []
+        for (sq, nq), (os_, ls_) in zip(q_runs, parts):
+            if os_:
+                o, l = merge(os_, ls_)
+            else:  # no key for any of these queries
+                o = q.new_zeros(B, q.shape[1], nq, v.shape[3])
+                l = torch.full((B, q.shape[1], nq), float("-inf"),
+                               dtype=torch.float32, device=q.device)
+            outs.append(o)
+            lses.append(l)
+        out, lse = torch.cat(outs, 2), torch.cat(lses, 2)
+        ctx.spec = spec
+        ctx.save_for_backward(q, k, v, out, lse, *tensors)
+        last_launches.clear()
+        last_launches.update(forward=launches, skipped=skipped)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        spec = ctx.spec
+        group = spec["group"]
+        q, k, v, out, lse, *tensors = ctx.saved_tensors
+        world, rank = _world(group)
+        params = dict(spec["scalars"], **dict(zip(spec["names"], tensors)))
+        B, seq = q.shape[0], q.shape[2] * world
+        q_runs = chunks(seq, world, rank, spec["load_balance"])
+        grad_out = grad_out.contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dkb = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
+        dvb = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+        grads = [torch.zeros_like(t, dtype=torch.float32)
+                 if t.is_floating_point() else None for t in tensors]
+        kb, vb = k.contiguous(), v.contiguous()
+        dropout = spec["dropout"]
+        drop = ((dropout["dropout_p"], dropout["dropout_seed"],
+                 dropout["dropout_offset"]) if dropout else None)
+        launches = 0
+        for step in range(world):
+            reqs = []
+            if step + 1 < world:  # K/V ahead; dK/dV follow once formed
+                (nk, nv), reqs = _shift([kb, vb], group)
+            src = (rank - step) % world
+            for qi, sq, nq, aq, sk, nkk, ak in _pairs(q_runs, seq, world, src, spec):
+                if not _visits(spec, B, q.shape[1], sq, nq, sk, nkk):
+                    continue
+                rows = slice(aq, aq + nq)
+                gq, gk, gv, gt = spec["kernel"]._backward(
+                    q[:, :, rows].contiguous(), kb[:, :, ak:ak + nkk].contiguous(),
+                    vb[:, :, ak:ak + nkk].contiguous(),
+                    out[:, :, rows].contiguous(), lse[:, :, rows].contiguous(),
+                    grad_out[:, :, rows].contiguous(), None, scale=spec["scale"],
+                    kv_lens=None, q_offsets=[sq] * B, params=_detached(params),
+                    dropout=drop, kv_offsets=[sk] * B)
+                dq[:, :, rows] += gq.float()
+                dkb[:, :, ak:ak + nkk] += gk.float()
+                dvb[:, :, ak:ak + nkk] += gv.float()
+                for i, g in enumerate(gt):
+                    if grads[i] is not None:
+                        grads[i] += g.float()
+                launches += 1
+            # The block's gradients so far go with it (to the rank that
+            # holds it next); after the last step they go home.
+            (dkb, dvb), dreqs = _shift([dkb, dvb], group)
+            _wait(dreqs)
+            if reqs:
+                _wait(reqs)
+                kb, vb = nk, nv
+        for g in grads:  # each rank's part of a capture's gradient, summed
+            if g is not None:
+                dist.all_reduce(g, group=group)
+        last_launches["backward"] = launches
+        return (None, dq.to(q.dtype), dkb.to(k.dtype), dvb.to(v.dtype),
+                *[None if g is None else g.to(t.dtype)
+                  for g, t in zip(grads, tensors)])
+
+
+def _pairs(q_runs, seq, world, src, spec):
+    """(q run index, q start, q count, offset in the shard, key start, key
+    count, offset in the block) for each of this rank's query runs and the
+    runs of rank src's K/V block."""
+    aq = 0
+    for qi, (sq, nq) in enumerate(q_runs):
+        ak = 0
+        for sk, nk in chunks(seq, world, src, spec["load_balance"]):
+            yield qi, sq, nq, aq, sk, nk, ak
+            ak += nk
+        aq += nq
+
+
+def _visits(spec, B, H, sq, nq, sk, nk):
+    """Whether the block of queries [sq, sq + nq) x keys [sk, sk + nk) has a
+    pair the mask keeps: the compiler's closed-form classification (a
+    kernel package, which has no compiler, and data-dependent masks launch
+    every block; the kernel then visits no empty tile)."""
+    program = spec["kernel"].program
+    if not hasattr(program, "block_class"):
+        return True
+    sizes = {n: int(x) for n, x in spec["scalars"].items()
+             if isinstance(x, int) and not isinstance(x, bool)}
+    return program.block_class(spec["kernel"].variant, sizes, B, H, sq,
+                               sq + nq - 1, sk, sk + nk - 1) != "empty"
+
+
+def _detached(params):
+    return {n: x.detach() if isinstance(x, torch.Tensor) else x
+            for n, x in params.items()}
+
+
+def _dropout_params(params, group):
+    """dropout_p/seed/offset out of `params`, the seed drawn once for the
+    group (rank 0's) when none is given: every rank then drops the pairs
+    one device would."""
+    params = dict(params)
+    d = {n: params.pop(n) for n in ("dropout_p", "dropout_seed", "dropout_offset")
+         if n in params}
+    if d.get("dropout_p"):
+        if d.get("dropout_seed") is None:
+            seed = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64)
+            dist.broadcast(seed, _peer(group, 0), group=group)
+            d["dropout_seed"] = int(seed.item())
+        d.setdefault("dropout_offset", 0)
+    else:
+        d = {}
+    return d, params
+
+
+def attention(kernel, q, k, v, group=None, *, scheme="all_gather",
+              load_balance=True, scale=None, **params):
     """A compiled variant (attnc.compile) over a sharded sequence: q, k, v
     are this rank's shards [B, H, S/N, D] (`shard`'s order), captured
     tensors are whole (global positions); returns this rank's output
-    shard [B, H, S/N, Dv]. Differentiable."""
-    def call(qc, kf, vf, offsets, ps):
-        return kernel(qc, kf, vf, q_offsets=offsets, scale=scale, **ps)
-    # dropout_p, dropout_seed, dropout_offset pass through (docs/dropout.md):
-    # with the seed drawn once for the group, every rank drops the pairs
-    # one device would.
-    return _run(call, q, k, v, group, load_balance, params)
+    shard [B, H, S/N, Dv]. Differentiable. `scheme`: "all_gather" or
+    "ring" (the module's docstring). dropout_p, dropout_seed and
+    dropout_offset pass through (docs/dropout.md): with the seed drawn
+    once for the group, every rank drops the pairs one device would."""
+    if scheme not in SCHEMES:
+        raise ValueError("'scheme' is %r, expected one of %s"
+                         % (scheme, ", ".join(SCHEMES)))
+    _check(q, k, v, _world(group)[0])
+    dropout, params = _dropout_params(params, group)
+    if scheme == "all_gather":
+        def call(qc, kf, vf, offsets, ps):
+            return kernel(qc, kf, vf, q_offsets=offsets, scale=scale, **ps,
+                          **dropout)
+        return _run(call, q, k, v, group, load_balance, params)
+    names = [n for n, x in params.items() if isinstance(x, torch.Tensor)]
+    spec = {"kernel": kernel, "group": group, "load_balance": load_balance,
+            "scale": scale, "dropout": dropout, "names": names,
+            "scalars": {n: x for n, x in params.items() if n not in names}}
+    return _Ring.apply(spec, q, k, v, *[params[n] for n in names])
 
 
 def flex_attention(query, key, value, score_mod=None, mask_mod=None, group=None,
-                   *, load_balance=True, scale=None, enable_gqa=False,
+                   *, scheme="all_gather", load_balance=True, scale=None,
+                   enable_gqa=False,
                    dropout_p=0.0, dropout_seed=None, dropout_offset=0):
     """attnc.flex_attention's closures over a sharded sequence: the closures
     see global positions (q_idx, kv_idx of the whole sequence), as on one
@@ -177,5 +407,5 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, group=None,
     if dropout_p:
         params.update(dropout_p=dropout_p, dropout_seed=dropout_seed,
                       dropout_offset=dropout_offset)
-    return attention(kernel, query, key, value, group, load_balance=load_balance,
-                     scale=scale, **params)
+    return attention(kernel, query, key, value, group, scheme=scheme,
+                     load_balance=load_balance, scale=scale, **params)

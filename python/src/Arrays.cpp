@@ -25,6 +25,7 @@ namespace {
 std::string inPythonTerms(std::string m) {
   static const std::pair<const char *, const char *> kNames[] = {
       {"'kvLens", "'kv_lens"},         {"'qOffsets", "'q_offsets"},
+      {"'kvOffsets", "'kv_offsets"},
       {"'numSplits'", "'num_splits'"}, {"'numThreads'", "'num_threads'"},
       {"'dOut'", "'grad_out'"},        {"'dLse'", "'grad_lse'"}};
   for (auto [from, to] : kNames)
@@ -103,6 +104,8 @@ rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
   a.dropout = {c.dropoutP, c.dropoutSeed, c.dropoutOffset};
   if (c.qOffsets)
     a.qOffsets = *c.qOffsets;
+  if (c.kvOffsets)
+    a.kvOffsets = *c.kvOffsets;
   for (const auto &[name, t] : c.tensors)
     a.tensors.emplace_back(name, viewOf(t, name, at));
   for (const auto &[name, x] : c.scalars)

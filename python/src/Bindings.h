@@ -84,7 +84,7 @@ rt::TensorView viewOf(const A &a, const std::string &name,
 /// What every run and the reference take besides q, k, v.
 struct CallArgs {
   std::optional<double> scale;
-  std::optional<std::vector<int32_t>> kvLens, qOffsets;
+  std::optional<std::vector<int32_t>> kvLens, qOffsets, kvOffsets;
   std::map<std::string, Array> tensors;
   std::map<std::string, double> scalars;
   /// K/V in pages (PageTable.h; the page size is k's dim 2): FlashInfer's

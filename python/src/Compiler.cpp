@@ -84,6 +84,18 @@ public:
     return k;
   }
 
+  /// Session::classifyBlock: "empty", "partial" or "full".
+  std::string blockClass(const std::string &variant,
+                         const std::map<std::string, int64_t> &sizes,
+                         int64_t batch, int64_t heads, int64_t qlo, int64_t qhi,
+                         int64_t klo, int64_t khi) const {
+    rt::abi::TileClass c;
+    check(session_->classifyBlock(variant, sizes, batch, heads, qlo, qhi, klo,
+                                  khi, c));
+    return c == rt::abi::kEmpty ? "empty" : c == rt::abi::kFull ? "full"
+                                                                 : "partial";
+  }
+
   std::unique_ptr<rt::CpuBackwardKernel>
   compileCpuBackward(const std::string &variant, const std::string &dtype,
                      int64_t headDim, int64_t vHeadDim, bool dropout) const {
@@ -218,6 +230,10 @@ void bindCompiler(nb::module_ &m) {
       .def("signature", [](const Program &p, const std::string &variant) {
         return signatureOf(p.info(variant));
       }, "variant"_a)
+      .def("block_class", &Program::blockClass, "variant"_a, "sizes"_a,
+           "batch"_a, "heads"_a, "qlo"_a, "qhi"_a, "klo"_a, "khi"_a,
+           "The mask's class over queries [qlo, qhi] x keys [klo, khi] "
+           "(positions, inclusive) for every b < batch, h < heads.")
       .def("cpu_kernel", &Program::compileCpu, "variant"_a, "dtype"_a,
            "head_dim"_a, "v_head_dim"_a, "dropout"_a = false)
       .def("cpu_backward_kernel", &Program::compileCpuBackward, "variant"_a,

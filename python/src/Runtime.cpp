@@ -209,6 +209,7 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("scale", &CallArgs::scale)
       .def_rw("kv_lens", &CallArgs::kvLens)
       .def_rw("q_offsets", &CallArgs::qOffsets)
+      .def_rw("kv_offsets", &CallArgs::kvOffsets)
       .def_rw("tensors", &CallArgs::tensors)
       .def_rw("scalars", &CallArgs::scalars)
       .def_rw("kv_indptr", &CallArgs::kvIndptr)

@@ -1,8 +1,9 @@
 """One rank of test_distributed.py: joins a gloo group on localhost, runs
 every case of its world size sharded (attnc.distributed) and on the whole
-sequence in this process, and prints one JSON line per case and load-balance
-setting: the largest differences of the output shard, the q/k/v gradient
-shards and the captures' gradients against the whole-sequence run.
+sequence in this process, and prints one JSON line per case, scheme and
+load-balance setting: the largest differences of the output shard, the
+q/k/v gradient shards and the captures' gradients against the
+whole-sequence run, and the sharded call's kernel launches.
 
   python distributed_worker.py RANK WORLD PORT
 """
@@ -72,7 +73,8 @@ def causal_mask(b, h, q_idx, kv_idx):
     return q_idx >= kv_idx
 
 
-def run_case(rank, world, name, variant, H, HKV, S, make_params, balance, kernels):
+def run_case(rank, world, name, variant, H, HKV, S, make_params, balance, scheme,
+             kernels):
     B, D = 2, 8
     # Every rank draws the same inputs (a seed from the case's name).
     q, k, v, dout, g = inputs(B, H, HKV, S, D, seed=zlib.crc32(name.encode()))
@@ -82,14 +84,15 @@ def run_case(rank, world, name, variant, H, HKV, S, make_params, balance, kernel
         if variant == "flex":
             if sharded:
                 return cp.flex_attention(qq, kk, vv, softcap, causal_mask,
-                                         load_balance=balance)
+                                         scheme=scheme, load_balance=balance)
             ker, traced = flex.traced_kernel(softcap, causal_mask)
             return ker(qq, kk, vv, **traced)
         if variant not in kernels:
             kernels[variant] = kernel(variant)
         ker = kernels[variant]
         if sharded:
-            return cp.attention(ker, qq, kk, vv, load_balance=balance, **ps)
+            return cp.attention(ker, qq, kk, vv, scheme=scheme,
+                                load_balance=balance, **ps)
         return ker(qq, kk, vv, **ps)
 
     # The whole sequence in this process.
@@ -107,11 +110,13 @@ def run_case(rank, world, name, variant, H, HKV, S, make_params, balance, kernel
                  for n, x in params.items()}
     got = call(*sh, sh_params, True)
     got.backward(cp.shard(dout, load_balance=balance))
+    launches = dict(cp.last_launches)
 
     def diff(a, b):
         return float((a - b).abs().max())
 
     row = {"case": name, "rank": rank, "world": world, "load_balance": balance,
+           "scheme": scheme, "launches": launches,
            "out": diff(got, cp.shard(ref.detach(), load_balance=balance))}
     for n, s, w in zip("qkv", sh, leaves):
         row["d" + n] = diff(s.grad, cp.shard(w.grad, load_balance=balance))
@@ -129,15 +134,16 @@ def main():
     kernels = {}
     try:
         for name, variant, H, HKV, S, make_params in cases(world):
-            for balance in (True, False):
-                try:
-                    row = run_case(rank, world, name, variant, H, HKV, S,
-                                   make_params, balance, kernels)
-                except Exception as e:  # reported, not hidden: the test fails
-                    row = {"case": name, "rank": rank, "world": world,
-                           "load_balance": balance,
-                           "error": "%s: %s" % (type(e).__name__, e)}
-                print(json.dumps(row), flush=True)
+            for scheme in cp.SCHEMES:
+                for balance in (True, False):
+                    try:
+                        row = run_case(rank, world, name, variant, H, HKV, S,
+                                       make_params, balance, scheme, kernels)
+                    except Exception as e:  # reported: the test fails
+                        row = {"case": name, "rank": rank, "world": world,
+                               "load_balance": balance, "scheme": scheme,
+                               "error": "%s: %s" % (type(e).__name__, e)}
+                    print(json.dumps(row), flush=True)
         # Every rank done before any tears the group down: a rank leaving
         # while another's gloo threads still talk to it aborted the process
         # now and then ("terminate called without an active exception").

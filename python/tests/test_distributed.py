@@ -62,18 +62,45 @@ def world_rows(request):
 
 def test_sharded_runs_equal_one_process(world_rows):
     world, rows = world_rows
-    seen = {(r["case"], r["rank"], r["load_balance"]) for r in rows}
-    want = {(c, rank, lb) for c in CASES[world] for rank in range(world)
-            for lb in (True, False)}
+    seen = {(r["case"], r["rank"], r["load_balance"], r["scheme"]) for r in rows}
+    want = {(c, rank, lb, sc) for c in CASES[world] for rank in range(world)
+            for lb in (True, False) for sc in cp.SCHEMES}
     assert seen == want, "missing: %s" % sorted(want - seen)
     for r in rows:
         assert "error" not in r, r
         for key, value in r.items():
+            if key in ("case", "rank", "world", "load_balance", "scheme",
+                       "launches"):
+                continue
             if key in ("out", "dq", "dk", "dv"):
                 assert value <= 1e-5, r
             elif key.startswith("d") and key not in ("dq", "dk", "dv"):
                 # A capture's gradient: every rank's part summed over the group.
                 assert value <= 1e-4, r
+
+
+def test_ring_skips_the_blocks_the_mask_leaves_empty(world_rows):
+    # Causal without balancing: rank r's queries are chunk r, so the K/V
+    # blocks of ranks after it are empty (skipped, no launch), its own is
+    # partial and the earlier ones full. Balanced, every rank's head chunk
+    # meets every block, so nothing is skipped.
+    world, rows = world_rows
+    for r in rows:
+        if r["case"] != "causal" or r["scheme"] != "ring":
+            continue
+        n = r["launches"]
+        if r["load_balance"]:
+            # 2 query runs x 2 key runs per block; a run pair is skipped
+            # when the keys all follow the queries.
+            assert n["forward"] + n["skipped"] == 4 * world, r
+        else:
+            assert (n["forward"], n["skipped"]) == (r["rank"] + 1,
+                                                    world - 1 - r["rank"]), r
+        assert n["backward"] == n["forward"], r
+    # The all-gather scheme launches one call per query run.
+    for r in rows:
+        if r["scheme"] == "all_gather" and "launches" in r:
+            assert r["launches"]["forward"] == (2 if r["load_balance"] else 1), r
 
 
 def test_every_capture_gradient_is_compared(world_rows):
@@ -101,5 +128,8 @@ def test_chunks_and_shapes_are_checked():
         cp.chunks(20, 4, 0)
     with pytest.raises(ValueError, match="'rank' is 5"):
         cp.chunks(16, 4, 5)
+    with pytest.raises(ValueError, match="'scheme' is 'ulysses'"):
+        cp.attention(None, torch.zeros(1, 1, 8, 8), torch.zeros(1, 1, 8, 8),
+                     torch.zeros(1, 1, 8, 8), scheme="ulysses")
     with pytest.raises(ValueError, match="4-d"):
         cp._check(torch.zeros(2, 3), torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), 2)

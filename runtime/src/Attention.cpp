@@ -35,6 +35,15 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
                                           {"HKV", p.Hkv}, {"Q", p.Lq},
                                           {"KV", p.Lkv}};
   std::map<std::string, std::string> boundBy;
+  // With key offsets, KV is the extent of the key positions: a capture
+  // indexed by kv spans the whole sequence the keys are a block of, so it
+  // binds KV (checked below to reach the last key's position).
+  int64_t keyEnd = 0;
+  if (!a.kvOffsets.empty()) {
+    for (int64_t b = 0; b < p.B; ++b)
+      keyEnd = std::max<int64_t>(keyEnd, int64_t(p.kvPos0[b]) + p.kvLen[b]);
+    bound.erase("KV");
+  }
   p.params.assign(v.params.size(), BoundParam());
   // Unknown names first: a typo should not read as a missing argument.
   for (const auto &[name, t] : a.tensors) {
@@ -139,6 +148,17 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
     bp.dtype = t.dtype;
     bp.shape = t.shape;
     bp.strides = t.strides;
+  }
+  if (!a.kvOffsets.empty()) {
+    auto kv = bound.find("KV");
+    if (kv == bound.end())
+      bound["KV"] = keyEnd;
+    else if (kv->second < keyEnd)
+      return Status::invalidArgument(fmt::format(
+          "capture '{}' spans {} key positions (its KV axis), but with "
+          "'kvOffsets' the keys reach position {}; a capture indexed by kv "
+          "must cover every key's absolute position",
+          boundBy["KV"], kv->second, keyEnd - 1));
   }
   // The problem sizes a modifier may read (`size B` ...), after the
   // declared parameters, in kProblemSizeNames' order.
@@ -284,6 +304,20 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
       return Status::invalidArgument(fmt::format(
           "'kvLens[{}]' is {}, expected 0..{} (the KV capacity)", b,
           p.kvLen[b], p.Lkv));
+  p.kvPos0 = a.kvOffsets;
+  if (p.kvPos0.empty())
+    p.kvPos0.assign(p.B, 0);
+  if (static_cast<int64_t>(p.kvPos0.size()) != p.B)
+    return Status::invalidArgument(fmt::format(
+        "'kvOffsets' has {} entries, expected one per sequence ({})",
+        p.kvPos0.size(), p.B));
+  for (int64_t b = 0; b < p.B; ++b)
+    if (p.kvPos0[b] < 0 ||
+        static_cast<int64_t>(p.kvPos0[b]) + p.Lkv > (int64_t(1) << 30))
+      return Status::invalidArgument(fmt::format(
+          "'kvOffsets[{}]' is {}, expected a non-negative position (below "
+          "2^30 - {})",
+          b, p.kvPos0[b], p.Lkv));
   p.qPos0 = a.qOffsets;
   if (p.qPos0.empty()) {
     for (int64_t b = 0; b < p.B; ++b) {
@@ -292,7 +326,9 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
             "sequence {} has {} keys but {} queries; pass 'qOffsets' to place "
             "the queries explicitly",
             b, p.kvLen[b], p.Lq));
-      p.qPos0.push_back(static_cast<int32_t>(p.kvLen[b] - p.Lq));
+      // The queries are the sequence's last positions.
+      p.qPos0.push_back(
+          static_cast<int32_t>(p.kvPos0[b] + p.kvLen[b] - p.Lq));
     }
   }
   if (static_cast<int64_t>(p.qPos0.size()) != p.B)
@@ -316,6 +352,15 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
         "'dropout_p' is {}, but the kernel was compiled without dropout "
         "(compile it with dropout enabled)",
         a.dropout.p));
+  // The kernels draw dropout's Philox words for 4 neighbouring keys at
+  // once, the blocks starting at positions that are multiples of 4.
+  if (p.dropout.active())
+    for (int64_t b = 0; b < p.B; ++b)
+      if (p.kvPos0[b] % 4 != 0)
+        return Status::invalidArgument(fmt::format(
+            "'kvOffsets[{}]' is {}; with dropout the first key's position "
+            "must be a multiple of 4",
+            b, p.kvPos0[b]));
   p.scale = a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(double(p.Dqk));
   if (!std::isfinite(p.scale))
     return Status::invalidArgument("'scale' must be finite");
@@ -407,11 +452,11 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
             for (int64_t d = 0; d < p.Dqk; ++d)
               dot += qr[d] * kr[d];
           }
+          const int32_t kpos = p.kvPos0[b] + int32_t(j);
           double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
-                                   int32_t(h), qpos, int32_t(j), violation,
-                                   exact);
+                                   int32_t(h), qpos, kpos, violation, exact);
           bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
-                                  int32_t(j), violation);
+                                  kpos, violation);
           s[j] = keep ? sc : ninf;
           nan |= std::isnan(s[j]);
           mx = std::max(mx, s[j]);
@@ -443,7 +488,7 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           // kernels' f32 factor, a dropped one's 0.
           double kept = !p.dropout.active() ? 1.0
                         : dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
-                                       int32_t(j))
+                                       p.kvPos0[b] + int32_t(j))
                             ? double(p.dropout.scale)
                             : 0.0;
           for (int64_t d = 0; d < p.Dv; ++d) {

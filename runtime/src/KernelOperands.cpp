@@ -79,6 +79,7 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   for (int64_t b = 0; b < p.B; ++b) {
     ip[L.seqBase + b] = p.kvLen[b];
     ip[L.seqBase + p.B + b] = p.qPos0[b];
+    ip[L.seqBase + 2 * p.B + b] = p.kvPos0[b];
   }
   if (p.pages) {
     ip[abi::kPageSize] = p.pages->pageSize;
@@ -240,6 +241,7 @@ void initBlockMask(const VariantInfo &v, const KernelSpec &spec,
   bm.numKTiles = (p.Lkv + spec.blockN - 1) / spec.blockN;
   bm.kvLen = p.kvLen;
   bm.qPos0 = p.qPos0;
+  bm.kvPos0 = p.kvPos0;
   bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
 }
 
@@ -247,6 +249,7 @@ Status checkBlockMask(const KernelSpec &spec, const Problem &p,
                       const BlockMask &bm) {
   if (bm.blockM != spec.blockM || bm.blockN != spec.blockN || bm.batch != p.B ||
       bm.lq != p.Lq || bm.kvLen != p.kvLen || bm.qPos0 != p.qPos0 ||
+      bm.kvPos0 != p.kvPos0 ||
       bm.numKTiles != (p.Lkv + spec.blockN - 1) / spec.blockN ||
       (bm.heads != 1 && bm.heads != p.Hq) ||
       bm.classes.size() !=

@@ -59,6 +59,8 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
     for (int64_t h = 0; h < p.Hq; ++h)
       for (int64_t i = 0; i < p.Lq; ++i) {
         const int32_t qpos = p.qPos0[b] + static_cast<int32_t>(i);
+        // Key j's position, as the modifiers and dropout see it.
+        auto kpos = [&](int64_t j) { return p.kvPos0[b] + int32_t(j); };
         const size_t row = static_cast<size_t>((b * p.Hq + h) * p.Lq + i);
         const size_t kvHead = static_cast<size_t>((b * p.Hkv + h / G) * Lkv);
         const double *qr = &q[row * Dqk];
@@ -71,9 +73,9 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
             dot += qr[d] * kr[d];
           x[j] = dot * p.scale;
           bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
-                                  int32_t(j));
+                                  kpos(j));
           s[j] = keep ? evalScoreMod(v, p.params, x[j], int32_t(b),
-                                     int32_t(h), qpos, int32_t(j), nullptr,
+                                     int32_t(h), qpos, kpos(j), nullptr,
                                      exact)
                       : ninf;
           mx = std::isnan(s[j]) || std::isnan(mx) ? std::nan("")
@@ -92,7 +94,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
           if (!p.dropout.active())
             return 1.0;
           return dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
-                              int32_t(j))
+                              kpos(j))
                      ? double(p.dropout.scale)
                      : 0.0;
         };
@@ -123,7 +125,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
           const double dS = P * (dP[j] - D);
           const double dx =
               evalScoreGrad(v, p.params, x[j], int32_t(b), int32_t(h), qpos,
-                            int32_t(j), dS, &g.params, exact) *
+                            kpos(j), dS, &g.params, exact) *
               p.scale;
           const double *kr = &k[(kvHead + j) * Dqk];
           double *dk = &g.dk[(kvHead + j) * Dqk];

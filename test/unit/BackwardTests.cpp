@@ -599,6 +599,8 @@ std::vector<Shape> kernelShapes() {
     s.kvLens = {41, 29};
     if (mode == Mode::Prefill)
       s.qOffsets = {0};
+    if (mode == Mode::Chunk) // the keys a block starting at 12 and at 4
+      s.kvOffsets = {12, 4};
     s.headDim = 16;
     s.vHeadDim = 24;
     shapes.push_back(s);

@@ -241,3 +241,48 @@ TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "
         }
       }
 }
+
+TEST_CASE("emulated GPU: a key block that starts at a position of a longer "
+          "sequence, every form, with the device block mask",
+          "[gpu-emulated]") {
+  // kvOffsets place key 0 of each sequence at position 30 and 5 (a
+  // context-parallel shard): the modifiers, the tile classification and
+  // the block-mask builder see positions, K and V are read by row. doc's
+  // ids span the positions (KV binds to its 100).
+  Gpu g;
+  struct Form { const char *target; DType dt; int64_t d; };
+  for (Form f : {Form{"sm_80", DType::F32, 64}, Form{"sm_80", DType::F16, 64},
+                 Form{"sm_90a", DType::BF16, 64}})
+    for (const char *variant : {"causal", "doc"}) {
+      INFO(f.target << " " << dtypeName(f.dt) << " " << variant);
+      auto k = g.kernel(variant, f.dt, f.d, f.target);
+      HostProblem p(f.dt, 2, 2, 1, 40, 70, f.d, 5);
+      p.a.kvOffsets = {30, 5};
+      p.a.qOffsets = {60, 50};
+      std::vector<int32_t> docs(2 * 100);
+      for (int64_t i = 0; i < 2 * 100; ++i)
+        docs[i] = int32_t(i % 100 / 25);
+      if (std::string(variant) == "doc")
+        p.a.tensors = {{"d", TensorView::contiguous(docs.data(), DType::I32, {2, 100})}};
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      double tol = f.dt == DType::F32 ? 1e-5 : f.dt == DType::BF16 ? 2e-2 : 2e-3;
+      CHECK(p.maxError(k->variant()) < tol);
+      if (std::string(variant) != "doc")
+        continue;
+      cuda::DeviceMirror mirror;
+      REQUIRE(cuda::DeviceMirror::create(*g.ctx, p.a, mirror).isOk());
+      BlockMask bm;
+      REQUIRE(k->buildBlockMask(mirror.args(), bm).isOk());
+      CHECK(bm.kvPos0 == std::vector<int32_t>{30, 5});
+      std::vector<uint8_t> first = p.out;
+      p.a.blockMask = &bm;
+      std::fill(p.out.begin(), p.out.end(), 0xff);
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      CHECK(p.out == first);
+      // A mask built for other key positions is refused, not misread.
+      p.a.kvOffsets = {30, 6};
+      Status s = cuda::runFromHost(*g.ctx, *k, p.a);
+      CHECK_FALSE(s.isOk());
+      CHECK(s.message().find("rebuild it") != std::string::npos);
+    }
+}

@@ -167,6 +167,35 @@ TEST_CASE("validate: more queries than keys needs explicit offsets",
   CHECK(f.error() == "'qOffsets[1]' is -1, expected a non-negative position");
 }
 
+TEST_CASE("validate: key offsets place the keys; KV spans their positions",
+          "[validate]") {
+  Fixture f;
+  f.a.kvOffsets = {0, 4};
+  // doc is i32[B, KV] and indexed by kv: it must reach position 4 + 11.
+  CHECK(f.error() == "capture 'doc' spans 12 key positions (its KV axis), but "
+                     "with 'kvOffsets' the keys reach position 15; a capture "
+                     "indexed by kv must cover every key's absolute position");
+  std::vector<int32_t> doc(2 * 16, 0);
+  f.a.tensors[1].second = TensorView::contiguous(doc.data(), DType::I32, {2, 16});
+  Problem p;
+  REQUIRE(resolveProblem(variant(), nullptr, f.a, p).isOk());
+  CHECK(p.kvPos0 == std::vector<int32_t>{0, 4});
+  CHECK(p.qPos0 == std::vector<int32_t>{0, 4}); // the last Lq positions
+  CHECK(p.params.back().scalar == 16);          // `size KV`
+  f.a.kvOffsets = {0, -3};
+  CHECK(f.error() == "'kvOffsets[1]' is -3, expected a non-negative position "
+                     "(below 2^30 - 12)");
+  f.a.kvOffsets = {4};
+  CHECK(f.error() == "'kvOffsets' has 1 entries, expected one per sequence (2)");
+  // Dropout's Philox blocks start at multiples of 4 positions.
+  f.a.kvOffsets = {0, 2};
+  f.a.dropout = {0.25, 7, 0};
+  CHECK(f.error() == "'kvOffsets[1]' is 2; with dropout the first key's "
+                     "position must be a multiple of 4");
+  f.a.kvOffsets = {0, 4};
+  CHECK(f.error().empty());
+}
+
 TEST_CASE("bind: a missing capture is named with its declaration", "[bind]") {
   Fixture f;
   f.a.tensors.pop_back();

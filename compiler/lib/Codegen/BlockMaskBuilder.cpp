@@ -60,6 +60,7 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
     Value bb = arith::DivUIOp::create(b_, t, heads);
     Value kvLen = ipAt(add(cIdx(layout_.seqBase), bb));
     Value qpos0 = ipAt(add(add(cIdx(layout_.seqBase), B), bb));
+    Value kvpos0 = firstKeyPosition(B, bb);
     Value r0 = mul(qt, cIdx(BM));
     Value rows = minI(cIdx(BM), sub(Lq, r0));
     Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
@@ -70,7 +71,8 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
       auto count = loop(c0, rows, 1, {c0}, [&](Value r, ValueRange it) {
         Value qpos = arith::IndexCastOp::create(b_, i32_, add(add(qpos0, r0), r));
         auto inner = loop(c0, cols, 1, {it[0]}, [&](Value c, ValueRange it2) {
-          Value kvpos = arith::IndexCastOp::create(b_, i32_, add(kv0, c));
+          Value kvpos =
+              arith::IndexCastOp::create(b_, i32_, add(add(kvpos0, kv0), c));
           Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
           Value one = arith::IndexCastOp::create(
               b_, b_.getIndexType(), arith::ExtUIOp::create(b_, i64_, m));

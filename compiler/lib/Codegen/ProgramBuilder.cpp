@@ -101,6 +101,7 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
   it.kvh = arith::DivUIOp::create(b_, it.h, e.G);
   it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
   it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
+  it.kvpos0 = firstKeyPosition(e.B, it.b);
   it.r0 = mul(it.qt, cIdx(BM));
   it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
   it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
@@ -127,7 +128,7 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
 Value ProgramBuilder::pagedRowOffset(const Item &it, Value row, Value base,
                                      Value s2, int64_t stride0Slot) {
   Value pageSize = ipAt(abi::kPageSize);
-  Value pages = add(cIdx(layout_.seqBase), mul(ipAt(abi::kB), cIdx(2)));
+  Value pages = afterSequences(ipAt(abi::kB));
   Value first = ipAt(add(pages, it.b));
   Value entry = add(first, arith::DivUIOp::create(b_, row, pageSize));
   Value page = ipAt(add(add(pages, ipAt(abi::kB)), entry));

@@ -230,6 +230,7 @@ protected:
   /// A work item's coordinates: sequence, head, Q tile and its rows.
   struct Item {
     Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
+    Value kvpos0; // the position of the sequence's first key (row 0 of K)
     Value kBase, vBase; // offsets of this (b, kv head) in contiguous K and V
     Value jlo, jhi;     // the item's KV split: tiles [jlo, jhi)
     Value oB;           // the batch index of its rows in O and LSE (s*B + b)
@@ -248,6 +249,15 @@ protected:
   /// of their loop per case, so contiguous K/V pay nothing for pages.
   Value pagedRowOffset(const Item &it, Value row, Value base, Value s2,
                        int64_t stride0Slot);
+  /// Where ip's words after the per-sequence part start (pages; the
+  /// backward's slots): KernelABI.h's Layout::pageBase(B).
+  Value afterSequences(Value B) {
+    return add(cIdx(layout_.seqBase), mul(B, cIdx(abi::kSeqWords)));
+  }
+  /// The position of sequence b's first key (ip[seqBase + 2B + b]).
+  Value firstKeyPosition(Value B, Value b) {
+    return ipAt(add(add(cIdx(layout_.seqBase), mul(B, cIdx(2))), b));
+  }
   /// Row r of the item's tile: its query head and query index.
   std::pair<Value, Value> rowCoords(const Entry &e, const Item &it, Value r);
   /// The KV tiles of a work item that are not empty: for each, `body` gets
@@ -255,6 +265,7 @@ protected:
   /// mask can be skipped (a full tile without a tail).
   struct Tile {
     Value j, kv0, cols, khi, cls, visit, skipMask;
+    Value pos0; // the position of key kv0 (kv0 + the item's kvpos0)
   };
   void forEachVisitedTile(const Item &it, function_ref<void(const Tile &)> body);
   /// Tile j of a work item: its keys and class (`inv` holds the mask's

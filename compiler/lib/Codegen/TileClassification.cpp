@@ -37,8 +37,11 @@ ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
   t.kv0 = mul(j, cIdx(BN));
   t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
   t.khi = sub(add(t.kv0, t.cols), cIdx(1));
+  t.pos0 = add(t.kv0, it.kvpos0);
+  // The mask sees positions: keys kv0..khi are at pos0..pos0 + cols - 1.
   t.cls = cls ? cls
-              : classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi, inv);
+              : classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.pos0,
+                         add(t.khi, it.kvpos0), inv);
   auto i8 = [&](int64_t c) {
     return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
   };

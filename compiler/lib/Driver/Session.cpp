@@ -253,4 +253,36 @@ rt::Status Session::countTiles(const std::string &variant,
   return rt::Status::ok();
 }
 
+rt::Status Session::classifyBlock(const std::string &variant,
+                                  const std::map<std::string, int64_t> &sizes,
+                                  int64_t batch, int64_t heads, int64_t qlo,
+                                  int64_t qhi, int64_t klo, int64_t khi,
+                                  rt::abi::TileClass &out) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto v = impl_->find(variant);
+  if (!v)
+    return rt::Status::notFound("no variant named '" + variant + "'");
+  if (batch < 1 || heads < 1 || qlo > qhi || klo > khi || qlo < 0 || klo < 0)
+    return rt::Status::invalidArgument(
+        "classifyBlock: expected batch, heads >= 1 and non-empty, "
+        "non-negative ranges, got batch " + std::to_string(batch) + " heads " +
+        std::to_string(heads) + " q [" + std::to_string(qlo) + ", " +
+        std::to_string(qhi) + "] kv [" + std::to_string(klo) + ", " +
+        std::to_string(khi) + "]");
+  MaskAnalysis m = analyzeMask(v);
+  if (m.kind == rt::MaskKind::Data) {
+    out = rt::abi::kPartial;
+    return rt::Status::ok();
+  }
+  bool any = false, all = true;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      rt::abi::TileClass c = classifyTile(m, sizes, b, h, qlo, qhi, klo, khi);
+      any |= c != rt::abi::kEmpty;
+      all &= c == rt::abi::kFull;
+    }
+  out = !any ? rt::abi::kEmpty : all ? rt::abi::kFull : rt::abi::kPartial;
+  return rt::Status::ok();
+}
+
 } // namespace attnc

@@ -42,6 +42,9 @@ Exit status 0 only if every case passes.
                           (one for all, or one per --batch entry; default:
                           the end of its keys). With them --q-len may
                           exceed --kv-len (FlexAttention's convention: 0)
+  --kv-offsets P[,P2,...] absolute position of each sequence's first key
+                          (one for all, or one per --batch entry; default
+                          0): the keys are a block of a longer sequence
   --dtype f32|f16|bf16    input/output dtype (default f32)
   --layout ORDER          memory order of q, k, v, out, outermost first: any
                           order of b, h, s, d (default bhsd; bshd is

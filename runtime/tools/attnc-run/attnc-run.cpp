@@ -60,6 +60,9 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           (one for all, or one per --batch entry; default:
                           the end of its keys). With them --q-len may
                           exceed --kv-len (FlexAttention's convention: 0)
+  --kv-offsets P[,P2,...] absolute position of each sequence's first key
+                          (one for all, or one per --batch entry; default
+                          0): the keys are a block of a longer sequence
   --page-size N           K and V in a pool of N-row pages through a page
                           table, pages shuffled, spare pages NaN
   --splits N              split each sequence's keys in N parts, merged by

@@ -299,6 +299,9 @@ std::vector<Shape> suiteShapes(const Shape &base,
   extra([](Shape &s) { s.headDim = 64; s.vHeadDim = 32; });       // Dv != Dqk
   extra([](Shape &s) { s.layout = "bshd"; s.mode = Mode::Chunk; }); // BSHD
   extra([](Shape &s) { s.dtype = rt::DType::F16; s.mode = Mode::Chunk; });
+  // A key block of a longer sequence (context parallelism, an evicted
+  // cache prefix): the modifiers see the keys' true positions.
+  extra([](Shape &s) { s.mode = Mode::Chunk; s.kvOffsets = {36}; });
   return out;
 }
 
@@ -342,6 +345,11 @@ std::vector<Shape> matrixShapes(const Shape &base,
             s.kvLens = {s.kvLen, std::max(s.qLen, s.kvLen * 2 / 3),
                         std::max(s.qLen, s.kvLen / 3)};
           }
+          // Every other chunk is a key block that starts at position 52
+          // (a context-parallel shard): positions, not rows, reach the
+          // modifiers and the tile classification.
+          if (m == Mode::Chunk && i % 2 == 0)
+            s.kvOffsets = {52};
           s.resolve();
           out.push_back(s);
           ++i;

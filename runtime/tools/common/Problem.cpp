@@ -60,6 +60,8 @@ std::string Shape::describe() const {
     lens += (i ? "," : " lens=") + std::to_string(kvLens[i]);
   for (size_t i = 0; i < qOffsets.size(); ++i)
     lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
+  for (size_t i = 0; i < kvOffsets.size(); ++i)
+    lens += (i ? "," : " kvpos=") + std::to_string(kvOffsets[i]);
   return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
@@ -213,6 +215,19 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
   int64_t kvDim = Lk;
   if (s.pageSize && !s.kvLens.empty())
     kvDim = *std::max_element(s.kvLens.begin(), s.kvLens.end());
+  if (!s.kvOffsets.empty()) {
+    if (s.kvOffsets.size() != 1 && static_cast<int64_t>(s.kvOffsets.size()) != B)
+      return rt::Status::invalidArgument(fmt::format(
+          "--kv-offsets gives {} positions for a batch of {} (give one, or "
+          "one per sequence)", s.kvOffsets.size(), B));
+    // KV spans the keys' positions: to the last key of every sequence.
+    kvDim = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t len = s.kvLens.empty() ? Lk : s.kvLens[std::min<size_t>(b, s.kvLens.size() - 1)];
+      kvDim = std::max(kvDim, s.kvOffsets[s.kvOffsets.size() == 1 ? 0 : b] + len);
+    }
+    kvDim = std::max<int64_t>(kvDim, 1);
+  }
   std::map<std::string, int64_t> bound = {
       {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", kvDim}};
   std::map<std::string, std::string> boundBy; // free dim -> "--input x=f"
@@ -367,6 +382,9 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
       a.qOffsets.push_back(static_cast<int32_t>(
           s.qOffsets[s.qOffsets.size() == 1 ? 0 : b]));
   }
+  for (int64_t b = 0; b < B && !s.kvOffsets.empty(); ++b)
+    a.kvOffsets.push_back(static_cast<int32_t>(
+        s.kvOffsets[s.kvOffsets.size() == 1 ? 0 : b]));
 
   in.captures.reserve(v.params.size());
   for (size_t pi = 0; pi < v.params.size(); ++pi) {

@@ -45,6 +45,10 @@ struct Shape {
   /// sequence); empty: the end of its keys (kvLen - qLen). With explicit
   /// positions Lq may exceed Lkv (FlexAttention's convention is 0).
   std::vector<int64_t> qOffsets;
+  /// Absolute position of each sequence's first key (one value: every
+  /// sequence); empty: 0. Captures' KV dims then span the positions, up to
+  /// the last key's; the queries' default end follows the keys'.
+  std::vector<int64_t> kvOffsets;
   /// Fills in the defaults that depend on the mode: lengths that are not
   /// multiples of any tile size.
   void resolve();

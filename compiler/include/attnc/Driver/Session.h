@@ -10,6 +10,7 @@
 
 #include "attnc/runtime/Attention.h"
 #include "attnc/runtime/Backward.h"
+#include "attnc/runtime/KernelABI.h"
 #include "attnc/runtime/KernelCache.h"
 #include "attnc/runtime/Package.h"
 
@@ -82,6 +83,20 @@ public:
                         const std::vector<int32_t> &qPos0,
                         const std::map<std::string, int64_t> &scalars,
                         std::array<int64_t, 3> &counts) const;
+
+  /// The class of one block of a call, over every sequence b < `batch`
+  /// and query head h < `heads`: queries at positions [qlo, qhi], keys at
+  /// [klo, khi] (inclusive). Empty only if the mask holds for no pair of
+  /// any (b, h); full if it holds for every pair of every (b, h); partial
+  /// otherwise, and for data-dependent masks (a caller may skip an empty
+  /// block without launching). `sizes` binds the scalars and problem sizes
+  /// the mask reads (`window`, `Q`, ...); an unbound one makes its atoms
+  /// partial.
+  rt::Status classifyBlock(const std::string &variant,
+                           const std::map<std::string, int64_t> &sizes,
+                           int64_t batch, int64_t heads, int64_t qlo,
+                           int64_t qhi, int64_t klo, int64_t khi,
+                           rt::abi::TileClass &out) const;
 
 private:
   rt::Status infoLocked(const std::string &variant,

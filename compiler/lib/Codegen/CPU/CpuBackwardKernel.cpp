@@ -264,7 +264,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
     if (rowSums)
       zero(sinks_.rowAcc, int64_t(sinks_.rows.size()));
     loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
-      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
+      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.pos0, c));
       Value keep =
           arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
       if (withMask)
@@ -311,7 +311,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
   // The tile's column sums, into the gradient buffer.
   if (colSums)
     loop0(cIdx(0), t.cols, 1, [&](Value c) {
-      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.kv0, c));
+      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.pos0, c));
       for (auto [k, a] : llvm::enumerate(sinks_.cols))
         addSum(a, /*kv*/ 4, kv,
                load(sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)));
@@ -366,7 +366,7 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
   // The backward's slots (KernelABI.h): KV tiles per item and whether dQ
   // is formed here too (each item then holds every KV tile of its (b, kv
   // head), so the dQ rows of the group's heads are its own).
-  Value slots = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
+  Value slots = afterSequences(e.B);
   Value per = ipAt(add(slots, cIdx(abi::kBwdTilesPerItem)));
   Value fuse = fusedQuery ? Value(arith::CmpIOp::create(
                                 b_, arith::CmpIPredicate::ne,

@@ -453,7 +453,7 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
       lanes.push_back(int32_t(i));
     iota = arith::ConstantOp::create(
         b_, DenseElementsAttr::get(vI, ArrayRef<int32_t>(lanes)));
-    kv0I32 = arith::IndexCastOp::create(b_, i32_, tile.kv0);
+    kv0I32 = arith::IndexCastOp::create(b_, i32_, tile.pos0); // positions
     colsI32 = arith::IndexCastOp::create(b_, i32_, tile.cols);
   }
   // The row values the pending maps read, as scalars of this row.
@@ -498,7 +498,8 @@ Value CpuKernel::materializeRow(RowScope &rs, Value s, StringRef kind) {
         }
         if (isa<flash::DropoutOp>(p)) {
           // The lanes' keys kv0 + c .. + W - 1; kv0 and c are multiples of
-          // W, so whole Philox blocks when W is a multiple of 4.
+          // W, so whole Philox blocks when W is a multiple of 4 (the first
+          // key's position is one of 4 with dropout: resolveProblem).
           Value cI32 = arith::IndexCastOp::create(b_, i32_, c);
           Value first = arith::AddIOp::create(b_, kv0I32, cI32);
           Value z;

@@ -98,7 +98,7 @@ gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
   x.grads = arg(6);
   x.first = toIdx(arg(7));
   bindGradients(x.grads, /*atomic=*/true);
-  Value base = add(cIdx(layout_.seqBase), mul(e.B, cIdx(2)));
+  Value base = afterSequences(e.B);
   auto slot = [&](int64_t s) { return ipAt(add(base, cIdx(s))); };
   for (int d = 0; d < 4; ++d) {
     x.os.push_back(slot(abi::kBwdOStride + d));
@@ -144,6 +144,7 @@ GpuBackwardBuilder::KeyTile GpuBackwardBuilder::decodeKeyTile(Value item) {
   k.kvh = arith::RemUIOp::create(b_, rest, Hkv);
   k.b = arith::DivUIOp::create(b_, rest, Hkv);
   k.kvLen = ipAt(add(cIdx(layout_.seqBase), k.b));
+  k.kvpos0 = firstKeyPosition(ipAt(abi::kB), k.b);
   k.kv0 = mul(k.kt, cIdx(BN));
   k.cols = minI(cIdx(BN), sub(k.kvLen, k.kv0));
   return k;

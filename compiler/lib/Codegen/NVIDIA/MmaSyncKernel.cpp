@@ -740,7 +740,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     for (int64_t nt = 0; nt < NT; ++nt)
       for (int64_t c = 0; c < 2; ++c)
         kvpos[nt * 2 + c] = arith::IndexCastOp::create(
-            b_, i32_, add(tile.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
+            b_, i32_, add(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
     SmallVector<Value> sv;
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t nt = 0; nt < NT; ++nt)
@@ -774,7 +774,8 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
   }
   if (auto d = dyn_cast<flash::DropoutOp>(op)) {
     // A thread's two neighbouring keys 8 nt + 2 tig + {0, 1} (kv0 is a
-    // multiple of 16) share one Philox block per row.
+    // multiple of 16, the first key's position one of 4: resolveProblem)
+    // share one Philox block per row.
     const SmallVector<Value> &x = regs[d.getScores()];
     SmallVector<Value> out(x.size());
     for (int64_t mt = 0; mt < MT; ++mt)
@@ -782,7 +783,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
         for (int64_t half = 0; half < 2; ++half) {
           int64_t r = mt * 2 + half;
           Value kv = arith::IndexCastOp::create(
-              b_, i32_, add(tile.kv0, add(mul(tig, cIdx(2)), cIdx(8 * nt))));
+              b_, i32_, add(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt))));
           std::array<Value, 4> block =
               philoxBlock(e, it.bI32, rows[r].hI32, rows[r].qpos, kv);
           for (int64_t c = 0; c < 2; ++c) {

@@ -5,7 +5,10 @@
 // the shapes: prefill (Lq == Lkv), decode (Lq == 1), chunked decode
 // (Lkv > Lq > 1); per-sequence KV lengths make ragged batches, and query i
 // of sequence b sits at absolute position qOffsets[b] + i (default
-// kvLens[b] - Lq). GQA: query head h reads KV head h / (Hq / Hkv).
+// kvOffsets[b] + kvLens[b] - Lq) and key j at kvOffsets[b] + j (default j):
+// a key block that starts at position s of a longer sequence (a context-
+// parallel shard, a cache whose prefix was evicted) is attended with the
+// modifiers seeing its true positions. GQA: query head h reads KV head h / (Hq / Hkv).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_RUNTIME_ATTENTION_H
@@ -62,6 +65,9 @@ struct AttentionArgs {
   TensorView lse; // optional [B, Hq, Lq] f32 (natural log); data == null: none
   std::vector<int32_t> kvLens;   // optional, per sequence (<= Lkv)
   std::vector<int32_t> qOffsets; // optional, per sequence
+  /// Optional, per sequence: the position of key 0. With it, a capture's
+  /// KV axis spans positions (it must reach the last key's), not Lkv.
+  std::vector<int32_t> kvOffsets;
   double scale = 0.0;            // 0: 1 / sqrt(Dqk)
   std::vector<std::pair<std::string, TensorView>> tensors; // captures
   std::vector<std::pair<std::string, double>> scalars;
@@ -84,7 +90,7 @@ struct Problem {
   int64_t B = 0, Hq = 0, Hkv = 0, Lq = 0, Lkv = 0, Dqk = 0, Dv = 0;
   const PageTable *pages = nullptr; // checked against the pools
   int64_t numPages = 0;
-  std::vector<int32_t> kvLen, qPos0;
+  std::vector<int32_t> kvLen, qPos0, kvPos0;
   double scale = 1.0;
   std::vector<BoundParam> params; // in VariantInfo::params order
   bool hasLse = false;
@@ -113,7 +119,7 @@ class BlockMask {
 public:
   int64_t batch = 1, heads = 1, numQTiles = 0, numKTiles = 0;
   int64_t blockM = 0, blockN = 0, lq = 0;
-  std::vector<int32_t> kvLen, qPos0; // what it was built for
+  std::vector<int32_t> kvLen, qPos0, kvPos0; // what it was built for
   std::vector<int8_t> classes;       // [batch][heads][numQTiles][numKTiles]
   int8_t at(int64_t b, int64_t h, int64_t qt, int64_t kt) const {
     return classes[((b * heads + h) * numQTiles + qt) * numKTiles + kt];

@@ -104,6 +104,10 @@ enum BackwardSlot : int64_t {
   kBwdSlots = 22,
 };
 
+/// Words per sequence in ip's sequence part: kv length, first query's
+/// position, first key's position.
+inline constexpr int64_t kSeqWords = 3;
+
 /// Threads per block of the GPU merge entry (one block per row).
 inline constexpr int64_t kMergeThreads = 64;
 /// The most KV splits a launch may have.
@@ -117,15 +121,18 @@ struct Layout {
   int64_t paramBase = kFixedEnd; // ip[paramBase + i] = i32 or bool (0/1) scalar param i
   /// ip[captureBase[i] + d] = size of dim d; + rank + d = stride of dim d.
   std::vector<int64_t> captureBase; // per param (-1 for scalars)
-  int64_t seqBase = 0; // ip[seqBase + b] = kv length, [seqBase + B + b] = q pos0
+  /// ip[seqBase + b] = kv length, [seqBase + B + b] = the position of the
+  /// first query, [seqBase + 2B + b] = the position of the first key (key
+  /// row r of sequence b is at position kvPos0 + r, as the modifiers see it).
+  int64_t seqBase = 0;
   /// With pages (ip[kPageSize] > 0): ip[pageBase(B) + b] = sequence b's
   /// first entry in the page list, which starts at ip[pageBase(B) + B]: key
   /// row r of sequence b is row r % pageSize of pool page
   /// ip[pageBase(B) + B + ip[pageBase(B) + b] + r / pageSize], and K/V's
   /// stride 0 steps pages instead of sequences.
-  int64_t pageBase(int64_t batch) const { return seqBase + 2 * batch; }
+  int64_t pageBase(int64_t batch) const { return seqBase + kSeqWords * batch; }
   int64_t size(int64_t batch, int64_t pageEntries = 0) const {
-    return seqBase + 2 * batch + (pageEntries ? batch + pageEntries : 0);
+    return pageBase(batch) + (pageEntries ? batch + pageEntries : 0);
   }
 };
 
