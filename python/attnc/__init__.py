@@ -330,6 +330,29 @@ def _check_gathers(kernel, q, k, v, args):
                          "clamp it; ATTNC_CHECKED)" % (
                              list(index), capture, list(shape)))
 
+def _offsets_given(kv_offsets):
+    """Whether a call places its keys anywhere but from position 0 (it
+    then needs a kernel compiled with key offsets)."""
+    xs = _ints(kv_offsets, "kv_offsets")
+    return xs is not None and any(xs)
+
+
+def _kernel_options(program, dropout, key_offsets):
+    """The compile options of a kernel with dropout or key offsets (a
+    package holds kernels with neither)."""
+    more = {}
+    if dropout:
+        more["dropout"] = True
+    if key_offsets:
+        more["key_offsets"] = True
+    if more and not hasattr(program, "cpu_kernel"):
+        raise Error("%s needs attnc.compile (the compiler): a kernel package "
+                    "holds kernels without %s" % (
+                        "dropout_p > 0" if dropout else "kv_offsets",
+                        "dropout" if dropout else "key offsets"))
+    return more
+
+
 def _page_table(kv_indptr, kv_indices, kv_last_page_len):
     """A call's page table (kv_indptr, kv_indices, kv_last_page_len), or
     None when it gives none of the three."""
@@ -392,18 +415,17 @@ class Kernel:
                 self._kernels[key] = k
         return k
 
-    def _kernel(self, where, dtype, d, dv, dropout=False):
-        key = (where, dtype, d, dv) + (("dropout",) if dropout else ())
-        return self._cached(key,
-                            lambda: self._compile(where, dtype, d, dv, dropout))
+    def _kernel(self, where, dtype, d, dv, dropout=False, key_offsets=False):
+        key = ((where, dtype, d, dv) + (("dropout",) if dropout else ())
+               + (("key_offsets",) if key_offsets else ()))
+        return self._cached(key, lambda: self._compile(where, dtype, d, dv,
+                                                       dropout, key_offsets))
 
-    def _compile(self, where, dtype, d, dv, dropout=False):
-        # A kernel with dropout is its own compile (kernels without it pay
-        # nothing for it); a package holds kernels without dropout.
-        more = {"dropout": True} if dropout else {}
-        if dropout and not hasattr(self.program, "cpu_kernel"):
-            raise Error("dropout_p > 0 needs attnc.compile (the compiler): a "
-                        "kernel package holds kernels without dropout")
+    def _compile(self, where, dtype, d, dv, dropout=False, key_offsets=False):
+        # A kernel with dropout or key offsets is its own compile (kernels
+        # without them pay nothing for them); a package holds kernels
+        # without either.
+        more = _kernel_options(self.program, dropout, key_offsets)
         if where[0] == _CUDA:
             k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1], **more)
         elif where[0] == _CPU:
@@ -534,7 +556,8 @@ class Kernel:
         pages = _page_table(kv_indptr, kv_indices, kv_last_page_len)
         where = _device_of(q)
         d, dv = int(q.shape[3]), int(v.shape[3])
-        kernel = self._kernel(where, _dtype_of(q, "q"), d, dv)
+        kernel = self._kernel(where, _dtype_of(q, "q"), d, dv,
+                              key_offsets=_offsets_given(kv_offsets))
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
         out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
@@ -555,7 +578,8 @@ class Kernel:
         where = _device_of(q)
         dtype = _dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        kernel = self._kernel(where, dtype, d, dv, dropout is not None)
+        kernel = self._kernel(where, dtype, d, dv, dropout is not None,
+                              _offsets_given(kv_offsets))
         shape = (int(q.shape[0]), int(q.shape[1]), int(q.shape[2]), dv)
         if out is None:
             out = _empty(q, where, shape)
@@ -573,19 +597,18 @@ class Kernel:
             kernel.run(q, k, v, out, lse, args, num_threads)
         return (out, lse) if return_lse else out
 
-    def _backward_kernel(self, where, dtype, d, dv, dropout=False):
-        more = {"dropout": True} if dropout else {}
-
+    def _backward_kernel(self, where, dtype, d, dv, dropout=False,
+                         key_offsets=False):
         def build():
-            if dropout and not hasattr(self.program, "cpu_kernel"):
-                raise Error("dropout_p > 0 needs attnc.compile (the compiler): a "
-                            "kernel package holds kernels without dropout")
+            more = _kernel_options(self.program, dropout, key_offsets)
             if where[0] == _CUDA:
                 return self.program.gpu_backward_kernel(self.variant, dtype, d, dv,
                                                         where[1], **more)
             return self.program.cpu_backward_kernel(self.variant, dtype, d, dv,
                                                     **more)
-        key = ("backward", where, dtype, d, dv) + (("dropout",) if dropout else ())
+        key = (("backward", where, dtype, d, dv)
+               + (("dropout",) if dropout else ())
+               + (("key_offsets",) if key_offsets else ()))
         return self._cached(key, build)
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
@@ -603,7 +626,8 @@ class Kernel:
                         "backward needs attnc.compile (the compiler)")
         dtype = _attnc.dtype_of(q, "q")
         d, dv = int(q.shape[3]), int(v.shape[3])
-        kernel = self._backward_kernel(where, dtype, d, dv, dropout is not None)
+        kernel = self._backward_kernel(where, dtype, d, dv, dropout is not None,
+                                       _offsets_given(kv_offsets))
         dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()

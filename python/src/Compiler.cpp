@@ -25,7 +25,8 @@ namespace {
 using namespace nb::literals;
 
 rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
-                      int64_t vHeadDim, bool dropout = false) {
+                      int64_t vHeadDim, bool dropout = false,
+                      bool keyOffsets = false) {
   auto dt = rt::parseDType(dtype);
   if (!dt || (*dt != rt::DType::F32 && *dt != rt::DType::F16 &&
               *dt != rt::DType::BF16))
@@ -35,6 +36,7 @@ rt::KernelSpec specOf(const std::string &dtype, int64_t headDim,
   spec.headDim = headDim;
   spec.vHeadDim = vHeadDim;
   spec.dropout = dropout;
+  spec.keyOffsets = keyOffsets;
   return spec;
 }
 
@@ -76,8 +78,10 @@ public:
                                             const std::string &dtype,
                                             int64_t headDim,
                                             int64_t vHeadDim,
-                                            bool dropout) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
+                                            bool dropout,
+                     bool keyOffsets) const {
+    rt::KernelSpec spec =
+        specOf(dtype, headDim, vHeadDim, dropout, keyOffsets);
     std::unique_ptr<rt::CpuKernel> k;
     nb::gil_scoped_release release;
     check(session_->compileCpu(variant, spec, k));
@@ -98,8 +102,10 @@ public:
 
   std::unique_ptr<rt::CpuBackwardKernel>
   compileCpuBackward(const std::string &variant, const std::string &dtype,
-                     int64_t headDim, int64_t vHeadDim, bool dropout) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
+                     int64_t headDim, int64_t vHeadDim, bool dropout,
+                     bool keyOffsets) const {
+    rt::KernelSpec spec =
+        specOf(dtype, headDim, vHeadDim, dropout, keyOffsets);
     std::unique_ptr<rt::CpuBackwardKernel> k;
     nb::gil_scoped_release release;
     check(session_->compileCpuBackward(variant, spec, k));
@@ -110,8 +116,10 @@ public:
   std::unique_ptr<DeviceKernel> compileGpu(const std::string &variant,
                                            const std::string &dtype,
                                            int64_t headDim, int64_t vHeadDim,
-                                           int device, bool dropout) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
+                                           int device, bool dropout,
+                     bool keyOffsets) const {
+    rt::KernelSpec spec =
+        specOf(dtype, headDim, vHeadDim, dropout, keyOffsets);
     const rt::cuda::Context &ctx = contextFor(device);
     int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
@@ -128,8 +136,10 @@ public:
   std::unique_ptr<DeviceBackwardKernel>
   compileGpuBackward(const std::string &variant, const std::string &dtype,
                      int64_t headDim, int64_t vHeadDim, int device,
-                     bool dropout) const {
-    rt::KernelSpec spec = specOf(dtype, headDim, vHeadDim, dropout);
+                     bool dropout,
+                     bool keyOffsets) const {
+    rt::KernelSpec spec =
+        specOf(dtype, headDim, vHeadDim, dropout, keyOffsets);
     const rt::cuda::Context &ctx = contextFor(device);
     int cc = computeCapabilityOf(ctx);
     rt::VariantInfo vi = info(variant);
@@ -235,14 +245,14 @@ void bindCompiler(nb::module_ &m) {
            "The mask's class over queries [qlo, qhi] x keys [klo, khi] "
            "(positions, inclusive) for every b < batch, h < heads.")
       .def("cpu_kernel", &Program::compileCpu, "variant"_a, "dtype"_a,
-           "head_dim"_a, "v_head_dim"_a, "dropout"_a = false)
+           "head_dim"_a, "v_head_dim"_a, "dropout"_a = false, "key_offsets"_a = false)
       .def("cpu_backward_kernel", &Program::compileCpuBackward, "variant"_a,
-           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "dropout"_a = false)
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "dropout"_a = false, "key_offsets"_a = false)
       .def("gpu_kernel", &Program::compileGpu, "variant"_a, "dtype"_a,
-           "head_dim"_a, "v_head_dim"_a, "device"_a = 0, "dropout"_a = false)
+           "head_dim"_a, "v_head_dim"_a, "device"_a = 0, "dropout"_a = false, "key_offsets"_a = false)
       .def("gpu_backward_kernel", &Program::compileGpuBackward, "variant"_a,
            "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0,
-           "dropout"_a = false)
+           "dropout"_a = false, "key_offsets"_a = false)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
            "dtypes"_a, "head_dims"_a, "backward"_a = false)
       .def("reference", [](const Program &p, const std::string &variant,

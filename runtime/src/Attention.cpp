@@ -352,6 +352,13 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
         "'dropout_p' is {}, but the kernel was compiled without dropout "
         "(compile it with dropout enabled)",
         a.dropout.p));
+  if (spec && !spec->keyOffsets)
+    for (int64_t b = 0; b < p.B; ++b)
+      if (p.kvPos0[b] != 0)
+        return Status::invalidArgument(fmt::format(
+            "'kvOffsets[{}]' is {}, but the kernel was compiled without key "
+            "offsets (compile it with key offsets enabled)",
+            b, p.kvPos0[b]));
   // The kernels draw dropout's Philox words for 4 neighbouring keys at
   // once, the blocks starting at positions that are multiples of 4.
   if (p.dropout.active())

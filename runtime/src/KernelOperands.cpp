@@ -104,6 +104,9 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   ip[abi::kDropScaleBits] = scaleBits;
   ip[abi::kDropKey0] = p.dropout.key0;
   ip[abi::kDropKey1] = p.dropout.key1;
+  // The problem sizes follow the declared parameters (kProblemSizeNames'
+  // order): KV is the last.
+  ip[abi::kKvSize] = static_cast<int64_t>(p.params.back().scalar);
   return o;
 }
 

@@ -82,6 +82,8 @@ std::string Package::serialize() const {
       jk["block_n"] = k.spec.blockN;
       if (k.spec.dropout)
         jk["dropout"] = true;
+      if (k.spec.keyOffsets)
+        jk["key_offsets"] = true;
       jk["threads"] = k.threads;
       jk["shared_bytes"] = k.sharedBytes;
       jk["dynamic_shared_bytes"] = k.dynamicSharedBytes;
@@ -151,6 +153,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !intField(jk, "block_m", 1, 1024, k.spec.blockM, why) ||
       !intField(jk, "block_n", 8, 1024, k.spec.blockN, why) ||
       !optionalBoolField(jk, "dropout", k.spec.dropout, why) ||
+      !optionalBoolField(jk, "key_offsets", k.spec.keyOffsets, why) ||
       !intField(jk, "threads", 32, 1024, threads, why) ||
       !intField(jk, "shared_bytes", 0, kMaxSharedBytes, shared, why) ||
       !intField(jk, "dynamic_shared_bytes", 0, kMaxSharedBytes, dynShared,

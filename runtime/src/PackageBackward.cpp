@@ -23,6 +23,8 @@ json backwardToJson(const GpuBackwardImage &k) {
   j["block_n"] = k.spec.blockN;
   if (k.spec.dropout)
     j["dropout"] = true;
+  if (k.spec.keyOffsets)
+    j["key_offsets"] = true;
   j["warps"] = k.spec.warps; // > 0: tensor cores, a warp per 16 rows
   j["query"] = k.query;
   j["query_threads"] = k.queryThreads;
@@ -97,6 +99,7 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
       !intField(j, "block_m", 16, 1024, k.spec.blockM, why) ||
       !intField(j, "block_n", 16, 1024, k.spec.blockN, why) ||
       !optionalBoolField(j, "dropout", k.spec.dropout, why) ||
+      !optionalBoolField(j, "key_offsets", k.spec.keyOffsets, why) ||
       !intField(j, "warps", -1, 32, warps, why) ||
       !stringField(j, "query", k.query, why, 256) ||
       !intField(j, "query_threads", 16, 1024, k.queryThreads, why) ||

@@ -619,14 +619,18 @@ TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
       spec.blockM = spec.blockN = spec.headDim = 16;
       spec.vHeadDim = 24;
       KernelPair kernels = compilePair(session, name, spec);
+      // The chunk's keys are offset: kernels that read key offsets.
+      rt::KernelSpec offset = spec;
+      offset.keyOffsets = true;
+      KernelPair offsetKernels = compilePair(session, name, offset);
       // 1 thread: dQ formed in _bwd_kv (a (b, kv head) pair per item); 64
       // threads: more threads than pairs, one KV tile per item and _bwd_q.
       for (int threads : {1, 64})
         for (const Shape &s : kernelShapes()) {
           INFO(tools::modeName(s.mode) << ", " << threads << " threads");
-          checkBackwardKernel(session, name, *kernels.forward, onCpu(kernels),
-                              s, 2e-5, rt::DType::BF16, rt::DType::F32,
-                              threads);
+          const KernelPair &k = s.kvOffsets.empty() ? kernels : offsetKernels;
+          checkBackwardKernel(session, name, *k.forward, onCpu(k), s, 2e-5,
+                              rt::DType::BF16, rt::DType::F32, threads);
         }
   });
 }
@@ -662,10 +666,17 @@ TEST_CASE("the GPU backward kernels agree with the fp64 backward on the "
       spec.vHeadDim = 24;
       KernelPair kernels = compilePair(session, name, spec);
       GpuBackward gpu(session, name, spec);
+      rt::KernelSpec offset = spec; // the chunk's keys are offset
+      offset.keyOffsets = true;
+      KernelPair offsetKernels = compilePair(session, name, offset);
+      GpuBackward offsetGpu(session, name, offset);
       for (const Shape &s : kernelShapes()) {
         INFO(tools::modeName(s.mode));
-        checkBackwardKernel(session, name, *kernels.forward, gpu.run(), s,
-                            2e-5, rt::DType::F32, rt::DType::F32);
+        bool off = !s.kvOffsets.empty();
+        checkBackwardKernel(session, name,
+                            *(off ? offsetKernels : kernels).forward,
+                            (off ? offsetGpu : gpu).run(), s, 2e-5,
+                            rt::DType::F32, rt::DType::F32);
       }
   });
 }
@@ -701,10 +712,17 @@ TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
       GpuBackward gpu(session, name, spec);
       REQUIRE(gpu.image.spec.warps == 4);
       REQUIRE(gpu.image.spec.blockM == 64);
+      rt::KernelSpec offset = spec; // the chunk's keys are offset
+      offset.keyOffsets = true;
+      KernelPair offsetKernels = compilePair(session, name, offset);
+      GpuBackward offsetGpu(session, name, offset);
       for (const Shape &s : shapes) {
         INFO(s.describe());
-        checkBackwardKernel(session, name, *kernels.forward, gpu.run(), s,
-                            1e-3, rt::DType::BF16, rt::DType::BF16);
+        bool off = !s.kvOffsets.empty();
+        checkBackwardKernel(session, name,
+                            *(off ? offsetKernels : kernels).forward,
+                            (off ? offsetGpu : gpu).run(), s, 1e-3,
+                            rt::DType::BF16, rt::DType::BF16);
       }
   });
 }
@@ -816,6 +834,9 @@ TEST_CASE("dropout in the backward: CPU and emulated GPU kernels (SIMT and "
       spec.blockM = spec.blockN = spec.headDim = 16;
       spec.vHeadDim = 24;
       spec.dropout = true;
+      // The chunk's keys are offset (by multiples of 4: Philox blocks of
+      // four keys start at such positions): dropout with key offsets.
+      spec.keyOffsets = true;
       KernelPair kernels = compilePair(*session, name, spec);
       spec.form = "simt";
       GpuBackward simt(*session, name, spec);

@@ -35,9 +35,11 @@ struct Gpu {
   }
   std::unique_ptr<cuda::GpuKernel> kernel(const std::string &variant, DType dt,
                                           int64_t d = 64,
-                                          const std::string &target = "sm_80") {
+                                          const std::string &target = "sm_80",
+                                          bool keyOffsets = false) {
     KernelSpec spec;
     spec.dtype = dt;
+    spec.keyOffsets = keyOffsets;
     spec.headDim = spec.vHeadDim = d;
     GpuKernelImage image;
     Status s = session->compileGpu(variant, spec, target, image);
@@ -255,7 +257,7 @@ TEST_CASE("emulated GPU: a key block that starts at a position of a longer "
                  Form{"sm_90a", DType::BF16, 64}})
     for (const char *variant : {"causal", "doc"}) {
       INFO(f.target << " " << dtypeName(f.dt) << " " << variant);
-      auto k = g.kernel(variant, f.dt, f.d, f.target);
+      auto k = g.kernel(variant, f.dt, f.d, f.target, /*keyOffsets=*/true);
       HostProblem p(f.dt, 2, 2, 1, 40, 70, f.d, 5);
       p.a.kvOffsets = {30, 5};
       p.a.qOffsets = {60, 50};
@@ -285,4 +287,14 @@ TEST_CASE("emulated GPU: a key block that starts at a position of a longer "
       CHECK_FALSE(s.isOk());
       CHECK(s.message().find("rebuild it") != std::string::npos);
     }
+  // A kernel compiled without key offsets refuses them, by name.
+  auto plain = g.kernel("causal", DType::F16);
+  HostProblem p(DType::F16, 1, 2, 2, 8, 16, 64, 3);
+  p.a.kvOffsets = {4};
+  Status s = cuda::runFromHost(*g.ctx, *plain, p.a);
+  CHECK(s.message() == "'kvOffsets[0]' is 4, but the kernel was compiled "
+                       "without key offsets (compile it with key offsets "
+                       "enabled)");
+  p.a.kvOffsets = {0}; // position 0 is every kernel's
+  CHECK(cuda::runFromHost(*g.ctx, *plain, p.a).isOk());
 }

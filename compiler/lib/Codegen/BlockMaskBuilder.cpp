@@ -71,8 +71,7 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
       auto count = loop(c0, rows, 1, {c0}, [&](Value r, ValueRange it) {
         Value qpos = arith::IndexCastOp::create(b_, i32_, add(add(qpos0, r0), r));
         auto inner = loop(c0, cols, 1, {it[0]}, [&](Value c, ValueRange it2) {
-          Value kvpos =
-              arith::IndexCastOp::create(b_, i32_, add(add(kvpos0, kv0), c));
+          Value kvpos = keyPos(kvpos0, add(kv0, c));
           Value m = emitModifier(v_.getMaskBlock(), {bI32, hI32, qpos, kvpos});
           Value one = arith::IndexCastOp::create(
               b_, b_.getIndexType(), arith::ExtUIOp::create(b_, i64_, m));

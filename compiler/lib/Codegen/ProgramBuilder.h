@@ -119,6 +119,26 @@ protected:
   }
   Value add(Value a, Value c) { return arith::AddIOp::create(b_, a, c); }
   Value sub(Value a, Value c) { return arith::SubIOp::create(b_, a, c); }
+  /// a + c where both are non-negative and the sum is a position (below
+  /// 2^30: the runtime checks the offsets), so it wraps neither way; LLVM
+  /// may then drop a gather's clamp at 0.
+  Value addPos(Value a, Value c) {
+    return arith::AddIOp::create(
+        b_, a, c,
+        arith::IntegerOverflowFlagsAttr::get(
+            b_.getContext(), arith::IntegerOverflowFlags::nsw |
+                                 arith::IntegerOverflowFlags::nuw));
+  }
+  /// The i32 position of key `offset` of a run whose first key is at
+  /// (index) position pos0, as the modifiers see it.
+  Value keyPos(Value pos0, Value offset) {
+    return arith::IndexCastOp::create(
+        b_, i32_, keyOffsets() ? addPos(pos0, offset) : add(pos0, offset));
+  }
+  /// Whether the kernel reads each sequence's first key position
+  /// (KernelSpec::keyOffsets); without it key row r is at position r and
+  /// nothing of this costs an instruction.
+  bool keyOffsets() const { return cfg_.spec.keyOffsets; }
   Value mul(Value a, Value c) { return arith::MulIOp::create(b_, a, c); }
   Value minI(Value a, Value c) { return arith::MinSIOp::create(b_, a, c); }
   Value maxI(Value a, Value c) { return arith::MaxSIOp::create(b_, a, c); }
@@ -230,7 +250,7 @@ protected:
   /// A work item's coordinates: sequence, head, Q tile and its rows.
   struct Item {
     Value qt, h, b, kvh, kvLen, qpos0, r0, rows, bI32, hI32, qlo, qhi;
-    Value kvpos0; // the position of the sequence's first key (row 0 of K)
+    Value kvpos0; // the position of the sequence's first key (row 0)
     Value kBase, vBase; // offsets of this (b, kv head) in contiguous K and V
     Value jlo, jhi;     // the item's KV split: tiles [jlo, jhi)
     Value oB;           // the batch index of its rows in O and LSE (s*B + b)
@@ -254,9 +274,15 @@ protected:
   Value afterSequences(Value B) {
     return add(cIdx(layout_.seqBase), mul(B, cIdx(abi::kSeqWords)));
   }
-  /// The position of sequence b's first key (ip[seqBase + 2B + b]).
+  /// The position of sequence b's first key (ip[seqBase + 2B + b]; the
+  /// runtime keeps it in [0, 2^30), which the mask states to LLVM), or 0
+  /// for a kernel without key offsets.
   Value firstKeyPosition(Value B, Value b) {
-    return ipAt(add(add(cIdx(layout_.seqBase), mul(B, cIdx(2))), b));
+    if (!keyOffsets())
+      return cIdx(0);
+    return arith::AndIOp::create(
+        b_, ipAt(add(add(cIdx(layout_.seqBase), mul(B, cIdx(2))), b)),
+        cIdx((int64_t(1) << 30) - 1));
   }
   /// Row r of the item's tile: its query head and query index.
   std::pair<Value, Value> rowCoords(const Entry &e, const Item &it, Value r);
@@ -366,8 +392,12 @@ protected:
                                   int64_t bStride, Value r, Value col0,
                                   int64_t depth, int64_t rb, int64_t cb,
                                   VectorType vt, ValueRange init);
+  /// The class of queries at positions [qlo, qhi] against key rows [klo,
+  /// khi], whose positions are kvShift more (the item's first key
+  /// position, null for none: added to each affine form's constant, once
+  /// per item, not to the per-tile bounds).
   Value classify(Value b, Value h, Value qt, Value j, Value qlo, Value qhi,
-                 Value klo, Value khi, IRMapping &inv);
+                 Value klo, Value khi, Value kvShift, IRMapping &inv);
   /// Computes, here, every q/kv-independent value the tile classifier of a
   /// closed-form mask reads (b and h already mapped in `inv`), so that
   /// classify() finds them all computed at a point that dominates its uses.
@@ -377,7 +407,8 @@ protected:
   ImplicitLocOpBuilder b_;
   attn::VariantOp v_;
   const MaskAnalysis &mask_;
-  const FlashConfig &cfg_;
+  // A copy: forms pass configOf(kernel), a temporary.
+  const FlashConfig cfg_;
   Type f32_, i32_, i64_, elem_;
   int64_t BM, BN, D, DV, VW;
   rt::VariantInfo info_;

@@ -37,11 +37,11 @@ ProgramBuilder::Tile ProgramBuilder::tileAt(const Item &it, Value j,
   t.kv0 = mul(j, cIdx(BN));
   t.cols = minI(cIdx(BN), sub(it.kvLen, t.kv0));
   t.khi = sub(add(t.kv0, t.cols), cIdx(1));
-  t.pos0 = add(t.kv0, it.kvpos0);
+  t.pos0 = keyOffsets() ? addPos(t.kv0, it.kvpos0) : t.kv0;
   // The mask sees positions: keys kv0..khi are at pos0..pos0 + cols - 1.
   t.cls = cls ? cls
-              : classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.pos0,
-                         add(t.khi, it.kvpos0), inv);
+              : classify(it.b, it.h, it.qt, j, it.qlo, it.qhi, t.kv0, t.khi,
+                         keyOffsets() ? it.kvpos0 : Value(), inv);
   auto i8 = [&](int64_t c) {
     return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
   };
@@ -78,7 +78,8 @@ void ProgramBuilder::materializeMaskInvariants(IRMapping &inv) {
 
 /// The tile's class as an i8 (abi::TileClass).
 Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
-                         Value qhi, Value klo, Value khi, IRMapping &inv) {
+                         Value qhi, Value klo, Value khi, Value kvShift,
+                         IRMapping &inv) {
   auto i8 = [&](int64_t c) {
     return arith::ConstantOp::create(b_, b_.getI8IntegerAttr(c));
   };
@@ -109,7 +110,7 @@ Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
   Value f = arith::ConstantOp::create(b_, b_.getBoolAttr(false));
   auto toI64 = [&](Value x) { return arith::IndexCastOp::create(b_, i64_, x); };
   Value qlo64 = toI64(qlo), qhi64 = toI64(qhi), klo64 = toI64(klo),
-        khi64 = toI64(khi);
+        khi64 = toI64(khi), shift64 = kvShift ? toI64(kvShift) : Value();
   auto c64 = [&](int64_t x) {
     return arith::ConstantOp::create(b_, b_.getI64IntegerAttr(x));
   };
@@ -142,6 +143,8 @@ Value ProgramBuilder::classify(Value b, Value h, Value qt, Value j, Value qlo,
       std::function<std::pair<Value, Value>(const AffineForm &)> rangeOf =
           [&](const AffineForm &form) -> std::pair<Value, Value> {
         Value base = c64(form.c0);
+        if (form.ckv && shift64) // kv = row + shift: ckv * shift joins c0
+          base = add(base, mul(c64(form.ckv), shift64));
         for (auto [val, coef] : form.inv)
           base = add(base, mul(arith::ExtSIOp::create(b_, i64_,
                                                       materialize(val, inv)),

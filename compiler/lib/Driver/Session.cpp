@@ -191,7 +191,8 @@ rt::Status Session::compileGpu(const std::string &variant,
        << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
        << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
        << " n " << spec.blockN << " w " << spec.warps << " form '"
-       << spec.form << "'" << (spec.dropout ? " dropout" : "") << "\n";
+       << spec.form << "'" << (spec.dropout ? " dropout" : "")
+       << (spec.keyOffsets ? " key-offsets" : "") << "\n";
     v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
     if (auto hit = impl_->cache->lookup(key)) {
       rt::Package p;

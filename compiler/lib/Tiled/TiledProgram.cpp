@@ -37,7 +37,7 @@ public:
                                            : Type(f32_);
     auto k = KernelOp::create(b_, name, kind, form, v_.getSymName(), dt,
                               s.headDim, s.vHeadDim, s.blockM, s.blockN,
-                              s.warps, c.vectorWidth);
+                              s.warps, c.vectorWidth, s.keyOffsets);
     dropout_ = s.dropout;
     b_.createBlock(&k.getBody());
     return k;
@@ -310,6 +310,7 @@ FlashConfig configOf(KernelOp k) {
   c.vectorWidth = int64_t(k.getVectorWidth());
   c.spec.dropout = false;
   k.walk([&](DropoutOp) { c.spec.dropout = true; });
+  c.spec.keyOffsets = k.getKeyOffsets();
   return c;
 }
 

@@ -91,9 +91,10 @@ struct KernelKey {
   std::string variant;
   rt::DType dtype;
   int64_t d, dv;
+  bool keyOffsets; // a case with --kv-offsets needs a kernel that reads them
   bool operator<(const KernelKey &o) const {
-    return std::tie(variant, dtype, d, dv) <
-           std::tie(o.variant, o.dtype, o.d, o.dv);
+    return std::tie(variant, dtype, d, dv, keyOffsets) <
+           std::tie(o.variant, o.dtype, o.d, o.dv, o.keyOffsets);
   }
 };
 
@@ -113,7 +114,8 @@ public:
     rt::KernelSpec spec;
     if (rt::Status s = prepareCase(variant, shape, sets, npy, info, in, spec); !s)
       return failedRow(name, shape.dtype, s.message());
-    KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
+    KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim,
+                  spec.keyOffsets};
     if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
         !s)
       return failedRow(name, shape.dtype, s.message());
@@ -140,7 +142,8 @@ public:
     rt::KernelSpec spec;
     if (rt::Status s = prepareCase(variant, shape, sets, npy, info, in, spec); !s)
       return failedRow(name, shape.dtype, s.message());
-    KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim};
+    KernelKey key{variant, shape.dtype, shape.headDim, shape.vHeadDim,
+                  spec.keyOffsets};
     if (rt::Status s = gpu_ ? runGpu(key, info, spec, in) : runCpu(key, spec, in);
         !s)
       return failedRow(name, shape.dtype, s.message());
@@ -171,6 +174,7 @@ private:
     spec.dtype = shape.dtype;
     spec.headDim = shape.headDim;
     spec.vHeadDim = shape.vHeadDim;
+    spec.keyOffsets = !shape.kvOffsets.empty();
     return rt::Status::ok();
   }
 

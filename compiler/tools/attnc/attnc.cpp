@@ -82,6 +82,9 @@ compile options:
                     per target, dtype and head dims
   --dropout         kernels that apply attention dropout (docs/dropout.md;
                     p, seed and offset are run-time arguments)
+  --key-offsets     kernels that read each sequence's first key position
+                    (kvOffsets: a key block of a longer sequence; without
+                    it key r is at position r and costs nothing)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90, sm_90a for
                     the GPU stages (tensor-core forms for f16/bf16: wgmma
                     on sm_90a where the head dims are multiples of 64,
@@ -424,6 +427,10 @@ int runCompile(const std::vector<std::string> &args) {
     }
     if (a == "--dropout") {
       o.spec.dropout = true;
+      continue;
+    }
+    if (a == "--key-offsets") {
+      o.spec.keyOffsets = true;
       continue;
     }
     std::string num;

@@ -21,6 +21,9 @@ def Flash_KernelOp : Flash_Op<"kernel", [Symbol, IsolatedFromAbove,
     lowers it (KernelForm.h) and its configuration. `kind` is `forward`
     (O and LSE of a work item), `bwd_q` (dQ and delta of a work item) or
     `bwd_kv` (dK, dV and the parameters' gradients of a KV tile).
+    With `key_offsets` the kernel reads each sequence's first key position
+    (the modifiers see key row r at that position + r); without it key r
+    is at position r.
 
     ```mlir
     flash.kernel @attnc_causal_bf16_d64v64_m64n64w4s2 forward form "mma-sync"
@@ -35,7 +38,8 @@ def Flash_KernelOp : Flash_Op<"kernel", [Symbol, IsolatedFromAbove,
   let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$kind, StrAttr:$form,
                        FlatSymbolRefAttr:$variant, TypeAttr:$dtype,
                        I64Attr:$head_dim, I64Attr:$v_head_dim, I64Attr:$block_m,
-                       I64Attr:$block_n, I64Attr:$warps, I64Attr:$vector_width);
+                       I64Attr:$block_n, I64Attr:$warps, I64Attr:$vector_width,
+                       UnitAttr:$key_offsets);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name $kind `form` $form `of` $variant attr-dict-with-keyword $body

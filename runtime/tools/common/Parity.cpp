@@ -345,11 +345,6 @@ std::vector<Shape> matrixShapes(const Shape &base,
             s.kvLens = {s.kvLen, std::max(s.qLen, s.kvLen * 2 / 3),
                         std::max(s.qLen, s.kvLen / 3)};
           }
-          // Every other chunk is a key block that starts at position 52
-          // (a context-parallel shard): positions, not rows, reach the
-          // modifiers and the tile classification.
-          if (m == Mode::Chunk && i % 2 == 0)
-            s.kvOffsets = {52};
           s.resolve();
           out.push_back(s);
           ++i;

@@ -264,7 +264,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
     if (rowSums)
       zero(sinks_.rowAcc, int64_t(sinks_.rows.size()));
     loop0(cIdx(0), cIdx(BN), 1, [&](Value c) {
-      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.pos0, c));
+      Value kv = keyPos(t.pos0, c);
       Value keep =
           arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, t.cols);
       if (withMask)
@@ -311,7 +311,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
   // The tile's column sums, into the gradient buffer.
   if (colSums)
     loop0(cIdx(0), t.cols, 1, [&](Value c) {
-      Value kv = arith::IndexCastOp::create(b_, i32_, add(t.pos0, c));
+      Value kv = keyPos(t.pos0, c);
       for (auto [k, a] : llvm::enumerate(sinks_.cols))
         addSum(a, /*kv*/ 4, kv,
                load(sinks_.colAcc, add(cIdx(int64_t(k) * BN), c)));

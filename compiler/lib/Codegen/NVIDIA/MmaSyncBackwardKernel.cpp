@@ -459,7 +459,7 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         SmallVector<Value> kv(s.size()), base(s.size());
         for (size_t at = 0; at < s.size(); ++at) {
           Value col = colOf(from, int64_t(at));
-          kv[at] = arith::IndexCastOp::create(b_, i32_, add(t.pos0, col));
+          kv[at] = keyPos(t.pos0, col);
           base[at] = arith::AndIOp::create(
               b_, rowLive[(at & 3) >> 1],
               arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
@@ -584,7 +584,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       Value c = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
       keyLive[k] = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, kt.cols);
       key[k] = add(kt.kv0, minI(c, sub(kt.cols, c1)));
-      kv[k] = arith::IndexCastOp::create(b_, i32_, add(kt.kvpos0, key[k]));
+      kv[k] = keyPos(kt.kvpos0, key[k]);
     }
     const int64_t nK = D / 8 * 4;
     SmallVector<Value> init((D + DV) / 8 * 4, e.zeroF);

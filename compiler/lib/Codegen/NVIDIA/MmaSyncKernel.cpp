@@ -739,8 +739,8 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     SmallVector<Value> kvpos(NT * 2);
     for (int64_t nt = 0; nt < NT; ++nt)
       for (int64_t c = 0; c < 2; ++c)
-        kvpos[nt * 2 + c] = arith::IndexCastOp::create(
-            b_, i32_, add(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c))));
+        kvpos[nt * 2 + c] =
+            keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c)));
     SmallVector<Value> sv;
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t nt = 0; nt < NT; ++nt)
@@ -782,8 +782,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       for (int64_t nt = 0; nt < NT; ++nt)
         for (int64_t half = 0; half < 2; ++half) {
           int64_t r = mt * 2 + half;
-          Value kv = arith::IndexCastOp::create(
-              b_, i32_, add(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt))));
+          Value kv = keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt)));
           std::array<Value, 4> block =
               philoxBlock(e, it.bI32, rows[r].hI32, rows[r].qpos, kv);
           for (int64_t c = 0; c < 2; ++c) {

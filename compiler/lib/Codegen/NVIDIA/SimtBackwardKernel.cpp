@@ -144,7 +144,7 @@ LogicalResult SimtBackward::lowerQueryGrads(flash::KernelOp kernel,
         Value kBase = mul(c, cIdx(D)), vBase = mul(c, cIdx(DV));
         Value s = dot(Qp, D, [&](Value d) { return load(Ks, add(kBase, d)); });
         Value dp = dot(dOp, DV, [&](Value d) { return load(Vs, add(vBase, d)); });
-        Value kv = arith::IndexCastOp::create(b_, i32_, add(t.pos0, c));
+        Value kv = keyPos(t.pos0, c);
         ifThen(keepKey(t, rowLive, it.bI32, hI32, qpos, kv), [&] {
           Value dx = pairValues(sec, e, s, dp, lse, delta, it.bI32, hI32,
                                 qpos, kv)
@@ -191,7 +191,7 @@ LogicalResult SimtBackward::lowerKeyValueGrads(flash::KernelOp kernel,
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, cols, c0), [&] {
     Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
     Value key = add(kv0, minI(c, sub(cols, c1)));
-    Value kv = arith::IndexCastOp::create(b_, i32_, add(k.kvpos0, key));
+    Value kv = keyPos(k.kvpos0, key);
     auto itemAt = [&](Value h, Value qt) { return queryItem(e, k, h, qt); };
     Item first = itemAt(mul(kvh, e.G), c0);
     loop0(c0, cIdx(D), 1, [&](Value d) {

@@ -132,7 +132,7 @@ Value SimtKernel::reduceRow(Value s, StringRef kind) {
   auto rowLoop = [&](bool withMask) {
     auto l = loop(c0, cIdx(BN), 1, {ident}, [&](Value c, ValueRange acc) {
       Value x = load(Sp, c);
-      Value kvpos = arith::IndexCastOp::create(b_, i32_, add(tile.pos0, c));
+      Value kvpos = keyPos(tile.pos0, c);
       for (Operation *op : todo) {
         if (isa<flash::ProductOp>(op)) {
           auto dot = loop(c0, cIdx(D), 1, {e.zeroF}, [&](Value d, ValueRange a) {

@@ -41,6 +41,10 @@ struct KernelSpec {
                             // "mma-sync"; empty: the registry's choice)
   bool dropout = false;     // applies dropout to P (Dropout.h); a kernel
                             // without it refuses dropout_p > 0
+  bool keyOffsets = false;  // reads each sequence's first key position
+                            // (AttentionArgs::kvOffsets); a kernel without
+                            // it takes key 0 at position 0 and pays
+                            // nothing, and refuses non-zero offsets
 };
 
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as

@@ -88,6 +88,8 @@ enum : int64_t {
   kDropScaleBits, // a kept pair's factor, f32 bits
   kDropKey0,      // Philox key words
   kDropKey1,
+  kKvSize,     // KV as the modifiers read it (`size KV`): Lkv, or with key
+               // offsets the extent of the key positions (Attention.h)
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
 };
 

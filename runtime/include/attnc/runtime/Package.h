@@ -48,8 +48,9 @@ struct PackageVariant {
 struct Package {
   // 2: dynamic shared memory; 3: ip[kPageSize]; 4: split-KV (ip slots,
   // the merge entry); 5: backward kernels; 6: the backward's dynamic
-  // shared memory
-  static constexpr int kVersion = 6;
+  // shared memory; 7: each sequence's first key position and `size KV`
+  // in ip (key offsets)
+  static constexpr int kVersion = 7;
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   /// Several kernels per (target, dtype, head dims), one per tile
