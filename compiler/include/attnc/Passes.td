@@ -88,6 +88,9 @@ def AttnBuildTiled : KernelConfigPass<"attn-build-tiled",
            "f32 lanes (8 or 16; the CPU)">,
     Option<"dropout", "dropout", "bool", /*default=*/"false",
            "kernels that apply attention dropout (flash.dropout)">,
+    Option<"keyOffsets", "key-offsets", "bool", /*default=*/"false",
+           "kernels that read each sequence's first key position "
+           "(flash.kernel's key_offsets)">,
   ]);
   let dependentDialects = ["mlir::flash::FlashDialect",
                            "mlir::arith::ArithDialect",

@@ -68,7 +68,8 @@ FailureOr<rt::KernelSpec> configuredSpec(const ConfigOptions &o, ModuleOp m) {
 LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
                                  int64_t warps, StringRef form,
                                  int64_t vectorWidth, StringRef target,
-                                 bool backward, bool dropout) {
+                                 bool backward, bool dropout,
+                                 bool keyOffsets) {
   FailureOr<rt::KernelSpec> s = configuredSpec(o, m);
   if (failed(s))
     return failure();
@@ -77,6 +78,7 @@ LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
   s->warps = warps;
   s->form = form.str();
   s->dropout = dropout;
+  s->keyOffsets = keyOffsets;
   Direction direction = backward ? Direction::Backward : Direction::Forward;
   FormChoice choice = formFor(*s, target, direction);
   if (!choice)
@@ -107,7 +109,7 @@ struct BuildTiledPass : impl::AttnBuildTiledBase<BuildTiledPass> {
   void runOnOperation() override {
     if (failed(buildTiledPrograms(getOperation(), ATTNC_CONFIG_OPTIONS, warps,
                                   form, vectorWidth, target, backward,
-                                  dropout)))
+                                  dropout, keyOffsets)))
       signalPassFailure();
   }
 };
