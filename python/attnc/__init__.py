@@ -380,7 +380,7 @@ class Kernel:
         _registry.append(self)
 
     def _args(self, scale, kv_lens, q_offsets, params, pages=None, num_splits=0,
-              dropout=None, kv_offsets=None):
+              dropout=None, kv_offsets=None, heads=(0, 0)):
         a = _attnc.CallArgs()
         a.scale = scale
         if dropout is not None:
@@ -389,6 +389,8 @@ class Kernel:
         a.kv_lens = _ints(kv_lens, "kv_lens")
         a.q_offsets = _ints(q_offsets, "q_offsets")
         a.kv_offsets = _ints(kv_offsets, "kv_offsets")
+        a.head_offset = _int(heads[0], "head_offset", 0, 1 << 24)
+        a.head_count = _int(heads[1], "head_count", 0, 1 << 24)
         if pages is not None:
             a.kv_indptr, a.kv_indices, a.kv_last_page_len = (
                 _ints(x, n) for x, n in zip(pages, _PAGE_ARGS))
@@ -466,7 +468,7 @@ class Kernel:
         return self
 
     def __call__(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                 kv_offsets=None, out=None, return_lse=False, num_threads=0, stream=None,
+                 kv_offsets=None, head_offset=0, head_count=0, out=None, return_lse=False, num_threads=0, stream=None,
                  kv_indptr=None, kv_indices=None, kv_last_page_len=None,
                  num_splits=0, dropout_p=0.0, dropout_seed=None,
                  dropout_offset=0, **params):
@@ -479,7 +481,10 @@ class Kernel:
         position of the first key (default 0): k and v are then a block of
         a longer sequence (a context-parallel shard, a cache whose prefix
         was evicted), the modifiers see each key's true position, and a
-        capture indexed by kv spans the positions (docs/runtime.md). On CUDA the call is enqueued on
+        capture indexed by kv spans the positions (docs/runtime.md);
+        head_offset, head_count: the query heads are heads head_offset..
+        of a model with head_count of them (0: head_offset + H), as the
+        modifiers see them (a head-parallel shard). On CUDA the call is enqueued on
         `stream` (default: torch's current stream, or the null stream) and
         returns without waiting. torch tensors go through the operator
         torch.ops.attnc.attention (torch.compile keeps it in its graph),
@@ -525,7 +530,9 @@ class Kernel:
                                  q_offsets, return_lse, params, pages,
                                  num_splits, dropout_p, dropout_seed,
                                  dropout_offset,
-                                 _ints(kv_offsets, "kv_offsets"))
+                                 _ints(kv_offsets, "kv_offsets"),
+                                 (_int(head_offset, "head_offset", 0, 1 << 24),
+                                  _int(head_count, "head_count", 0, 1 << 24)))
         dropout = None
         if dropout_p:
             if dropout_seed is None:
@@ -534,7 +541,8 @@ class Kernel:
                 dropout_seed = int(dropout_seed.item()) % (_U64_MAX + 1)
             dropout = (dropout_p, dropout_seed, dropout_offset)
         return self._run(q, k, v, scale=scale, kv_lens=kv_lens, q_offsets=q_offsets,
-                         kv_offsets=kv_offsets, out=out, return_lse=return_lse, num_threads=num_threads,
+                         kv_offsets=kv_offsets, heads=(head_offset, head_count),
+                         out=out, return_lse=return_lse, num_threads=num_threads,
                          stream=stream, params=params, pages=pages,
                          num_splits=num_splits, dropout=dropout)
 
@@ -573,7 +581,7 @@ class Kernel:
 
     def _run(self, q, k, v, *, scale, kv_lens, q_offsets, out, return_lse,
              num_threads, stream, params, pages=None, num_splits=0,
-             dropout=None, kv_offsets=None):
+             dropout=None, kv_offsets=None, heads=(0, 0)):
         """dropout: None, or (p, seed, offset) with p > 0."""
         where = _device_of(q)
         dtype = _dtype_of(q, "q")
@@ -585,11 +593,11 @@ class Kernel:
             out = _empty(q, where, shape)
         lse = _empty(q, where, shape[:3], float32=True) if return_lse else None
         args = self._args(scale, kv_lens, q_offsets, params, pages, num_splits,
-                          dropout, kv_offsets)
+                          dropout, kv_offsets, heads)
         if _checked:
             host = args if where[0] != _CUDA else self._args(
                 scale, kv_lens, q_offsets, {n: _host(x) for n, x in params.items()},
-                pages, num_splits, dropout, kv_offsets)
+                pages, num_splits, dropout, kv_offsets, heads)
             _check_gathers(self, q, k, v, host)
         if where[0] == _CUDA:
             kernel.run(q, k, v, out, lse, args, _stream_of(q, where, stream))
@@ -612,7 +620,8 @@ class Kernel:
         return self._cached(key, build)
 
     def _backward(self, q, k, v, out, lse, grad_out, grad_lse, *, scale,
-                  kv_lens, q_offsets, params, dropout=None, kv_offsets=None):
+                  kv_lens, q_offsets, params, dropout=None, kv_offsets=None,
+                  heads=(0, 0)):
         """The backward pass on torch tensors, CPU or CUDA
         (attnc::attention_backward): (dq, dk, dv, [the gradient of each
         captured tensor, in params' order])."""
@@ -632,7 +641,7 @@ class Kernel:
         if grad_lse is not None:
             grad_lse = grad_lse.to(torch.float32).contiguous()
         args = self._args(scale, kv_lens, q_offsets, params, dropout=dropout,
-                          kv_offsets=kv_offsets)
+                          kv_offsets=kv_offsets, heads=heads)
         grad_out = grad_out.to(q.dtype)
         if where[0] == _CUDA:
             grads = kernel.run(q, k, v, out, lse, grad_out, grad_lse, dq, dk, dvv,
@@ -654,7 +663,7 @@ class Kernel:
         return dq, dk, dvv, tensor_grads
 
     def reference(self, q, k, v, *, scale=None, kv_lens=None, q_offsets=None,
-                  kv_offsets=None, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
+                  kv_offsets=None, head_offset=0, head_count=0, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
                   dropout_p=0.0, dropout_seed=0, dropout_offset=0, **params):
         """The fp64 oracle on the same arguments (copied to the host when
         on a device): (out, lse) as float64 NumPy arrays. Slow (naive
@@ -668,7 +677,7 @@ class Kernel:
         return self.program.reference(
             self.variant, _host(q), _host(k), _host(v),
             self._args(scale, kv_lens, q_offsets, params, pages, dropout=dropout,
-                       kv_offsets=kv_offsets))
+                       kv_offsets=kv_offsets, heads=(head_offset, head_count)))
 
 
 class Plan:

@@ -19,6 +19,11 @@ schemes:
   (each block's gradients from the merged output and LSE, as
   ring-flash-attention does). A block the mask leaves empty is skipped
   without a launch (`last_launches` counts them).
+- "ulysses" (DeepSpeed-Ulysses, where the group divides the query and KV
+  heads): an all-to-all turns sequence shards into head shards, each rank
+  attends every token of its H/N heads (the kernels take the heads'
+  global indices: head_offset), and a second all-to-all turns the output
+  back; the backward runs the inverse all-to-alls.
 
 Load balancing (`load_balance=True`, the default) splits the sequence
 into 2N chunks and gives rank r chunks r and 2N-1-r (head and tail, as
@@ -28,8 +33,8 @@ factors) are passed whole, in global order, on every rank: each rank's
 kernel reads what its queries need. Their gradients are summed over the
 ranks, so every rank ends with the full gradient.
 
-Not here yet: the all-to-all over heads (Ulysses); torch.compile of
-these calls (the collectives run eagerly).
+Not here yet: torch.compile of these calls (the collectives run
+eagerly).
 """
 import torch
 import torch.distributed as dist
@@ -38,7 +43,7 @@ __all__ = ["chunks", "shard", "unshard", "merge", "attention", "flex_attention",
            "SCHEMES"]
 
 #: The schemes `attention` takes.
-SCHEMES = ("all_gather", "ring")
+SCHEMES = ("all_gather", "ring", "ulysses")
 
 #: Kernel launches of this process's last `attention` call, by scheme and
 #: pass: {"forward": n, "backward": n, "skipped": n} (ring: the blocks the
@@ -179,6 +184,60 @@ def _run(call, q, k, v, group, load_balance, params):
     last_launches.clear()
     last_launches.update(forward=len(outs), skipped=0)
     return outs[0] if len(outs) == 1 else torch.cat(outs, 2)
+
+
+def _all_to_all(x, group, split, cat):
+    """x cut into N equal parts along `split`, part j to rank j; the parts
+    received, in rank order, joined along `cat`."""
+    world = _world(group)[0]
+    parts = [p.contiguous() for p in x.chunk(world, split)]
+    send = torch.cat([p.reshape(-1) for p in parts])
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return torch.cat([r.view(parts[0].shape) for r in recv.chunk(world)], cat)
+
+
+class _AllToAll(torch.autograd.Function):
+    """_all_to_all, whose backward is the inverse all-to-all."""
+
+    @staticmethod
+    def forward(ctx, x, group, split, cat):
+        ctx.group, ctx.split, ctx.cat = group, split, cat
+        return _all_to_all(x, group, split, cat)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_to_all(grad.contiguous(), ctx.group, ctx.cat, ctx.split), \
+            None, None, None
+
+
+def _ulysses(kernel, q, k, v, group, load_balance, scale, dropout, params):
+    world, rank = _world(group)
+    B, H, HKV = q.shape[0], q.shape[1], k.shape[1]
+    if H % world or HKV % world:
+        raise ValueError("scheme 'ulysses' splits the heads over the %d ranks: "
+                         "q has %d heads and k %d, expected multiples of %d"
+                         % (world, H, HKV, world))
+    seq = q.shape[2] * world
+    # The tokens of every rank's shard, in rank order: their global
+    # positions, and the order that sorts them.
+    pos = torch.tensor([p for r in range(world)
+                        for s, n in chunks(seq, world, r, load_balance)
+                        for p in range(s, s + n)], device=q.device)
+    order = torch.argsort(pos)
+
+    def heads(x):  # [B, h, S/N, d] shards -> [B, h/N, S, d], global order
+        return _AllToAll.apply(x, group, 1, 2).index_select(2, order)
+    params = {n: _Replicated.apply(x, group)
+              if isinstance(x, torch.Tensor) and x.requires_grad else x
+              for n, x in params.items()}
+    out = kernel(heads(q), heads(k), heads(v), q_offsets=[0] * B,
+                 head_offset=rank * (H // world), head_count=H, scale=scale,
+                 **params, **dropout)
+    last_launches.clear()
+    last_launches.update(forward=1, skipped=0)
+    # Back to this rank's tokens of every head.
+    return _AllToAll.apply(out.index_select(2, pos), group, 2, 1)
 
 
 def _peer(group, rank):
@@ -373,12 +432,16 @@ def attention(kernel, q, k, v, group=None, *, scheme="all_gather",
     shard [B, H, S/N, Dv]. Differentiable. `scheme`: "all_gather" or
     "ring" (the module's docstring). dropout_p, dropout_seed and
     dropout_offset pass through (docs/dropout.md): with the seed drawn
-    once for the group, every rank drops the pairs one device would."""
+    once for the group, every rank drops the pairs one device would.
+    "ulysses" needs the group size to divide q's and k's heads."""
     if scheme not in SCHEMES:
         raise ValueError("'scheme' is %r, expected one of %s"
                          % (scheme, ", ".join(SCHEMES)))
     _check(q, k, v, _world(group)[0])
     dropout, params = _dropout_params(params, group)
+    if scheme == "ulysses":
+        return _ulysses(kernel, q, k, v, group, load_balance, scale, dropout,
+                        params)
     if scheme == "all_gather":
         def call(qc, kf, vf, offsets, ps):
             return kernel(qc, kf, vf, q_offsets=offsets, scale=scale, **ps,

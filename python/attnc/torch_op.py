@@ -41,7 +41,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
               num_splits: int = 0, kv_lens_t: Optional[torch.Tensor] = None,
               q_offsets_t: Optional[torch.Tensor] = None,
               dropout_p: float = 0.0, dropout_rng: Optional[torch.Tensor] = None,
-              kv_offsets: Optional[List[int]] = None
+              kv_offsets: Optional[List[int]] = None, head_offset: int = 0,
+              head_count: int = 0
               ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out [B, H, Lq, Dv] in q's dtype, lse [B, H, Lq] float32). The
     names are comma-separated (the schema has no list of strings).
@@ -54,6 +55,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel: int,
     pages = None if kv_indptr is None else (kv_indptr, kv_indices, kv_last_page_len)
     return _kernel(kernel)._run(q, k, v, scale=scale, kv_lens=kv_lens,
                                 q_offsets=q_offsets, kv_offsets=kv_offsets,
+                                heads=(head_offset, head_count),
                                 out=None, return_lse=True,
                                 num_threads=0, stream=None, params=params,
                                 pages=pages, num_splits=num_splits,
@@ -109,7 +111,7 @@ def check_lengths(t, name):
 def _(q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
       kv_lens, q_offsets, kv_indptr=None, kv_indices=None, kv_last_page_len=None,
       num_splits=0, kv_lens_t=None, q_offsets_t=None, dropout_p=0.0,
-      dropout_rng=None, kv_offsets=None):
+      dropout_rng=None, kv_offsets=None, head_offset=0, head_count=0):
     B, H, L = q.shape[0], q.shape[1], q.shape[2]
     return (q.new_empty((B, H, L, v.shape[3])),
             q.new_empty((B, H, L), dtype=torch.float32))
@@ -127,7 +129,8 @@ def attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor],
                        q_offsets_t: Optional[torch.Tensor] = None,
                        dropout_p: float = 0.0,
                        dropout_rng: Optional[torch.Tensor] = None,
-                       kv_offsets: Optional[List[int]] = None
+                       kv_offsets: Optional[List[int]] = None,
+                       head_offset: int = 0, head_count: int = 0
                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                   List[torch.Tensor]]:
     """(dq, dk, dv, the gradient of each captured tensor: zeros for those
@@ -138,14 +141,16 @@ def attention_backward(grad_out: torch.Tensor, grad_lse: Optional[torch.Tensor],
     q_offsets = _lengths(q_offsets, q_offsets_t, "q_offsets")
     return _kernel(kernel)._backward(
         q, k, v, out, lse, grad_out, grad_lse, scale=scale, kv_lens=kv_lens,
-        q_offsets=q_offsets, kv_offsets=kv_offsets, params=params,
+        q_offsets=q_offsets, kv_offsets=kv_offsets,
+        heads=(head_offset, head_count), params=params,
         dropout=_dropout(dropout_p, dropout_rng))
 
 
 @attention_backward.register_fake
 def _(grad_out, grad_lse, q, k, v, out, lse, kernel, tensor_names, tensors,
       scalar_names, scalars, scale, kv_lens, q_offsets, kv_lens_t=None,
-      q_offsets_t=None, dropout_p=0.0, dropout_rng=None, kv_offsets=None):
+      q_offsets_t=None, dropout_p=0.0, dropout_rng=None, kv_offsets=None,
+      head_offset=0, head_count=0):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             [torch.empty_like(t) for t in tensors])
 
@@ -154,7 +159,7 @@ def _setup_context(ctx, inputs, output):
     (q, k, v, kernel, tensor_names, tensors, scalar_names, scalars, scale,
      kv_lens, q_offsets, kv_indptr, kv_indices, kv_last_page_len,
      num_splits, kv_lens_t, q_offsets_t, dropout_p, dropout_rng,
-     kv_offsets) = inputs
+     kv_offsets, head_offset, head_count) = inputs
     out, lse = output
     lengths = [t for t in (kv_lens_t, q_offsets_t, dropout_rng) if t is not None]
     ctx.save_for_backward(q, k, v, out, lse, *lengths, *tensors)
@@ -162,7 +167,7 @@ def _setup_context(ctx, inputs, output):
                    dropout_rng is not None)
     ctx.dropout_p = dropout_p
     ctx.args = (kernel, tensor_names, scalar_names, scalars, scale, kv_lens,
-                q_offsets, kv_offsets)
+                q_offsets, kv_offsets, head_offset, head_count)
     ctx.paged = kv_indptr is not None
     # The gradient has the inputs' structure: torch treats a list of
     # tensors (or an empty list) as a list, any other list as one value.
@@ -181,13 +186,14 @@ def _backward(ctx, grad_out, grad_lse):
     q_offsets_t = tensors.pop(0) if ctx.lengths[1] else None
     rng = tensors.pop(0) if ctx.lengths[2] else None
     (kernel, tensor_names, scalar_names, scalars, scale, kv_lens, q_offsets,
-     kv_offsets) = ctx.args
+     kv_offsets, head_offset, head_count) = ctx.args
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv, dts = torch.ops.attnc.attention_backward(
         grad_out.contiguous(), grad_lse, q, k, v, out, lse, kernel,
         tensor_names, tensors, scalar_names, scalars, scale, kv_lens, q_offsets,
-        kv_lens_t, q_offsets_t, ctx.dropout_p, rng, kv_offsets)
+        kv_lens_t, q_offsets_t, ctx.dropout_p, rng, kv_offsets, head_offset,
+        head_count)
     dts = [d if t.is_floating_point() else None for d, t in zip(dts, tensors)]
     grads = [None if n is None else [None] * n for n in ctx.structure]
     grads[0], grads[1], grads[2], grads[5] = dq, dk, dv, dts
@@ -200,7 +206,7 @@ torch.library.register_autograd("attnc::attention", _backward,
 
 def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
          pages=None, num_splits=0, dropout_p=0.0, dropout_seed=None,
-         dropout_offset=0, kv_offsets=None):
+         dropout_offset=0, kv_offsets=None, heads=(0, 0)):
     """A kernel (by registry number) on torch tensors, through the
     operator: Kernel.__call__ and flex_attention."""
     tensor_names, tensors, scalar_names, scalars = [], [], [], []
@@ -224,5 +230,6 @@ def call(kernel_id, q, k, v, scale, kv_lens, q_offsets, return_lse, params,
           [[int(x) for x in (p.tolist() if hasattr(p, "tolist") else p)] for p in pages]),
         int(num_splits), kv_lens_t, q_offsets_t, float(dropout_p),
         dropout_rng(dropout_seed, dropout_offset) if dropout_p else None,
-        None if kv_offsets is None else [int(x) for x in kv_offsets])
+        None if kv_offsets is None else [int(x) for x in kv_offsets],
+        int(heads[0]), int(heads[1]))
     return (out, lse) if return_lse else out

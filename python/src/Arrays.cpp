@@ -25,7 +25,8 @@ namespace {
 std::string inPythonTerms(std::string m) {
   static const std::pair<const char *, const char *> kNames[] = {
       {"'kvLens", "'kv_lens"},         {"'qOffsets", "'q_offsets"},
-      {"'kvOffsets", "'kv_offsets"},
+      {"'kvOffsets", "'kv_offsets"},    {"'headOffset'", "'head_offset'"},
+      {"'headCount'", "'head_count'"},
       {"'numSplits'", "'num_splits'"}, {"'numThreads'", "'num_threads'"},
       {"'dOut'", "'grad_out'"},        {"'dLse'", "'grad_lse'"}};
   for (auto [from, to] : kNames)
@@ -106,6 +107,8 @@ rt::AttentionArgs makeArgs(const Array &q, const Array &k, const Array &v,
     a.qOffsets = *c.qOffsets;
   if (c.kvOffsets)
     a.kvOffsets = *c.kvOffsets;
+  a.headOffset = c.headOffset;
+  a.headCount = c.headCount;
   for (const auto &[name, t] : c.tensors)
     a.tensors.emplace_back(name, viewOf(t, name, at));
   for (const auto &[name, x] : c.scalars)

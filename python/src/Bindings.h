@@ -85,6 +85,7 @@ rt::TensorView viewOf(const A &a, const std::string &name,
 struct CallArgs {
   std::optional<double> scale;
   std::optional<std::vector<int32_t>> kvLens, qOffsets, kvOffsets;
+  int32_t headOffset = 0, headCount = 0; // AttentionArgs'
   std::map<std::string, Array> tensors;
   std::map<std::string, double> scalars;
   /// K/V in pages (PageTable.h; the page size is k's dim 2): FlashInfer's

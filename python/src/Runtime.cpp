@@ -210,6 +210,8 @@ void bindRuntime(nb::module_ &m) {
       .def_rw("kv_lens", &CallArgs::kvLens)
       .def_rw("q_offsets", &CallArgs::qOffsets)
       .def_rw("kv_offsets", &CallArgs::kvOffsets)
+      .def_rw("head_offset", &CallArgs::headOffset)
+      .def_rw("head_count", &CallArgs::headCount)
       .def_rw("tensors", &CallArgs::tensors)
       .def_rw("scalars", &CallArgs::scalars)
       .def_rw("kv_indptr", &CallArgs::kvIndptr)

@@ -48,14 +48,14 @@ def cases(world):
     add("causal", "causal", 4, 4, lambda g, B, H, S: {})
     add("sliding_window_gqa", "sliding_window", 4, 2,
         lambda g, B, H, S: {"window": 11}, only=(2,))
-    add("document_mask_packed", "document_mask", 2, 2, lambda g, B, H, S: {
+    add("document_mask_packed", "document_mask", 4, 4, lambda g, B, H, S: {
         # Packed documents of random lengths in each row.
         "doc": torch.cumsum((torch.rand(B, S, generator=g) < 0.15).to(torch.int32),
                             1, dtype=torch.int32)})
     add("alibi_slope_grad", "alibi", 4, 4, lambda g, B, H, S: {
         "slope": (torch.exp2(-(torch.arange(H) + 1.0) * 8 / H)).requires_grad_()},
         only=(2,))
-    add("synaptic_gqa_factor_grads", "synaptic", 4, 2, lambda g, B, H, S: {
+    add("synaptic_gqa_factor_grads", "synaptic", 8, 4, lambda g, B, H, S: {
         "qamp": (torch.rand(B, H, S, generator=g) + 0.5).requires_grad_(),
         "key_factor": (torch.rand(B, H, S, generator=g) + 0.5).requires_grad_(),
         "barrier": 0.05})
@@ -144,6 +144,15 @@ def main():
                                "load_balance": balance, "scheme": scheme,
                                "error": "%s: %s" % (type(e).__name__, e)}
                     print(json.dumps(row), flush=True)
+        # Ulysses needs heads the group divides: refused by name otherwise.
+        try:
+            z = torch.zeros(1, world + 1, 16, 8)
+            cp.attention(kernel("causal"), z, z, z, scheme="ulysses")
+            row = {"case": "ulysses_heads_refused", "rank": rank, "error": ""}
+        except ValueError as e:
+            row = {"case": "ulysses_heads_refused", "rank": rank,
+                   "message": str(e)}
+        print(json.dumps(row), flush=True)
         # Every rank done before any tears the group down: a rank leaving
         # while another's gloo threads still talk to it aborted the process
         # now and then ("terminate called without an active exception").

@@ -62,6 +62,14 @@ def world_rows(request):
 
 def test_sharded_runs_equal_one_process(world_rows):
     world, rows = world_rows
+    refused = [r for r in rows if r["case"] == "ulysses_heads_refused"]
+    assert len(refused) == world, refused
+    for r in refused:
+        assert r.get("message", "").startswith(
+            "scheme 'ulysses' splits the heads over the %d ranks: q has %d "
+            "heads and k %d, expected multiples of %d"
+            % (world, world + 1, world + 1, world)), r
+    rows = [r for r in rows if r["case"] != "ulysses_heads_refused"]
     seen = {(r["case"], r["rank"], r["load_balance"], r["scheme"]) for r in rows}
     want = {(c, rank, lb, sc) for c in CASES[world] for rank in range(world)
             for lb in (True, False) for sc in cp.SCHEMES}
@@ -85,6 +93,7 @@ def test_ring_skips_the_blocks_the_mask_leaves_empty(world_rows):
     # partial and the earlier ones full. Balanced, every rank's head chunk
     # meets every block, so nothing is skipped.
     world, rows = world_rows
+    rows = [r for r in rows if r["case"] != "ulysses_heads_refused"]
     for r in rows:
         if r["case"] != "causal" or r["scheme"] != "ring":
             continue
@@ -97,10 +106,12 @@ def test_ring_skips_the_blocks_the_mask_leaves_empty(world_rows):
             assert (n["forward"], n["skipped"]) == (r["rank"] + 1,
                                                     world - 1 - r["rank"]), r
         assert n["backward"] == n["forward"], r
-    # The all-gather scheme launches one call per query run.
+    # The all-gather scheme launches one call per query run, Ulysses one.
     for r in rows:
         if r["scheme"] == "all_gather" and "launches" in r:
             assert r["launches"]["forward"] == (2 if r["load_balance"] else 1), r
+        if r["scheme"] == "ulysses" and "launches" in r:
+            assert r["launches"]["forward"] == 1, r
 
 
 def test_every_capture_gradient_is_compared(world_rows):
@@ -128,8 +139,8 @@ def test_chunks_and_shapes_are_checked():
         cp.chunks(20, 4, 0)
     with pytest.raises(ValueError, match="'rank' is 5"):
         cp.chunks(16, 4, 5)
-    with pytest.raises(ValueError, match="'scheme' is 'ulysses'"):
+    with pytest.raises(ValueError, match="'scheme' is 'tree', expected one of all_gather, ring, ulysses"):
         cp.attention(None, torch.zeros(1, 1, 8, 8), torch.zeros(1, 1, 8, 8),
-                     torch.zeros(1, 1, 8, 8), scheme="ulysses")
+                     torch.zeros(1, 1, 8, 8), scheme="tree")
     with pytest.raises(ValueError, match="4-d"):
         cp._check(torch.zeros(2, 3), torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), 2)

@@ -131,3 +131,67 @@ def test_bad_offsets_are_refused_by_name():
         ker(q, k, v, kv_offsets=[0], doc=doc)
     with pytest.raises(attnc.Error, match=r"'kv_offsets\[1\]' is -4"):
         ker(q, k, v, kv_offsets=[0, -4], doc=doc)
+
+
+SIZES = os.path.join(os.path.dirname(__file__), "..", "..", "test", "Frontend",
+                     "Inputs", "sizes.attn")
+
+
+@pytest.mark.parametrize("name", ["alibi", "synaptic", "relative_bias",
+                                  "table_bias"])
+def test_head_shards_equal_the_whole_model(name):
+    # Heads 0-1 and 2-3 of a 4-head model (GQA 2:1) attended apart, each
+    # with its heads' model indices (head_offset, head_count), equal the
+    # whole model's heads, gradients included: h, `size H` and `size HKV`
+    # and the captures over H reach the modifiers as on one call.
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(B, H, S, D, generator=g)
+    k = torch.randn(B, HKV, S, D, generator=g)
+    v = torch.randn(B, HKV, S, D, generator=g)
+    dout = torch.randn(B, H, S, D, generator=g)
+    if name == "table_bias":
+        ker = attnc.compile(SIZES, variant=name)
+        params = {"bias": torch.randn(7, generator=g)}
+    else:
+        ker = kernel(name)
+        params = captures(name, g)
+
+    def leaves():
+        ps = {n: x.clone().requires_grad_() if isinstance(x, torch.Tensor)
+              and x.is_floating_point() else x for n, x in params.items()}
+        return [t.clone().requires_grad_() for t in (q, k, v)], ps
+
+    (qa, ka, va), pa = leaves()
+    out = ker(qa, ka, va, **pa)
+    (out * dout).sum().backward()
+    (qb, kb, vb), pb = leaves()
+    half = H // 2
+    parts = [ker(qb[:, i * half:(i + 1) * half], kb[:, i:i + 1], vb[:, i:i + 1],
+                 head_offset=i * half, head_count=H, **pb) for i in range(2)]
+    merged = torch.cat(parts, 1)
+    (merged * dout).sum().backward()
+    torch.testing.assert_close(merged, out, atol=2e-5, rtol=0)
+    for n, a, b in (("dq", qa, qb), ("dk", ka, kb), ("dv", va, vb)):
+        torch.testing.assert_close(b.grad, a.grad, atol=5e-5, rtol=0, msg=n)
+    for n, x in pa.items():
+        if isinstance(x, torch.Tensor) and x.requires_grad:
+            torch.testing.assert_close(pb[n].grad, x.grad, atol=2e-4, rtol=0,
+                                       msg="d" + n)
+    # Without the offset the second shard reads the first heads' values.
+    wrong = ker(q[:, half:], k[:, 1:], v[:, 1:], **{
+        n: (x[..., :half, :] if n == "bias" and x.dim() == 2 else
+            x[:, :half] if n in ("qamp", "key_factor") else
+            x[:half] if n == "slope" else x) for n, x in params.items()})
+    assert not torch.allclose(wrong, out[:, half:], atol=1e-4)
+
+
+def test_bad_head_offsets_are_refused_by_name():
+    ker = kernel("alibi")
+    q = torch.zeros(1, 2, 8, D)
+    k = v = torch.zeros(1, 1, 8, D)
+    slope = torch.ones(4)
+    with pytest.raises(attnc.Error, match="'head_offset' 3 and 'head_count' 4 "
+                       "must place the 2 query heads"):
+        ker(q, k, v, head_offset=3, head_count=4, slope=slope)
+    with pytest.raises(ValueError, match="'head_offset'"):
+        ker(q, k, v, head_offset=-1, slope=slope)

@@ -31,9 +31,13 @@ std::string describeParam(const ParamSpec &p) {
 }
 
 Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
-  std::map<std::string, int64_t> bound = {{"B", p.B},     {"H", p.Hq},
-                                          {"HKV", p.Hkv}, {"Q", p.Lq},
-                                          {"KV", p.Lkv}};
+  // With a head offset, H and HKV are the model's head counts.
+  std::map<std::string, int64_t> bound = {
+      {"B", p.B},
+      {"H", p.headCount},
+      {"HKV", p.headCount / (p.Hq / p.Hkv)},
+      {"Q", p.Lq},
+      {"KV", p.Lkv}};
   std::map<std::string, std::string> boundBy;
   // With key offsets, KV is the extent of the key positions: a capture
   // indexed by kv spans the whole sequence the keys are a block of, so it
@@ -304,6 +308,18 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
       return Status::invalidArgument(fmt::format(
           "'kvLens[{}]' is {}, expected 0..{} (the KV capacity)", b,
           p.kvLen[b], p.Lkv));
+  p.headPos0 = a.headOffset;
+  p.headCount = a.headCount ? a.headCount : int64_t(a.headOffset) + p.Hq;
+  // The shard's query heads map onto its KV heads as the model's do: the
+  // offset and the count are whole GQA groups.
+  if (a.headOffset < 0 || a.headCount < 0 ||
+      p.headCount < int64_t(a.headOffset) + p.Hq || p.headCount > (1 << 24) ||
+      p.headCount % (p.Hq / p.Hkv) != 0 || a.headOffset % (p.Hq / p.Hkv) != 0)
+    return Status::invalidArgument(fmt::format(
+        "'headOffset' {} and 'headCount' {} must place the {} query heads "
+        "within the model's heads (0 <= headOffset, headOffset + {} <= "
+        "headCount, both multiples of the GQA group {})",
+        a.headOffset, a.headCount, p.Hq, p.Hq, p.Hq / p.Hkv));
   p.kvPos0 = a.kvOffsets;
   if (p.kvPos0.empty())
     p.kvPos0.assign(p.B, 0);
@@ -461,8 +477,8 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           }
           const int32_t kpos = p.kvPos0[b] + int32_t(j);
           double sc = evalScoreMod(v, p.params, dot * p.scale, int32_t(b),
-                                   int32_t(h), qpos, kpos, violation, exact);
-          bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
+                                   p.headPos0 + int32_t(h), qpos, kpos, violation, exact);
+          bool keep = evalMaskMod(v, p.params, int32_t(b), p.headPos0 + int32_t(h), qpos,
                                   kpos, violation);
           s[j] = keep ? sc : ninf;
           nan |= std::isnan(s[j]);
@@ -494,7 +510,7 @@ Status referenceAttention(const VariantInfo &v, const AttentionArgs &a,
           // Dropout after the softmax: a kept pair's weight times the
           // kernels' f32 factor, a dropped one's 0.
           double kept = !p.dropout.active() ? 1.0
-                        : dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
+                        : dropoutKeeps(p.dropout, int32_t(b), p.headPos0 + int32_t(h), qpos,
                                        p.kvPos0[b] + int32_t(j))
                             ? double(p.dropout.scale)
                             : 0.0;

@@ -107,6 +107,10 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   // The problem sizes follow the declared parameters (kProblemSizeNames'
   // order): KV is the last.
   ip[abi::kKvSize] = static_cast<int64_t>(p.params.back().scalar);
+  size_t sizes = p.params.size() - 5; // B, H, HKV, Q, KV
+  ip[abi::kHSize] = static_cast<int64_t>(p.params[sizes + 1].scalar);
+  ip[abi::kHkvSize] = static_cast<int64_t>(p.params[sizes + 2].scalar);
+  ip[abi::kHeadPos0] = p.headPos0;
   return o;
 }
 
@@ -245,6 +249,7 @@ void initBlockMask(const VariantInfo &v, const KernelSpec &spec,
   bm.kvLen = p.kvLen;
   bm.qPos0 = p.qPos0;
   bm.kvPos0 = p.kvPos0;
+  bm.headPos0 = p.headPos0;
   bm.classes.assign(bm.batch * bm.heads * bm.numQTiles * bm.numKTiles, 0);
 }
 
@@ -252,7 +257,7 @@ Status checkBlockMask(const KernelSpec &spec, const Problem &p,
                       const BlockMask &bm) {
   if (bm.blockM != spec.blockM || bm.blockN != spec.blockN || bm.batch != p.B ||
       bm.lq != p.Lq || bm.kvLen != p.kvLen || bm.qPos0 != p.qPos0 ||
-      bm.kvPos0 != p.kvPos0 ||
+      bm.kvPos0 != p.kvPos0 || bm.headPos0 != p.headPos0 ||
       bm.numKTiles != (p.Lkv + spec.blockN - 1) / spec.blockN ||
       (bm.heads != 1 && bm.heads != p.Hq) ||
       bm.classes.size() !=

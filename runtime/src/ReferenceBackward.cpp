@@ -72,10 +72,10 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
           for (int64_t d = 0; d < Dqk; ++d)
             dot += qr[d] * kr[d];
           x[j] = dot * p.scale;
-          bool keep = evalMaskMod(v, p.params, int32_t(b), int32_t(h), qpos,
+          bool keep = evalMaskMod(v, p.params, int32_t(b), p.headPos0 + int32_t(h), qpos,
                                   kpos(j));
           s[j] = keep ? evalScoreMod(v, p.params, x[j], int32_t(b),
-                                     int32_t(h), qpos, kpos(j), nullptr,
+                                     p.headPos0 + int32_t(h), qpos, kpos(j), nullptr,
                                      exact)
                       : ninf;
           mx = std::isnan(s[j]) || std::isnan(mx) ? std::nan("")
@@ -93,7 +93,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
         auto factor = [&](int64_t j) {
           if (!p.dropout.active())
             return 1.0;
-          return dropoutKeeps(p.dropout, int32_t(b), int32_t(h), qpos,
+          return dropoutKeeps(p.dropout, int32_t(b), p.headPos0 + int32_t(h), qpos,
                               kpos(j))
                      ? double(p.dropout.scale)
                      : 0.0;
@@ -124,7 +124,7 @@ Status referenceAttentionBackward(const VariantInfo &v, const AttentionArgs &a,
             dv[d] += kept * dOr[d];
           const double dS = P * (dP[j] - D);
           const double dx =
-              evalScoreGrad(v, p.params, x[j], int32_t(b), int32_t(h), qpos,
+              evalScoreGrad(v, p.params, x[j], int32_t(b), p.headPos0 + int32_t(h), qpos,
                             kpos(j), dS, &g.params, exact) *
               p.scale;
           const double *kr = &k[(kvHead + j) * Dqk];

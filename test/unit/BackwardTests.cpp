@@ -601,6 +601,10 @@ std::vector<Shape> kernelShapes() {
       s.qOffsets = {0};
     if (mode == Mode::Chunk) // the keys a block starting at 12 and at 4
       s.kvOffsets = {12, 4};
+    if (mode == Mode::Decode) { // heads 4..7 of a model with 12
+      s.headOffset = 4;
+      s.headCount = 12;
+    }
     s.headDim = 16;
     s.vHeadDim = 24;
     shapes.push_back(s);

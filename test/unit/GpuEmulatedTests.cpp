@@ -19,6 +19,10 @@ namespace {
 
 const char *kSources = R"(
 variant causal() { mask_mod(b, h, q, kv) = q >= kv }
+variant heads(slope: f32[H]) {
+  score_mod(s, b, h, q, kv) = s + slope[h] * (kv - q) + 0.5 * h / H
+  mask_mod(b, h, q, kv) = q >= kv || h % 2 == 1
+}
 variant doc(d: i32[B, KV]) {
   score_mod(s, b, h, q, kv) = s - 0.01 * abs(q - kv)
   mask_mod(b, h, q, kv) = d[b, q] == d[b, kv] && q >= kv
@@ -297,4 +301,30 @@ TEST_CASE("emulated GPU: a key block that starts at a position of a longer "
                        "enabled)");
   p.a.kvOffsets = {0}; // position 0 is every kernel's
   CHECK(cuda::runFromHost(*g.ctx, *plain, p.a).isOk());
+}
+
+TEST_CASE("emulated GPU: a head-parallel shard sees its heads' model indices, "
+          "every form",
+          "[gpu-emulated]") {
+  // Query heads 3..6 of a model with 12: the modifiers read slope[h],
+  // h / H and the mask h % 2 with the model's h and H (an odd offset: the
+  // heads' parities flip), for the score, the mask, the tile
+  // classification and the row hoisting.
+  Gpu g;
+  struct Form { const char *target; DType dt; };
+  for (Form f : {Form{"sm_80", DType::F32}, Form{"sm_80", DType::F16},
+                 Form{"sm_90a", DType::BF16}}) {
+    INFO(f.target << " " << dtypeName(f.dt));
+    auto k = g.kernel("heads", f.dt, 64, f.target);
+    HostProblem p(f.dt, 2, 4, 4, 70, 70, 64, 9);
+    p.a.headOffset = 3;
+    p.a.headCount = 12;
+    std::vector<float> slope(12);
+    for (int i = 0; i < 12; ++i)
+      slope[i] = 0.05f * float(i + 1);
+    p.a.tensors = {{"slope", TensorView::contiguous(slope.data(), DType::F32, {12})}};
+    REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+    CHECK(p.maxError(k->variant()) <
+          (f.dt == DType::F32 ? 1e-5 : f.dt == DType::BF16 ? 2e-2 : 2e-3));
+  }
 }

@@ -196,6 +196,37 @@ TEST_CASE("validate: key offsets place the keys; KV spans their positions",
   CHECK(f.error().empty());
 }
 
+TEST_CASE("validate: a head offset places the query heads in the model's",
+          "[validate]") {
+  // bias is f32[H, N]: with heads 2..5 of 8, H is the model's 8.
+  Fixture f;
+  f.a.headOffset = 2;
+  f.a.headCount = 8;
+  CHECK(f.error() == "capture 'bias' has shape [4, 5], expected [8, 5] "
+                     "(f32[H, N])");
+  std::vector<float> bias(8 * 5, 0.f);
+  f.a.tensors[0].second = TensorView::contiguous(bias.data(), DType::F32, {8, 5});
+  Problem p;
+  REQUIRE(resolveProblem(variant(), nullptr, f.a, p).isOk());
+  CHECK(p.headPos0 == 2);
+  size_t sizes = p.params.size() - 5; // B, H, HKV, Q, KV
+  CHECK(p.params[sizes + 1].scalar == 8); // `size H`
+  CHECK(p.params[sizes + 2].scalar == 4); // `size HKV`: GQA 2:1
+  f.a.headCount = 5; // 2 + 4 heads do not fit in 5
+  CHECK(f.error() == "'headOffset' 2 and 'headCount' 5 must place the 4 "
+                     "query heads within the model's heads (0 <= headOffset, "
+                     "headOffset + 4 <= headCount, both multiples of the GQA "
+                     "group 2)");
+  f.a.headCount = 7; // not a whole number of KV heads
+  CHECK_FALSE(f.error().empty());
+  f.a.headCount = 8;
+  f.a.headOffset = 1; // not a whole group
+  CHECK_FALSE(f.error().empty());
+  f.a.headOffset = -1;
+  f.a.headCount = 0;
+  CHECK_FALSE(f.error().empty());
+}
+
 TEST_CASE("bind: a missing capture is named with its declaration", "[bind]") {
   Fixture f;
   f.a.tensors.pop_back();

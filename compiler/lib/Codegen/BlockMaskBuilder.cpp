@@ -64,7 +64,7 @@ LogicalResult ProgramBuilder::buildMaskBuilder(StringRef name,
     Value r0 = mul(qt, cIdx(BM));
     Value rows = minI(cIdx(BM), sub(Lq, r0));
     Value bI32 = arith::IndexCastOp::create(b_, i32_, bb);
-    Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+    Value hI32 = headIndex(h);
     loop0(jBegin, nKT, jStep, [&](Value j) {
       Value kv0 = mul(j, cIdx(BN));
       Value cols = maxI(c0, minI(cIdx(BN), sub(kvLen, kv0)));

@@ -128,15 +128,14 @@ Value ProgramBuilder::sumVec(attn::SumOp s,
 /// from the first capture whose shape names it (the runtime has checked
 /// that every capture naming it agrees).
 Value ProgramBuilder::problemSize(StringRef dim) {
-  // ip's first four slots hold B, H, HKV and Q (kProblemSizeNames'
-  // order); KV has its own (the KV capacity unless keys are offset).
-  static_assert(abi::kB == 0 && abi::kHq == 1 && abi::kHkv == 2 &&
-                abi::kLq == 3);
-  for (int64_t k = 0; k < 4; ++k)
+  // B and Q from ip's first slots; H, HKV and KV from their own (the
+  // model's head counts with a head offset; the key-position extent with
+  // key offsets).
+  const int64_t slots[5] = {abi::kB, abi::kHSize, abi::kHkvSize, abi::kLq,
+                            abi::kKvSize};
+  for (int64_t k = 0; k < 5; ++k)
     if (dim == rt::kProblemSizeNames[k])
-      return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(abi::kB + k)));
-  if (dim == rt::kProblemSizeNames[4])
-    return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(abi::kKvSize)));
+      return arith::TruncIOp::create(b_, i32_, load(ip_, cIdx(slots[k])));
   for (size_t i = 0; i < info_.params.size(); ++i)
     for (size_t d = 0; d < info_.params[i].dims.size(); ++d)
       if (info_.params[i].dims[d].symbol == dim)

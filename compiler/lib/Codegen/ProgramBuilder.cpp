@@ -105,7 +105,7 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
   it.r0 = mul(it.qt, cIdx(BM));
   it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
   it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
-  it.hI32 = arith::IndexCastOp::create(b_, i32_, it.h);
+  it.hI32 = headIndex(it.h);
   // The tile's query positions: exact when its rows stay within one head,
   // else every position of the chunk (conservative for classification).
   Value i0 = arith::RemUIOp::create(b_, it.r0, e.Lq);

@@ -135,6 +135,12 @@ protected:
     return arith::IndexCastOp::create(
         b_, i32_, keyOffsets() ? addPos(pos0, offset) : add(pos0, offset));
   }
+  /// The i32 index the modifiers see for the call's query head h: h plus
+  /// the head offset (ip[kHeadPos0]; a head-parallel shard's first head).
+  Value headIndex(Value h) {
+    return arith::IndexCastOp::create(b_, i32_,
+                                      add(h, ipAt(abi::kHeadPos0)));
+  }
   /// Whether the kernel reads each sequence's first key position
   /// (KernelSpec::keyOffsets); without it key row r is at position r and
   /// nothing of this costs an instruction.

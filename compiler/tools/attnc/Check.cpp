@@ -45,6 +45,10 @@ Exit status 0 only if every case passes.
   --kv-offsets P[,P2,...] absolute position of each sequence's first key
                           (one for all, or one per --batch entry; default
                           0): the keys are a block of a longer sequence
+  --head-offset N --head-count N
+                          the query heads are heads N.. of a model with
+                          --head-count of them (default: offset + heads),
+                          as the modifiers see them (a head-parallel shard)
   --dtype f32|f16|bf16    input/output dtype (default f32)
   --layout ORDER          memory order of q, k, v, out, outermost first: any
                           order of b, h, s, d (default bhsd; bshd is

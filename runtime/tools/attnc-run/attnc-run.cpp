@@ -63,6 +63,10 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
   --kv-offsets P[,P2,...] absolute position of each sequence's first key
                           (one for all, or one per --batch entry; default
                           0): the keys are a block of a longer sequence
+  --head-offset N --head-count N
+                          the query heads are heads N.. of a model with
+                          --head-count of them (default: offset + heads),
+                          as the modifiers see them (a head-parallel shard)
   --page-size N           K and V in a pool of N-row pages through a page
                           table, pages shuffled, spare pages NaN
   --splits N              split each sequence's keys in N parts, merged by

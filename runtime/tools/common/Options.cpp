@@ -57,8 +57,8 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     static const char *kShapeOptions[] = {
         "--batch",  "--heads",      "--kv-heads",   "--q-len",
         "--kv-len", "--head-dim",   "--v-head-dim", "--kv-lens",
-        "--q-offsets", "--kv-offsets", "--dtype", "--layout", "--mode",
-        "--pad"};
+        "--q-offsets", "--kv-offsets", "--head-offset", "--head-count",
+        "--dtype", "--layout", "--mode", "--pad"};
     if (std::find(std::begin(kShapeOptions), std::end(kShapeOptions), a) !=
             std::end(kShapeOptions) &&
         std::find(shapeOptions.begin(), shapeOptions.end(), a) ==
@@ -81,6 +81,8 @@ bool Options::parse(const std::vector<std::string> &args, std::string &err) {
     else if (a == "--kv-len") { if (!intOpt(shape.kvLen, 0, 1 << 24)) return false; }
     else if (a == "--head-dim") { if (!intOpt(shape.headDim, 8, 256)) return false; }
     else if (a == "--v-head-dim") { if (!intOpt(shape.vHeadDim, 8, 256)) return false; }
+    else if (a == "--head-offset") { if (!intOpt(shape.headOffset, 0, 1 << 24)) return false; }
+    else if (a == "--head-count") { if (!intOpt(shape.headCount, 0, 1 << 24)) return false; }
     else if (a == "--kv-lens" || a == "--q-offsets" || a == "--kv-offsets") {
       if (!next())
         return false;

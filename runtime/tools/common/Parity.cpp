@@ -302,6 +302,9 @@ std::vector<Shape> suiteShapes(const Shape &base,
   // A key block of a longer sequence (context parallelism, an evicted
   // cache prefix): the modifiers see the keys' true positions.
   extra([](Shape &s) { s.mode = Mode::Chunk; s.kvOffsets = {36}; });
+  // Heads 8..15 of a model with 24 (a head-parallel shard): the modifiers
+  // see the model's h, H and HKV.
+  extra([](Shape &s) { s.headOffset = 8; s.headCount = 24; });
   return out;
 }
 

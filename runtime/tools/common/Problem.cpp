@@ -62,6 +62,9 @@ std::string Shape::describe() const {
     lens += (i ? "," : " qpos=") + std::to_string(qOffsets[i]);
   for (size_t i = 0; i < kvOffsets.size(); ++i)
     lens += (i ? "," : " kvpos=") + std::to_string(kvOffsets[i]);
+  if (headOffset || headCount)
+    lens += fmt::format(" heads={}+{}/{}", headOffset, heads,
+                        headCount ? headCount : headOffset + heads);
   return fmt::format("{}/{} {} {} B{} Lq{} Lkv{} D{}{}{}{}{}{}{}", heads, kvHeads,
                      modeName(mode), rt::dtypeName(dtype), batch, qLen, kvLen,
                      headDim, vHeadDim != headDim ? fmt::format("/{}", vHeadDim) : "",
@@ -228,8 +231,11 @@ rt::Status makeInputs(const rt::VariantInfo &v, const Shape &s,
     }
     kvDim = std::max<int64_t>(kvDim, 1);
   }
+  // With a head offset, H and HKV are the model's head counts.
+  int64_t modelH = s.headCount ? s.headCount : s.headOffset + H;
   std::map<std::string, int64_t> bound = {
-      {"B", B}, {"H", H}, {"HKV", HK}, {"Q", Lq}, {"KV", kvDim}};
+      {"B", B}, {"H", modelH}, {"HKV", HK ? modelH / std::max<int64_t>(H / HK, 1) : HK},
+      {"Q", Lq}, {"KV", kvDim}};
   std::map<std::string, std::string> boundBy; // free dim -> "--input x=f"
   CaptureFiles files;
   for (const rt::ParamSpec &p : v.params) {
@@ -382,6 +388,8 @@ rt::Status makeInputsChecked(const rt::VariantInfo &v, const Shape &s,
       a.qOffsets.push_back(static_cast<int32_t>(
           s.qOffsets[s.qOffsets.size() == 1 ? 0 : b]));
   }
+  a.headOffset = static_cast<int32_t>(s.headOffset);
+  a.headCount = static_cast<int32_t>(s.headCount);
   for (int64_t b = 0; b < B && !s.kvOffsets.empty(); ++b)
     a.kvOffsets.push_back(static_cast<int32_t>(
         s.kvOffsets[s.kvOffsets.size() == 1 ? 0 : b]));

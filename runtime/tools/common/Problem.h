@@ -49,6 +49,10 @@ struct Shape {
   /// sequence); empty: 0. Captures' KV dims then span the positions, up to
   /// the last key's; the queries' default end follows the keys'.
   std::vector<int64_t> kvOffsets;
+  /// The query heads are heads headOffset.. of a model with headCount
+  /// (0: headOffset + heads), as the modifiers see them; captures over H
+  /// and HKV take the model's sizes (AttentionArgs::headOffset).
+  int64_t headOffset = 0, headCount = 0;
   /// Fills in the defaults that depend on the mode: lengths that are not
   /// multiples of any tile size.
   void resolve();

@@ -403,8 +403,7 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
         IRMapping inv;
         inv.map(v_.getMaskBlock().getArgument(0),
                 arith::IndexCastOp::create(b_, i32_, b));
-        inv.map(v_.getMaskBlock().getArgument(1),
-                arith::IndexCastOp::create(b_, i32_, h));
+        inv.map(v_.getMaskBlock().getArgument(1), headIndex(h));
         materializeMaskInvariants(inv);
         loop0(cIdx(0), e.nQT, 1, [&](Value qt) {
           Item it = itemAt(h, qt);

@@ -585,7 +585,7 @@ LogicalResult CpuKernel::lowerRowRun(ArrayRef<Operation *> run) {
     rs.r = r;
     auto [hr, ir] = rowCoords(e, it, r);
     rs.qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
-    rs.hI32 = arith::IndexCastOp::create(b_, i32_, hr);
+    rs.hI32 = headIndex(hr);
     rs.bI32 = it.bI32;
     Block &scoreBlock = v_.getScoreBlock(), &maskBlock = v_.getMaskBlock();
     rs.scoreRow.map(scoreBlock.getArgument(1), it.bI32);

@@ -422,7 +422,7 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
     std::pair<Value, Value> hi = rowCoords(e, it, minI(r, sub(it.rows, c1)));
     h[k] = hi.first;
     i[k] = hi.second;
-    hI32[k] = arith::IndexCastOp::create(b_, i32_, h[k]);
+    hI32[k] = headIndex(h[k]);
     qpos[k] = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i[k]));
     lse[k] = load(fs, r);
     delta[k] = load(fs, add(r, cIdx(R)));
@@ -590,7 +590,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     SmallVector<Value> init((D + DV) / 8 * 4, e.zeroF);
     scf::ForOp heads = loop(c0, e.G, 1, init, [&](Value gi, ValueRange acc0) {
       Value h = add(mul(kt.kvh, e.G), gi);
-      Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      Value hI32 = headIndex(h);
       Value bI32 = arith::IndexCastOp::create(b_, i32_, kt.b);
       IRMapping inv = maskInvariants(kt, hI32);
       scf::ForOp qtiles = loop(c0, e.nQT, 1, acc0, [&](Value qt, ValueRange acc) {

@@ -143,7 +143,7 @@ private:
   /// (h, i) are kept as i32 (the epilogue widens them again): two
   /// registers per row across the KV loop instead of four.
   struct Row {
-    Value live, hI32, iI32, qpos;
+    Value live, hI32, iI32, qpos; // hI32: the model's head (offset added)
   };
   /// The loop state: O fragments [mt][dt][4], then m and l per row.
   struct State {
@@ -354,7 +354,7 @@ void TensorCoreKernel::computeRows() {
                    arith::IndexCastOp::create(b_, i32_, it.rows));
       // Rows past the end compute on the last row; they are not stored.
       auto [h, i] = rowCoords(e, it, minI(r, sub(it.rows, c1)));
-      R.hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      R.hI32 = headIndex(h);
       R.iI32 = arith::IndexCastOp::create(b_, i32_, i);
       R.qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
       rows.push_back(R);
@@ -972,7 +972,11 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
     int64_t mt = r / 2, half = r % 2;
     Value invL = invLs[r];
     ifThen(row.live, [&] {
-      Value h = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.hI32);
+      // The call's head: the model's less the head offset (recomputed here
+      // rather than kept live across the KV loop).
+      Value h = sub(arith::IndexCastUIOp::create(b_, b_.getIndexType(),
+                                                 row.hI32),
+                    ipAt(abi::kHeadPos0));
       Value i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.iI32);
       Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])),
                        mul(i, e.os[2]));

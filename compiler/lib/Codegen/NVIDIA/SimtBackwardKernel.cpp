@@ -110,7 +110,7 @@ LogicalResult SimtBackward::lowerQueryGrads(flash::KernelOp kernel,
   std::pair<Value, Value> hi = rowCoords(e, it, minI(r, sub(it.rows, c1)));
   Value h = hi.first, i = hi.second;
   Value qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i));
-  Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+  Value hI32 = headIndex(h);
   Value qRow = offset4(e.qs, it.b, h, i);
   loop0(c0, cIdx(D), 1, [&](Value d) {
     store(toF32(load(e.q, add(qRow, mul(d, e.qs[3])))), Qp, d);
@@ -208,7 +208,7 @@ LogicalResult SimtBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     });
     loop0(c0, e.G, 1, [&](Value g) {
       Value h = add(mul(kvh, e.G), g);
-      Value hI32 = arith::IndexCastOp::create(b_, i32_, h);
+      Value hI32 = headIndex(h);
       IRMapping inv = maskInvariants(k, hI32);
       loop0(c0, e.nQT, 1, [&](Value qt) {
         Item it = itemAt(h, qt);

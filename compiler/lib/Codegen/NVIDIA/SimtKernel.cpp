@@ -98,7 +98,7 @@ LogicalResult SimtKernel::lower(flash::KernelOp kernel,
   // Rows past the end read the last row (their results are not stored).
   auto [hr, ir] = rowCoords(e, it, minI(tid, sub(it.rows, cIdx(1))));
   qpos = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, ir));
-  hI32 = arith::IndexCastOp::create(b_, i32_, hr);
+  hI32 = headIndex(hr);
   Block &sb = v_.getScoreBlock(), &mb = v_.getMaskBlock();
   scoreRow = hoistUniform(sb, {0, 4},
                           {e.zeroF, it.bI32, hI32, qpos, cI32(0)});

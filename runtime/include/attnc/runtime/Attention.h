@@ -72,6 +72,12 @@ struct AttentionArgs {
   /// Optional, per sequence: the position of key 0. With it, a capture's
   /// KV axis spans positions (it must reach the last key's), not Lkv.
   std::vector<int32_t> kvOffsets;
+  /// The query heads are heads headOffset .. + Hq - 1 of a model with
+  /// headCount query heads (0: headOffset + Hq), as the modifiers see them
+  /// (h, `size H`, `size HKV`, captures over H and HKV): a head-parallel
+  /// shard (Ulysses). K/V heads follow (GQA's group size is the same).
+  int32_t headOffset = 0;
+  int32_t headCount = 0;
   double scale = 0.0;            // 0: 1 / sqrt(Dqk)
   std::vector<std::pair<std::string, TensorView>> tensors; // captures
   std::vector<std::pair<std::string, double>> scalars;
@@ -95,6 +101,8 @@ struct Problem {
   const PageTable *pages = nullptr; // checked against the pools
   int64_t numPages = 0;
   std::vector<int32_t> kvLen, qPos0, kvPos0;
+  int32_t headPos0 = 0; // the first query head's index (head offset)
+  int64_t headCount = 0; // H as the modifiers see it (HKV: headCount / G)
   double scale = 1.0;
   std::vector<BoundParam> params; // in VariantInfo::params order
   bool hasLse = false;
@@ -124,6 +132,7 @@ public:
   int64_t batch = 1, heads = 1, numQTiles = 0, numKTiles = 0;
   int64_t blockM = 0, blockN = 0, lq = 0;
   std::vector<int32_t> kvLen, qPos0, kvPos0; // what it was built for
+  int32_t headPos0 = 0;
   std::vector<int8_t> classes;       // [batch][heads][numQTiles][numKTiles]
   int8_t at(int64_t b, int64_t h, int64_t qt, int64_t kt) const {
     return classes[((b * heads + h) * numQTiles + qt) * numKTiles + kt];

@@ -90,6 +90,9 @@ enum : int64_t {
   kDropKey1,
   kKvSize,     // KV as the modifiers read it (`size KV`): Lkv, or with key
                // offsets the extent of the key positions (Attention.h)
+  kHeadPos0,   // the index the modifiers see for query head 0 (head offset)
+  kHSize,      // H and HKV as the modifiers read them: Hq and Hkv, or with
+  kHkvSize,    // a head offset the whole model's head counts
   kFixedEnd,   // then: params, capture shapes, per-sequence lengths, pages
 };
 
