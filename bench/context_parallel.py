@@ -7,14 +7,18 @@ the bytes each rank receives per step.
       [--heads 8] [--dim 64] [--steps 5] [--variant causal] [--json F]
 
 Each world size is one launch of its ranks (this script re-runs itself per
-rank). Every rank uses one thread, so a world of N needs N cores to be a
-fair comparison with the single-process run, which also uses one thread
-(the time a step would take if every rank had its own device). Bytes are
+rank). attnc's CPU kernels use every core of the machine in each process
+(torch's own ops one thread), so the ranks share the machine's cores with
+each other, and the single-process run has them all: the ratio is the
+schemes' cost over one process on the same cores (communication, merges,
+reordering), not a multi-device speed-up. Bytes are
 counted from the shapes the scheme moves, per rank and step (float32):
   all_gather: forward K and V from the N-1 other ranks; backward dK and dV
               reduce-scattered (N-1 shards sent and received);
   ring:       forward N-1 K/V blocks; backward N-1 K/V blocks again and N
-              dK/dV blocks (the last one home).
+              dK/dV blocks (the last one home);
+  ulysses:    (N-1)/N of this rank's Q, K, V and output shards, forward
+              and backward (H = HKV here).
 The model beside the table: a step of ring attention hides each block's
 transfer under a block's compute when bytes_block / bandwidth < the block's
 compute time; all-gather pays its transfer before the compute.
@@ -85,8 +89,10 @@ def worker(rank, world, port, a):
             kv_shard = 2 * B * H * (S // world) * D * 4  # K and V, float32
             if scheme == "all_gather":
                 recv = (world - 1) * kv_shard * 2  # forward K/V, backward dK/dV
-            else:
+            elif scheme == "ring":
                 recv = (world - 1) * kv_shard * 2 + world * kv_shard
+            else:  # q, k, v and out each way, (N-1)/N of a shard each
+                recv = 2 * (world - 1) * (kv_shard * 2) // world
             rows.append({"scheme": scheme, "load_balance": balance,
                          "rank": rank, "seconds": sec, "bytes_received": recv,
                          "launches": n})
@@ -129,13 +135,13 @@ def main():
         sys.exit("a rank failed: exit codes %s" % [p.returncode for p in procs])
     result = json.loads([l for l in outs[0].splitlines() if l.startswith("{")][0])
     single = result["single_process_seconds"]
-    print("%s, S=%d, H=%d, D=%d, %d ranks (gloo, 1 thread each); one process: "
-          "%.3f s per step" % (result["variant"], result["seq"], result["heads"],
+    print("%s, S=%d, H=%d, D=%d, %d ranks (gloo, sharing the cores); one "
+          "process: %.3f s per step" % (result["variant"], result["seq"], result["heads"],
                                result["dim"], result["world"], single))
-    print("| scheme | balanced | slowest rank, s/step | speed-up vs 1 process "
+    print("| scheme | balanced | slowest rank, s/step | vs 1 process, same cores "
           "| MB received per rank | launches fwd/bwd (rank 0) |")
     print("|---|---|---|---|---|---|")
-    for scheme in ("all_gather", "ring"):
+    for scheme in ("all_gather", "ring", "ulysses"):
         for balance in (True, False):
             rs = [r for r in result["rows"]
                   if r["scheme"] == scheme and r["load_balance"] == balance]
