@@ -36,11 +36,14 @@ ranks, so every rank ends with the full gradient.
 Not here yet: torch.compile of these calls (the collectives run
 eagerly).
 """
+import contextlib
+import threading
+
 import torch
 import torch.distributed as dist
 
 __all__ = ["chunks", "shard", "unshard", "merge", "attention", "flex_attention",
-           "SCHEMES"]
+           "context_parallel", "SCHEMES"]
 
 #: The schemes `attention` takes.
 SCHEMES = ("all_gather", "ring", "ulysses")
@@ -472,3 +475,48 @@ def flex_attention(query, key, value, score_mod=None, mask_mod=None, group=None,
                       dropout_offset=dropout_offset)
     return attention(kernel, query, key, value, group, scheme=scheme,
                      load_balance=load_balance, scale=scale, **params)
+
+
+_state = threading.local()
+
+
+def _active():
+    """The innermost context_parallel's (group, scheme, load_balance), or
+    None."""
+    return getattr(_state, "ctx", None)
+
+
+@contextlib.contextmanager
+def context_parallel(group=None, *, buffers=(), buffer_seq_dims=(),
+                     no_restore_buffers=(), scheme="all_gather",
+                     load_balance=True):
+    """PyTorch's context_parallel, for attnc: inside it, `buffers` (tensors
+    over the whole sequence, their sequence axis in `buffer_seq_dims`) hold
+    this rank's shard (`shard`'s order, in place: their .data), and
+    attnc.flex_attention runs sharded over the group with the closures
+    seeing global positions (a block_mask made for the whole sequence).
+    On exit each buffer gets its whole data back, except those in
+    `no_restore_buffers` (keep the inputs whose shard-shaped gradients
+    the step reads). attnc.flex_attention returns the output only here (no
+    LSE)."""
+    buffers, dims = list(buffers), list(buffer_seq_dims)
+    if len(buffers) != len(dims):
+        raise ValueError("context_parallel: %d buffers but %d buffer_seq_dims"
+                         % (len(buffers), len(dims)))
+    if scheme not in SCHEMES:
+        raise ValueError("'scheme' is %r, expected one of %s"
+                         % (scheme, ", ".join(SCHEMES)))
+    saved = []
+    for b, d in zip(buffers, dims):
+        saved.append(b.data)
+        b.data = shard(b.data, group, dim=d, load_balance=load_balance).contiguous()
+    outer = _active()
+    _state.ctx = (group, scheme, load_balance)
+    try:
+        yield
+    finally:
+        _state.ctx = outer
+        keep = {id(x) for x in no_restore_buffers}
+        for b, data in zip(buffers, saved):
+            if id(b) not in keep:
+                b.data = data

@@ -627,6 +627,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                 what, "L" if what == "query" else "S",
                 "shape %s" % (tuple(int(s) for s in shape),) if shape is not None
                 else type(x).__name__))
+    sharded = _context_parallel()
+    if sharded is not None:
+        return _flex_sharded(sharded, query, key, value, score_mod, block_mask,
+                             scale, enable_gqa, return_lse or return_aux,
+                             dropout_p, dropout_seed, dropout_offset)
     aux = None
     if return_aux is not None:
         if getattr(return_aux, "max_scores", False):
@@ -675,6 +680,44 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         return result
     out, lse = result if return_lse else (result, None)
     return out, _aux_output(lse if aux else None)
+
+
+def _context_parallel():
+    """attnc.distributed.context_parallel's state when one is active (the
+    module is only looked up, never imported here)."""
+    cp = sys.modules.get("attnc.distributed")
+    return cp._active() if cp is not None else None
+
+
+def _flex_sharded(ctx, query, key, value, score_mod, block_mask, scale,
+                  enable_gqa, wants_lse, dropout_p, dropout_seed,
+                  dropout_offset):
+    """flex_attention inside attnc.distributed.context_parallel: the
+    shards of this rank, attended over the group."""
+    from . import distributed as cp
+    group, scheme, load_balance = ctx
+    if wants_lse:
+        raise NotImplementedError(
+            "attnc.flex_attention under attnc.distributed.context_parallel "
+            "returns the output only: the LSE is not gathered")
+    mask_mod = None
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise _attnc.Error("block_mask must come from attnc.create_block_mask")
+        world = cp._world(group)[0]
+        L, S = int(query.shape[2]) * world, int(key.shape[2]) * world
+        if (block_mask.Q_LEN, block_mask.KV_LEN) != (L, S):
+            raise _attnc.Error("block_mask was made for Q_LEN=%d, KV_LEN=%d, but "
+                               "the sharded sequence has %d query and %d key "
+                               "positions (%d ranks)" % (
+                                   block_mask.Q_LEN, block_mask.KV_LEN, L, S,
+                                   world))
+        mask_mod = block_mask.mask_mod
+    return cp.flex_attention(query, key, value, score_mod, mask_mod, group,
+                             scheme=scheme, load_balance=load_balance,
+                             scale=scale, enable_gqa=enable_gqa,
+                             dropout_p=dropout_p, dropout_seed=dropout_seed,
+                             dropout_offset=dropout_offset)
 
 
 def _aux_output(lse):

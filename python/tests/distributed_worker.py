@@ -126,6 +126,37 @@ def run_case(rank, world, name, variant, H, HKV, S, make_params, balance, scheme
     return row
 
 
+def run_context_parallel(rank, world, scheme, balance):
+    """attnc.flex_attention as FlexAttention users write it, inside
+    cp.context_parallel: the buffers sharded in place, the block mask made
+    for the whole sequence; the output shard and the gradient shards
+    against the whole-sequence run."""
+    B, H, S, D = 2, 4, 16 * world, 8
+    q, k, v, dout, _ = inputs(B, H, H, S, D, seed=99)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    bm = attnc.create_block_mask(causal_mask, None, None, S, S)
+    ref = attnc.flex_attention(*leaves, softcap, block_mask=bm)
+    ref.backward(dout)
+    sh = [t.clone().requires_grad_() for t in (q, k, v)]
+    g = dout.clone()
+    with cp.context_parallel(buffers=sh + [g], buffer_seq_dims=[2] * 4,
+                             no_restore_buffers=sh + [g], scheme=scheme,
+                             load_balance=balance):
+        out = attnc.flex_attention(*sh, softcap, block_mask=bm)
+        out.backward(g)
+    restored = cp.shard(q, load_balance=balance)
+
+    def diff(a, b):
+        return float((a - b).abs().max())
+    row = {"case": "context_parallel_flex", "rank": rank, "world": world,
+           "load_balance": balance, "scheme": scheme,
+           "out": diff(out, cp.shard(ref.detach(), load_balance=balance)),
+           "shard_in_place": diff(sh[0].detach(), restored)}
+    for n, s, w in zip("qkv", sh, leaves):
+        row["d" + n] = diff(s.grad, cp.shard(w.grad, load_balance=balance))
+    return row
+
+
 def main():
     rank, world, port = (int(a) for a in sys.argv[1:4])
     torch.set_num_threads(1)
@@ -144,6 +175,16 @@ def main():
                                "load_balance": balance, "scheme": scheme,
                                "error": "%s: %s" % (type(e).__name__, e)}
                     print(json.dumps(row), flush=True)
+        for scheme in cp.SCHEMES:
+            for balance in (True, False):
+                try:
+                    row = run_context_parallel(rank, world, scheme, balance)
+                except Exception as e:  # reported: the test fails
+                    row = {"case": "context_parallel_flex", "rank": rank,
+                           "world": world, "load_balance": balance,
+                           "scheme": scheme,
+                           "error": "%s: %s" % (type(e).__name__, e)}
+                print(json.dumps(row), flush=True)
         # Ulysses needs heads the group divides: refused by name otherwise.
         try:
             z = torch.zeros(1, world + 1, 16, 8)

@@ -71,8 +71,8 @@ def test_sharded_runs_equal_one_process(world_rows):
             % (world, world + 1, world + 1, world)), r
     rows = [r for r in rows if r["case"] != "ulysses_heads_refused"]
     seen = {(r["case"], r["rank"], r["load_balance"], r["scheme"]) for r in rows}
-    want = {(c, rank, lb, sc) for c in CASES[world] for rank in range(world)
-            for lb in (True, False) for sc in cp.SCHEMES}
+    want = {(c, rank, lb, sc) for c in CASES[world] + ["context_parallel_flex"]
+            for rank in range(world) for lb in (True, False) for sc in cp.SCHEMES}
     assert seen == want, "missing: %s" % sorted(want - seen)
     for r in rows:
         assert "error" not in r, r
@@ -80,7 +80,7 @@ def test_sharded_runs_equal_one_process(world_rows):
             if key in ("case", "rank", "world", "load_balance", "scheme",
                        "launches"):
                 continue
-            if key in ("out", "dq", "dk", "dv"):
+            if key in ("out", "dq", "dk", "dv", "shard_in_place"):
                 assert value <= 1e-5, r
             elif key.startswith("d") and key not in ("dq", "dk", "dv"):
                 # A capture's gradient: every rank's part summed over the group.
@@ -142,5 +142,9 @@ def test_chunks_and_shapes_are_checked():
     with pytest.raises(ValueError, match="'scheme' is 'tree', expected one of all_gather, ring, ulysses"):
         cp.attention(None, torch.zeros(1, 1, 8, 8), torch.zeros(1, 1, 8, 8),
                      torch.zeros(1, 1, 8, 8), scheme="tree")
+    with pytest.raises(ValueError, match="2 buffers but 1 buffer_seq_dims"):
+        with cp.context_parallel(buffers=[torch.zeros(1), torch.zeros(1)],
+                                 buffer_seq_dims=[2]):
+            pass
     with pytest.raises(ValueError, match="4-d"):
         cp._check(torch.zeros(2, 3), torch.zeros(1, 1, 1, 1), torch.zeros(1, 1, 1, 1), 2)
