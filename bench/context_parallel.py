@@ -107,6 +107,46 @@ def worker(rank, world, port, a):
     dist.destroy_process_group()
 
 
+def write_svg(path, results):
+    """A plain SVG bar chart (no plotting library): per world size and
+    scheme, the slowest rank's time per step over one process's, balanced
+    and not."""
+    bars = []
+    for r in results:
+        single = r["single_process_seconds"]
+        for scheme in ("all_gather", "ring", "ulysses"):
+            for balance in (True, False):
+                rs = [x for x in r["rows"] if x["scheme"] == scheme
+                      and x["load_balance"] == balance]
+                if rs:
+                    bars.append(("%d ranks %s%s" % (r["world"], scheme,
+                                                    "" if balance else " (unbal.)"),
+                                 max(x["seconds"] for x in rs) / single))
+    width, row, left = 640, 22, 210
+    top = max(v for _, v in bars) * 1.1
+    scale = (width - left - 60) / top
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+           'font-family="sans-serif" font-size="12">' % (width, 40 + row * len(bars))]
+    out.append('<text x="10" y="16">time per step / one process (same cores; '
+               'lower is better)</text>')
+    x1 = left + scale
+    out.append('<line x1="%.1f" y1="24" x2="%.1f" y2="%d" stroke="#888" '
+               'stroke-dasharray="4"/>' % (x1, x1, 30 + row * len(bars)))
+    for i, (label, v) in enumerate(bars):
+        y = 28 + i * row
+        out.append('<text x="%d" y="%d" text-anchor="end">%s</text>'
+                   % (left - 6, y + 14, label))
+        out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>'
+                   % (left, y + 2, v * scale, row - 6,
+                      {"all_gather": "#4c78a8", "ring": "#f58518"}.get(
+                          label.split()[2], "#54a24b")))
+        out.append('<text x="%.1f" y="%d">%.2f</text>' % (left + v * scale + 4,
+                                                          y + 14, v))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--world", type=int, default=2)
@@ -116,9 +156,17 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--variant", default="causal")
     p.add_argument("--json")
+    p.add_argument("--svg", nargs="+", metavar=("OUT.svg", "RESULT.json"),
+                   help="no run: a bar chart of RESULT.json files (time per "
+                        "step relative to one process, per scheme)")
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.svg:
+        if len(a.svg) < 2:
+            sys.exit("--svg OUT.svg RESULT.json [RESULT.json ...]")
+        write_svg(a.svg[0], [json.load(open(f)) for f in a.svg[1:]])
+        return
     if a.rank is not None:
         worker(a.rank, a.world, a.port, a)
         os._exit(0)
