@@ -41,6 +41,13 @@ def captures(name, g):
     return {}
 
 
+def leaves(q, k, v, params):
+    """Fresh leaves of q, k, v and of the float captures, for a backward."""
+    ps = {n: x.clone().requires_grad_() if isinstance(x, torch.Tensor)
+          and x.is_floating_point() else x for n, x in params.items()}
+    return [t.clone().requires_grad_() for t in (q, k, v)], ps
+
+
 @pytest.mark.parametrize("name", ["causal", "sliding_window", "document_mask",
                                   "alibi", "synaptic", "relative_bias"])
 def test_key_blocks_merged_equal_all_keys(name):
@@ -53,16 +60,11 @@ def test_key_blocks_merged_equal_all_keys(name):
     dlse = torch.randn(B, H, S, generator=g)
     ker = kernel(name)
 
-    def leaves():
-        ps = {n: x.clone().requires_grad_() if isinstance(x, torch.Tensor)
-              and x.is_floating_point() else x for n, x in params.items()}
-        return [t.clone().requires_grad_() for t in (q, k, v)], ps
-
-    (qa, ka, va), pa = leaves()
+    (qa, ka, va), pa = leaves(q, k, v, params)
     out, lse = ker(qa, ka, va, q_offsets=[0] * B, return_lse=True, **pa)
     ((out * dout).sum() + (lse * dlse).sum()).backward()
 
-    (qb, kb, vb), pb = leaves()
+    (qb, kb, vb), pb = leaves(q, k, v, params)
     outs, lses = [], []
     for s, e in zip(BOUNDS, BOUNDS[1:]):
         o, l = ker(qb, kb[:, :, s:e], vb[:, :, s:e], q_offsets=[0] * B,
@@ -156,15 +158,10 @@ def test_head_shards_equal_the_whole_model(name):
         ker = kernel(name)
         params = captures(name, g)
 
-    def leaves():
-        ps = {n: x.clone().requires_grad_() if isinstance(x, torch.Tensor)
-              and x.is_floating_point() else x for n, x in params.items()}
-        return [t.clone().requires_grad_() for t in (q, k, v)], ps
-
-    (qa, ka, va), pa = leaves()
+    (qa, ka, va), pa = leaves(q, k, v, params)
     out = ker(qa, ka, va, **pa)
     (out * dout).sum().backward()
-    (qb, kb, vb), pb = leaves()
+    (qb, kb, vb), pb = leaves(q, k, v, params)
     half = H // 2
     parts = [ker(qb[:, i * half:(i + 1) * half], kb[:, i:i + 1], vb[:, i:i + 1],
                  head_offset=i * half, head_count=H, **pb) for i in range(2)]

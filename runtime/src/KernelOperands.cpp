@@ -104,12 +104,12 @@ Operands buildOperands(const VariantInfo &v, const KernelSpec &spec,
   ip[abi::kDropScaleBits] = scaleBits;
   ip[abi::kDropKey0] = p.dropout.key0;
   ip[abi::kDropKey1] = p.dropout.key1;
-  // The problem sizes follow the declared parameters (kProblemSizeNames'
-  // order): KV is the last.
-  ip[abi::kKvSize] = static_cast<int64_t>(p.params.back().scalar);
-  size_t sizes = p.params.size() - 5; // B, H, HKV, Q, KV
-  ip[abi::kHSize] = static_cast<int64_t>(p.params[sizes + 1].scalar);
-  ip[abi::kHkvSize] = static_cast<int64_t>(p.params[sizes + 2].scalar);
+  // The problem sizes follow the declared parameters, in
+  // kProblemSizeNames' order (B, H, HKV, Q, KV).
+  const BoundParam *sizes = &p.params[v.params.size()];
+  ip[abi::kHSize] = static_cast<int64_t>(sizes[1].scalar);
+  ip[abi::kHkvSize] = static_cast<int64_t>(sizes[2].scalar);
+  ip[abi::kKvSize] = static_cast<int64_t>(sizes[4].scalar);
   ip[abi::kHeadPos0] = p.headPos0;
   return o;
 }

@@ -253,3 +253,38 @@ TEST_CASE("tile counts of closed-form masks", "[cpu]") {
   CHECK(s->countTiles("doc", spec, 1, 64, {64}, {0}, {}, c).message().find(
             "data-dependent") != std::string::npos);
 }
+
+TEST_CASE("a block of positions classified for every sequence and head "
+          "(the ring's skip test)", "[cpu]") {
+  std::string diags;
+  std::unique_ptr<Session> s;
+  REQUIRE(Session::loadSource("t.attn", std::string(kSources) +
+                                            "variant window(w: i32) {\n"
+                                            "  mask_mod(b, h, q, kv) = q >= kv && q - kv < w }",
+                              diags, s)
+              .isOk());
+  auto cls = [&](const char *v, std::map<std::string, int64_t> sizes,
+                 int64_t qlo, int64_t qhi, int64_t klo, int64_t khi) {
+    abi::TileClass c = abi::kPartial;
+    Status st = s->classifyBlock(v, sizes, 2, 4, qlo, qhi, klo, khi, c);
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+    return c;
+  };
+  // Causal: keys after every query are empty, keys before every one full.
+  CHECK(cls("causal", {}, 0, 7, 8, 15) == abi::kEmpty);
+  CHECK(cls("causal", {}, 8, 15, 0, 7) == abi::kFull);
+  CHECK(cls("causal", {}, 0, 15, 0, 15) == abi::kPartial);
+  // The window reads w: far-behind keys are empty too.
+  CHECK(cls("window", {{"w", 4}}, 100, 107, 0, 7) == abi::kEmpty);
+  CHECK(cls("window", {{"w", 200}}, 100, 107, 0, 7) == abi::kFull);
+  // Unbound w: undecided, never empty.
+  CHECK(cls("window", {}, 100, 107, 0, 7) == abi::kPartial);
+  // A data-dependent mask is never skipped.
+  CHECK(cls("doc", {}, 0, 7, 8, 15) == abi::kPartial);
+  abi::TileClass c;
+  CHECK(s->classifyBlock("causal", {}, 1, 1, 5, 4, 0, 1, c).message().find(
+            "non-empty") != std::string::npos);
+  CHECK(s->classifyBlock("nope", {}, 1, 1, 0, 1, 0, 1, c).code() ==
+        StatusCode::NotFound);
+}

@@ -72,7 +72,8 @@ protected:
   /// A `_bwd_kv` item: (b, KV head, KV tile) and the tile's keys.
   struct KeyTile {
     Value b, kvh, kt, kvLen, kv0, cols;
-    Value kvpos0; // the position of the sequence's first key, i32
+    Value kvpos0; // the position of the sequence's first key (0 without
+                  // key offsets)
   };
   KeyTile decodeKeyTile(Value item);
   /// The forward's item (b, h, qt) with one head per item and no split
