@@ -3,7 +3,9 @@
 # portable runtime-only binaries (attnc-run, the embedding example), one
 # kernel package per example for TARGET (and one of its large head dims,
 # f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
-# of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), and
+# of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), causal's
+# and synaptic's key-offset kernels (forward and backward, under
+# key-offsets/), and
 # run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
@@ -28,7 +30,7 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
 cmake --build "$src/build-device"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" "$out/large" \
-  "$out/candidates" "$out/backward"
+  "$out/candidates" "$out/backward" "$out/key-offsets"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
 for f in "$src"/examples/*.attn; do
@@ -46,6 +48,13 @@ for n in causal document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
     --backward --target="$first" --dtypes=f32,f16,bf16 \
     --head-dims=64,80,128,64:32 -o "$out/backward/$n.json"
+done
+# Key-offset kernels (a key block at its true positions: context
+# parallelism), forward and backward, for the chunk cases with --kv-offsets.
+for n in causal synaptic; do
+  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+    --backward --key-offsets --target="$first" --dtypes=f32,bf16 \
+    --head-dims=64,128 -o "$out/key-offsets/$n.json"
 done
 # The tuner's candidates (16 MB) only when asked: BUNDLE_TUNE=1.
 if [[ "${BUNDLE_TUNE:-0}" == 1 ]]; then

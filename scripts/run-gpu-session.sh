@@ -3,7 +3,8 @@
 # ends inside the device tool's limit and every part reports:
 #   A. correctness, in parallel (CPU-bound fp64 references on the device's
 #      cores): the forward parity matrix of every packaged example, the
-#      backward suite (never run on a GPU before 2026-11-26), compute-
+#      backward suite (never run on a GPU before 2026-11-26), key blocks at
+#      their positions (key-offset kernels, forward and backward), compute-
 #      sanitizer memcheck/racecheck of forward and backward, the runtime-only
 #      Python package's GPU tests;
 #   B. timings, one at a time: bench/compare_torch.py (flex_attention
@@ -62,6 +63,20 @@ for p in "$dev"/backward/*.json; do
     done
     "$run" "$p" --backward --suite ) > "$a/backward-$n.txt" 2>&1 &
 done
+# Key blocks at their true positions (the kernels context parallelism
+# runs), forward and backward, against the fp64 reference.
+( for p in "$dev"/key-offsets/*.json; do
+    for dt in f32 bf16; do
+      for d in 64 128; do
+        for kvo in 36 1000; do
+          "$run" "$p" --dtype $dt --heads 8 --kv-heads 2 --head-dim $d \
+            --v-head-dim $d --mode chunk --q-len 33 --kv-len 200 --kv-offsets $kvo
+          "$run" "$p" --backward --dtype $dt --heads 8 --kv-heads 2 --head-dim $d \
+            --v-head-dim $d --mode chunk --q-len 33 --kv-len 200 --kv-offsets $kvo
+        done
+      done
+    done
+  done ) > "$a/key-offsets.txt" 2>&1 &
 if command -v compute-sanitizer >/dev/null; then
   ( for n in causal synaptic document_mask; do
       echo "== memcheck backward $n"
@@ -93,7 +108,7 @@ killer=$!
 wait $(jobs -p | grep -v "^$killer$") 2>/dev/null
 kill $killer 2>/dev/null
 {
-  for f in "$a"/parity-*.txt "$a"/backward-*.txt; do
+  for f in "$a"/parity-*.txt "$a"/backward-*.txt "$a"/key-offsets.txt; do
     echo "$(basename "$f" .txt): $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$f" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}'); FAIL lines: $(grep -c FAIL "$f")"
   done
   cat "$a/sanitizer.txt" 2>/dev/null

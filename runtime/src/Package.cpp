@@ -120,14 +120,15 @@ Status bad(const std::string &origin, const std::string &what) {
       fmt::format("'{}' is not a valid attnc package: {}", origin, what));
 }
 
-/// A kernel entry's name: attnc_<variant>_<dtype>_d<D>v<Dv>_m<M>n<N>w<W>s<S>,
-/// checked against the manifest's own fields.
+/// A kernel entry's name: attnc_<variant>_<dtype>_d<D>v<Dv>_<options>
+/// m<M>n<N>w<W>s<S> (options: kernelOptionTags), checked against the
+/// manifest's own fields.
 bool checkKernelName(const GpuKernelImage &k, const std::string &variant,
                      std::string &why) {
-  std::string want = fmt::format("attnc_{}_{}_d{}v{}_m{}n{}w{}s", variant,
+  std::string want = fmt::format("attnc_{}_{}_d{}v{}_{}m{}n{}w{}s", variant,
                                  dtypeName(k.spec.dtype), k.spec.headDim,
-                                 k.spec.vHeadDim, k.spec.blockM, k.spec.blockN,
-                                 k.threads / 32);
+                                 k.spec.vHeadDim, kernelOptionTags(k.spec),
+                                 k.spec.blockM, k.spec.blockN, k.threads / 32);
   int64_t stages = 0;
   if (k.kernel.rfind(want, 0) != 0 ||
       !parseInt(k.kernel.substr(want.size()), 1, 8, stages)) {

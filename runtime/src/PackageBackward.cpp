@@ -131,10 +131,12 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
                       k.query, k.target);
     return false;
   }
-  // Entries: attnc_<variant>_<dtype>_d<D>v<Dv>_<tiles>_bwd_q, the same with
-  // _bwd_kv, and _block_mask exactly for data-dependent masks.
-  std::string prefix = fmt::format("attnc_{}_{}_d{}v{}_", info.name, dtype,
-                                   k.spec.headDim, k.spec.vHeadDim);
+  // Entries: attnc_<variant>_<dtype>_d<D>v<Dv>_<options><tiles>_bwd_q
+  // (options: kernelOptionTags), the same with _bwd_kv, and _block_mask
+  // exactly for data-dependent masks.
+  std::string prefix = fmt::format("attnc_{}_{}_d{}v{}_{}", info.name, dtype,
+                                   k.spec.headDim, k.spec.vHeadDim,
+                                   kernelOptionTags(k.spec));
   const std::string q = "_bwd_q";
   if (k.query.rfind(prefix, 0) != 0 || k.query.size() <= prefix.size() + q.size() ||
       k.query.compare(k.query.size() - q.size(), q.size(), q) != 0) {

@@ -103,11 +103,9 @@ FormChoice formFor(const rt::KernelSpec &request, llvm::StringRef target,
 std::string kernelName(llvm::StringRef variant, const KernelForm &form,
                        const rt::KernelSpec &spec) {
   // The tile's name stays last (the runtime reads the stages from it).
-  return fmt::format("attnc_{}_{}_d{}v{}_{}{}{}", variant.str(),
+  return fmt::format("attnc_{}_{}_d{}v{}_{}{}", variant.str(),
                      rt::dtypeName(spec.dtype), spec.headDim, spec.vHeadDim,
-                     spec.dropout ? "dropout_" : "",
-                     spec.keyOffsets ? "kvoff_" : "",
-                     form.tileConfig(spec).name());
+                     rt::kernelOptionTags(spec), form.tileConfig(spec).name());
 }
 
 } // namespace attnc

@@ -47,6 +47,11 @@ struct KernelSpec {
                             // nothing, and refuses non-zero offsets
 };
 
+/// The part of a kernel's name its options give ("dropout_", "kvoff_", in
+/// that order, or empty): the compiler names kernels with it and the
+/// runtime checks packages' names against it.
+std::string kernelOptionTags(const KernelSpec &spec);
+
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as
 /// the generator states it: mma.sync m16n8k16 instructions per warp, and
 /// per thread (the thread with the most) 16-byte cp.async and atomic adds
