@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares .device/ (git-ignored) for a machine with a GPU but no LLVM/MLIR:
 # portable runtime-only binaries (attnc-run, the embedding example), one
-# kernel package per example for TARGET (and one of its large head dims,
-# f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
+# kernel package per example for TARGET (and, with BUNDLE_LARGE=1, one of
+# its large head dims, f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
 # of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), causal's
 # and synaptic's key-offset kernels (forward and backward, under
 # key-offsets/), and
@@ -18,8 +18,9 @@
 #   H100 or H200 the wgmma form where it applies, the mma.sync and SIMT
 #   forms elsewhere). packages-mma/ adds the same examples' mma.sync kernels
 #   (sm_90, bf16, D 64 and 128) for timing the two forms side by side. The
-#   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1, which keeps the
-#   bundle under 64 MiB (the device tool's carry limit).
+#   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1 and the large
+#   head dims only with BUNDLE_LARGE=1, which keeps the bundle and the
+#   working tree under 64 MiB together (the device tool's carry limit).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 target="${1:-sm_90a}"
@@ -38,16 +39,26 @@ for f in "$src"/examples/*.attn; do
   [[ "$n" == tour ]] && continue
   "$src/build/bin/attnc" compile "$f" --emit=package --target="$target" \
     --dtypes=f32,f16,bf16 --head-dims=64,80,128,64:32 -o "$out/packages/$n.json"
-  "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
-    --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
+  # Large head dims (7 MB) only when asked: BUNDLE_LARGE=1.
+  [[ "${BUNDLE_LARGE:-0}" == 1 ]] &&
+    "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
+      --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
   "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
     --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json"
 done
-# The backward (forward kernels included: attnc-run --backward runs both).
+# The backward (forward kernels included: attnc-run --backward runs both),
+# with f32 D=64 key-offset kernels beside the others for the suite's
+# key-block case (the runtime picks by what a call needs).
 for n in causal document_mask synaptic; do
   "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
     --backward --target="$first" --dtypes=f32,f16,bf16 \
     --head-dims=64,80,128,64:32 -o "$out/backward/$n.json"
+  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+    --backward --key-offsets --target="$first" --dtypes=f32 --head-dims=64 \
+    -o "$out/backward/$n.kvoff.json"
+  "$src/scripts/merge-packages.py" "$out/backward/$n.json" \
+    "$out/backward/$n.json" "$out/backward/$n.kvoff.json"
+  rm "$out/backward/$n.kvoff.json"
 done
 # Key-offset kernels (a key block at its true positions: context
 # parallelism), forward and backward, for the chunk cases with --kv-offsets.

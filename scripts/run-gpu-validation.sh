@@ -23,7 +23,8 @@ for p in "$dev"/packages/*.json; do
   n="$(basename "$p" .json)"
   "$run" "$p" --matrix > "$out/parity-$n.txt" 2>&1 || status=1
   # Large head dims (tensor cores only): GQA 8/2, one case per mode and dtype.
-  for dt in f16 bf16; do
+  # (large/ comes with BUNDLE_LARGE=1 only.)
+  [[ -f "$dev/large/$n.json" ]] && for dt in f16 bf16; do
     for d in 256:256 192:128; do
       for m in "prefill --q-len 77 --kv-len 77" "decode --kv-len 300" "chunk --q-len 33 --kv-len 200"; do
         "$run" "$dev/large/$n.json" --dtype $dt --heads 8 --kv-heads 2 \

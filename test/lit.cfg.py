@@ -21,6 +21,8 @@ import sys
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%bench",
                              os.path.join(config.attnc_src_root, "bench")))
+config.substitutions.append(("%scripts",
+                             os.path.join(config.attnc_src_root, "scripts")))
 # ptxas from a CUDA toolkit, when this machine has one.
 ptxas = shutil.which("ptxas") or next(
     (p for p in ["/usr/local/cuda/bin/ptxas"] if os.access(p, os.X_OK)), None)

@@ -74,17 +74,24 @@ def compile(source, variant=None, *, name=None):
 
 def compile_package(source, path, *, targets=("sm_80", "sm_90", "sm_90a"),
                     dtypes=("bf16", "f16", "f32"), head_dims=(64, 128), name=None,
-                    backward=False):
+                    backward=False, key_offsets=False):
     """Compiles every variant of a .attn file (or source text) ahead of time
     into a kernel package at `path`: PTX per target, dtype and head dims
     (an int D, or a (D, Dv) pair), with each variant's signature and fp64
     reference program; with `backward`, the backward's kernels too (so that
-    loss.backward() on CUDA tensors needs no compiler). The runtime-only
-    package runs it with no LLVM."""
+    loss.backward() on CUDA tensors needs no compiler). `key_offsets`:
+    False (kernels without key offsets), True (kernels with them only) or
+    "both" (each kind; a call gets the one it needs: calls with kv_offsets
+    the kernel that reads them). The runtime-only package runs it with no
+    LLVM."""
     program = _load_program(source, name)
     dims = [(d, d) if isinstance(d, int) else (int(d[0]), int(d[1])) for d in head_dims]
+    if key_offsets not in (False, True, "both"):
+        raise Error("'key_offsets' is %r, expected False, True or \"both\""
+                    % (key_offsets,))
+    kinds = [False, True] if key_offsets == "both" else [bool(key_offsets)]
     program.write_package(_os.fspath(path), list(targets), list(dtypes), dims,
-                          backward)
+                          backward, kinds)
 
 
 class Package:
@@ -338,18 +345,15 @@ def _offsets_given(kv_offsets):
 
 
 def _kernel_options(program, dropout, key_offsets):
-    """The compile options of a kernel with dropout or key offsets (a
-    package holds kernels with neither)."""
+    """The options of a kernel with dropout or key offsets: the compiler
+    compiles it, a package picks it (one built with --dropout or
+    --key-offsets[=both]; otherwise the package's error names what it
+    holds)."""
     more = {}
     if dropout:
         more["dropout"] = True
     if key_offsets:
         more["key_offsets"] = True
-    if more and not hasattr(program, "cpu_kernel"):
-        raise Error("%s needs attnc.compile (the compiler): a kernel package "
-                    "holds kernels without %s" % (
-                        "dropout_p > 0" if dropout else "kv_offsets",
-                        "dropout" if dropout else "key offsets"))
     return more
 
 
@@ -425,8 +429,8 @@ class Kernel:
 
     def _compile(self, where, dtype, d, dv, dropout=False, key_offsets=False):
         # A kernel with dropout or key offsets is its own compile (kernels
-        # without them pay nothing for them); a package holds kernels
-        # without either.
+        # without them pay nothing for them), or a package's kernel built
+        # with the option.
         more = _kernel_options(self.program, dropout, key_offsets)
         if where[0] == _CUDA:
             k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1], **more)

@@ -159,7 +159,7 @@ public:
                     const std::vector<std::string> &targets,
                     const std::vector<std::string> &dtypes,
                     const std::vector<std::pair<int64_t, int64_t>> &dims,
-                    bool backward) const {
+                    bool backward, const std::vector<bool> &keyOffsets) const {
     if (targets.empty() || dtypes.empty() || dims.empty())
       throw Error("a package needs at least one target, dtype and head dim");
     rt::Package pkg;
@@ -170,8 +170,9 @@ public:
       pv.info = info(variant);
       for (const std::string &target : targets)
         for (const std::string &dtype : dtypes)
-          for (auto [d, dv] : dims) {
-            rt::KernelSpec spec = specOf(dtype, d, dv);
+          for (auto [d, dv] : dims)
+          for (bool offsets : keyOffsets) {
+            rt::KernelSpec spec = specOf(dtype, d, dv, false, offsets);
             rt::GpuKernelImage image;
             rt::Status st;
             {
@@ -254,7 +255,8 @@ void bindCompiler(nb::module_ &m) {
            "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0,
            "dropout"_a = false, "key_offsets"_a = false)
       .def("write_package", &Program::writePackage, "path"_a, "targets"_a,
-           "dtypes"_a, "head_dims"_a, "backward"_a = false)
+           "dtypes"_a, "head_dims"_a, "backward"_a = false,
+           "key_offsets"_a = std::vector<bool>{false})
       .def("reference", [](const Program &p, const std::string &variant,
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {

@@ -166,15 +166,18 @@ struct PackageFile {
     return *t;
   }
 
-  /// Picks the package's kernel for the device and the inputs, and loads it.
+  /// Picks the package's kernel for the device, the inputs and the options
+  /// a call needs (dropout, key offsets), and loads it.
   std::unique_ptr<DeviceKernel> loadGpu(const std::string &variant,
                                         const std::string &dtype, int64_t d,
-                                        int64_t dv, int device) const {
+                                        int64_t dv, int device, bool dropout,
+                                        bool keyOffsets) const {
     const rt::PackageVariant &v = find(variant);
     rt::DType t = dtypeNamed(dtype);
     const rt::cuda::Context &ctx = contextFor(device);
     const rt::GpuKernelImage *image = nullptr;
-    check(rt::selectKernel(v, ctx.device().computeCapability(), t, d, dv, image));
+    check(rt::selectKernel(v, ctx.device().computeCapability(), t, d, dv, image,
+                           {keyOffsets, dropout}));
     auto k = std::make_unique<DeviceKernel>();
     k->device = device;
     nb::gil_scoped_release release;
@@ -186,13 +189,14 @@ struct PackageFile {
   /// package written with --backward), loaded.
   std::unique_ptr<DeviceBackwardKernel>
   loadGpuBackward(const std::string &variant, const std::string &dtype,
-                  int64_t d, int64_t dv, int device) const {
+                  int64_t d, int64_t dv, int device, bool dropout,
+                  bool keyOffsets) const {
     const rt::PackageVariant &v = find(variant);
     rt::DType t = dtypeNamed(dtype);
     const rt::cuda::Context &ctx = contextFor(device);
     const rt::GpuBackwardImage *image = nullptr;
     check(rt::selectBackward(v, ctx.device().computeCapability(), t, d, dv,
-                             image));
+                             image, {keyOffsets, dropout}));
     auto k = std::make_unique<DeviceBackwardKernel>();
     k->device = device;
     nb::gil_scoped_release release;
@@ -247,6 +251,9 @@ void bindRuntime(nb::module_ &m) {
       .def_prop_ro("target", [](const DeviceKernel &k) {
         return k.kernel->image().target;
       })
+      .def_prop_ro("name", [](const DeviceKernel &k) {
+        return k.kernel->image().kernel;
+      }, "The kernel's entry (its name says its options and tiles).")
       .def("run", &runGpu, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
            "args"_a, "stream"_a = 0,
            "Validates every argument, then enqueues attention on `stream` "
@@ -272,9 +279,11 @@ void bindRuntime(nb::module_ &m) {
         return signatureOf(p.find(variant).info);
       }, "variant"_a)
       .def("gpu_kernel", &PackageFile::loadGpu, "variant"_a, "dtype"_a,
-           "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+           "head_dim"_a, "v_head_dim"_a, "device"_a = 0, "dropout"_a = false,
+           "key_offsets"_a = false)
       .def("gpu_backward_kernel", &PackageFile::loadGpuBackward, "variant"_a,
-           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0)
+           "dtype"_a, "head_dim"_a, "v_head_dim"_a, "device"_a = 0,
+           "dropout"_a = false, "key_offsets"_a = false)
       .def("reference", [](const PackageFile &p, const std::string &variant,
                            const Array &q, const Array &k, const Array &v,
                            const CallArgs &c) {

@@ -162,3 +162,34 @@ def test_paged_kv_on_the_device(cuda_device):
                    kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last,
                    q_offsets=offs, num_splits=5)
     assert np.abs(attnc.cuda.to_host(split) - ref).max() < 2e-5
+
+
+def test_a_package_with_key_offsets_runs_key_blocks(cuda_device, tmp_path):
+    """key_offsets="both" packages each kernel with and without key offsets;
+    a call with kv_offsets gets the kernel that reads them (forward and
+    backward, against the fp64 reference), a call without the one that
+    pays nothing for them; a package without them names what it holds."""
+    rng = np.random.default_rng(17)
+    path = tmp_path / "causal.json"
+    attnc.compile_package(os.path.join(EXAMPLES, "causal.attn"), path,
+                          targets=["sm_80"], dtypes=["f32"], head_dims=[64],
+                          key_offsets="both")
+    kernel = attnc.load_package(path).kernel()
+    q, k, v = host_qkv(rng, LQ=5, LKV=30)
+    dqkv = [attnc.cuda.to_device(x) for x in (q, k, v)]
+    for offsets in ([0], [40]):
+        out = kernel(*dqkv, kv_offsets=offsets)
+        ref, _ = kernel.reference(q, k, v, kv_offsets=offsets)
+        assert np.abs(attnc.cuda.to_host(out) - ref).max() < 2e-5
+    names = sorted(k.name for k in kernel._kernels.values())
+    assert names == ["attnc_causal_f32_d64v64_kvoff_m64n64w2s1",
+                     "attnc_causal_f32_d64v64_m64n64w2s1"]
+    plain = tmp_path / "plain.json"
+    attnc.compile_package(os.path.join(EXAMPLES, "causal.attn"), plain,
+                          targets=["sm_80"], dtypes=["f32"], head_dims=[64])
+    with pytest.raises(attnc.Error, match="f32 Dqk=64 Dv=64 key offsets "
+                       r"\(it has: sm_80 f32 D=64/64\)"):
+        attnc.load_package(plain).kernel()(*dqkv, kv_offsets=[40])
+    with pytest.raises(attnc.Error, match="'key_offsets' is 'yes'"):
+        attnc.compile_package(os.path.join(EXAMPLES, "causal.attn"), plain,
+                              key_offsets="yes")

@@ -272,11 +272,14 @@ Status Package::parse(const std::string &text, const std::string &origin,
           if (!out.tileCandidates && o.target == k.target &&
               o.spec.dtype == k.spec.dtype &&
               o.spec.headDim == k.spec.headDim &&
-              o.spec.vHeadDim == k.spec.vHeadDim)
+              o.spec.vHeadDim == k.spec.vHeadDim &&
+              o.spec.dropout == k.spec.dropout &&
+              o.spec.keyOffsets == k.spec.keyOffsets)
             return bad(origin, fmt::format("variant '{}' has two kernels for "
-                                           "{} {} D={}/{}", name, k.target,
+                                           "{} {} D={}/{}{}", name, k.target,
                                            dtypeName(k.spec.dtype),
-                                           k.spec.headDim, k.spec.vHeadDim));
+                                           k.spec.headDim, k.spec.vHeadDim,
+                                           describeOptions(k.spec)));
         }
         v.kernels.push_back(std::move(k));
       }
@@ -291,12 +294,14 @@ Status Package::parse(const std::string &text, const std::string &origin,
           for (const GpuBackwardImage &o : v.backward)
             if (o.target == k.target && o.spec.dtype == k.spec.dtype &&
                 o.spec.headDim == k.spec.headDim &&
-                o.spec.vHeadDim == k.spec.vHeadDim)
+                o.spec.vHeadDim == k.spec.vHeadDim &&
+                o.spec.dropout == k.spec.dropout &&
+                o.spec.keyOffsets == k.spec.keyOffsets)
               return bad(origin, fmt::format(
                                      "variant '{}' has two backward kernels "
-                                     "for {} {} D={}/{}", name, k.target,
+                                     "for {} {} D={}/{}{}", name, k.target,
                                      dtypeName(k.spec.dtype), k.spec.headDim,
-                                     k.spec.vHeadDim));
+                                     k.spec.vHeadDim, describeOptions(k.spec)));
           v.backward.push_back(std::move(k));
         }
       }
@@ -324,16 +329,19 @@ Status Package::write(const std::string &path) const {
 
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,
                     int64_t headDim, int64_t vHeadDim,
-                    const GpuKernelImage *&out) {
+                    const GpuKernelImage *&out, KernelNeeds needs) {
   std::string have;
-  out = selectImage(v.kernels, cc, dtype, headDim, vHeadDim, have);
+  out = selectImage(v.kernels, cc, dtype, headDim, vHeadDim, needs, have);
   if (out)
     return Status::ok();
+  KernelSpec asked;
+  asked.dropout = needs.dropout;
+  asked.keyOffsets = needs.keyOffsets;
   return Status::notFound(fmt::format(
-      "the package has no kernel of variant '{}' for sm_{} {} Dqk={} Dv={} "
+      "the package has no kernel of variant '{}' for sm_{} {} Dqk={} Dv={}{} "
       "(it has: {})",
       v.info.name, cc, dtypeName(dtype), headDim, vHeadDim,
-      have.empty() ? "none" : have));
+      describeOptions(asked), have.empty() ? "none" : have));
 }
 
 namespace {

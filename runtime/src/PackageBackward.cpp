@@ -166,16 +166,20 @@ bool parseBackward(const json &j, const VariantInfo &info, GpuBackwardImage &k,
 
 Status selectBackward(const PackageVariant &v, int cc, DType dtype,
                       int64_t headDim, int64_t vHeadDim,
-                      const GpuBackwardImage *&out) {
+                      const GpuBackwardImage *&out, KernelNeeds needs) {
   std::string have;
-  out = selectImage(v.backward, cc, dtype, headDim, vHeadDim, have);
+  out = selectImage(v.backward, cc, dtype, headDim, vHeadDim, needs, have);
   if (out)
     return Status::ok();
+  KernelSpec asked;
+  asked.dropout = needs.dropout;
+  asked.keyOffsets = needs.keyOffsets;
   return Status::notFound(fmt::format(
       "the package has no backward kernel of variant '{}' for sm_{} {} Dqk={} "
-      "Dv={} (it has: {}; attnc compile --emit=package --backward adds them)",
+      "Dv={}{} (it has: {}; attnc compile --emit=package --backward adds "
+      "them)",
       v.info.name, cc, dtypeName(dtype), headDim, vHeadDim,
-      have.empty() ? "none" : have));
+      describeOptions(asked), have.empty() ? "none" : have));
 }
 
 } // namespace attnc::rt

@@ -215,27 +215,43 @@ inline bool maskBuilderFields(const json &j, const VariantInfo &info,
   return true;
 }
 
+/// What a kernel's options add to its description ("", " key offsets",
+/// " dropout, key offsets").
+inline std::string describeOptions(const KernelSpec &s) {
+  if (!s.dropout && !s.keyOffsets)
+    return "";
+  return std::string(" ") + (s.dropout ? "dropout" : "") +
+         (s.dropout && s.keyOffsets ? ", " : "") +
+         (s.keyOffsets ? "key offsets" : "");
+}
+
 /// Of `images` (forward or backward), the one for a device of compute
 /// capability `cc` and these inputs: the highest target not above `cc`
-/// (PTX is JIT-compiled forward), of several for one target the first;
-/// null if none. `have` lists what there is.
+/// (PTX is JIT-compiled forward); of those with the options `needs` asks
+/// for, the one with the fewest others; of several such the first; null
+/// if none. `have` lists what there is.
 template <typename Image>
 const Image *selectImage(const std::vector<Image> &images, int cc, DType dtype,
-                         int64_t headDim, int64_t vHeadDim, std::string &have) {
+                         int64_t headDim, int64_t vHeadDim, KernelNeeds needs,
+                         std::string &have) {
   const Image *out = nullptr;
   int best = -1;
   for (const Image &k : images) {
-    have += fmt::format("{}{} {} D={}/{}", have.empty() ? "" : ", ", k.target,
-                        dtypeName(k.spec.dtype), k.spec.headDim,
-                        k.spec.vHeadDim);
+    have += fmt::format("{}{} {} D={}/{}{}", have.empty() ? "" : ", ",
+                        k.target, dtypeName(k.spec.dtype), k.spec.headDim,
+                        k.spec.vHeadDim, describeOptions(k.spec));
     bool arch = false;
     int t = targetNumber(k.target, &arch);
     // An architecture-specific kernel (sm_90a) runs on its own compute
-    // capability only, and is preferred there to the generic one.
-    int rank = 2 * t + (arch ? 1 : 0);
+    // capability only, and is preferred there to the generic one; then
+    // a kernel without options the call does not need (each costs).
+    int unneeded = (k.spec.keyOffsets && !needs.keyOffsets ? 1 : 0) +
+                   (k.spec.dropout && !needs.dropout ? 1 : 0);
+    int rank = 4 * (2 * t + (arch ? 1 : 0)) + (2 - unneeded);
     if (k.spec.dtype != dtype || k.spec.headDim != headDim ||
         k.spec.vHeadDim != vHeadDim || t > cc || (arch && t != cc) ||
-        rank <= best)
+        (needs.keyOffsets && !k.spec.keyOffsets) ||
+        (needs.dropout && !k.spec.dropout) || rank <= best)
       continue;
     best = rank;
     out = &k;

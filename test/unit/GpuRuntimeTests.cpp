@@ -59,15 +59,18 @@ std::string stubPtx(const std::vector<std::pair<std::string, int>> &entries,
 }
 
 PackageVariant makeVariant(const char *text, const std::string &target = "sm_80",
-                           int captures = 0) {
+                           int captures = 0, KernelSpec options = {}) {
   PackageVariant v;
   REQUIRE(VariantInfo::parse(text, v.info).isOk());
   GpuKernelImage k;
   k.target = target;
   k.spec.dtype = DType::F16;
+  k.spec.dropout = options.dropout;
+  k.spec.keyOffsets = options.keyOffsets;
   k.threads = 64;
   k.sharedBytes = 32768;
-  k.kernel = "attnc_" + v.info.name + "_f16_d64v64_m64n64w2s1";
+  k.kernel = "attnc_" + v.info.name + "_f16_d64v64_" +
+             kernelOptionTags(k.spec) + "m64n64w2s1";
   k.kernelParams.assign(5 * (8 + captures) + 1, 8);
   k.merge = k.kernel + "_merge";
   k.mergeParams.assign(5 * 5 + 1, 8);
@@ -379,6 +382,58 @@ TEST_CASE("the kernel for a device is the highest target not above it",
         "Dv=64 (it has: sm_80 f16 D=64/64, sm_90 f16 D=64/64)");
   CHECK(selectKernel(v, 90, DType::BF16, 64, 64, k).code() ==
         StatusCode::NotFound);
+}
+
+TEST_CASE("a package holds kernels with and without options, and a call "
+          "gets the one with what it needs and nothing more", "[package]") {
+  KernelSpec offsets, dropout, both;
+  offsets.keyOffsets = true;
+  dropout.dropout = true;
+  both.dropout = both.keyOffsets = true;
+  Package p;
+  p.variants.push_back(makeVariant(kCausal, "sm_90", 0, offsets));
+  for (const KernelSpec &o : {KernelSpec{}, both, dropout})
+    p.variants[0].kernels.push_back(makeVariant(kCausal, "sm_90", 0, o).kernels[0]);
+  // The names carry the options' tags, and the package loads.
+  CHECK(p.variants[0].kernels[0].kernel ==
+        "attnc_causal_f16_d64v64_kvoff_m64n64w2s1");
+  CHECK(p.variants[0].kernels[2].kernel ==
+        "attnc_causal_f16_d64v64_dropout_kvoff_m64n64w2s1");
+  Package q;
+  REQUIRE(Package::parse(p.serialize(), "mem", q).isOk());
+  const PackageVariant &v = q.variants[0];
+  auto pick = [&](KernelNeeds needs, int cc = 90) {
+    const GpuKernelImage *k = nullptr;
+    Status s = selectKernel(v, cc, DType::F16, 64, 64, k, needs);
+    return s ? k->kernel : s.message();
+  };
+  CHECK(pick({}) == "attnc_causal_f16_d64v64_m64n64w2s1");
+  CHECK(pick({true, false}) == "attnc_causal_f16_d64v64_kvoff_m64n64w2s1");
+  CHECK(pick({false, true}) == "attnc_causal_f16_d64v64_dropout_m64n64w2s1");
+  CHECK(pick({true, true}) ==
+        "attnc_causal_f16_d64v64_dropout_kvoff_m64n64w2s1");
+  // A higher target wins over fewer options; an option never needed is
+  // taken when nothing else fits.
+  PackageVariant w = makeVariant(kCausal, "sm_80");
+  w.kernels.push_back(makeVariant(kCausal, "sm_90", 0, offsets).kernels[0]);
+  const GpuKernelImage *k = nullptr;
+  REQUIRE(selectKernel(w, 90, DType::F16, 64, 64, k).isOk());
+  CHECK(k->kernel == "attnc_causal_f16_d64v64_kvoff_m64n64w2s1");
+  CHECK(selectKernel(w, 89, DType::F16, 64, 64, k, {true, false}).message() ==
+        "the package has no kernel of variant 'causal' for sm_89 f16 Dqk=64 "
+        "Dv=64 key offsets (it has: sm_80 f16 D=64/64, sm_90 f16 D=64/64 key "
+        "offsets)");
+  // Two kernels with the same options for one target are refused.
+  GpuKernelImage twin = p.variants[0].kernels[0];
+  twin.kernel = "attnc_causal_f16_d64v64_kvoff_m64n64w2s2";
+  twin.merge = twin.kernel + "_merge";
+  twin.ptx = stubPtx({{twin.kernel, int(twin.kernelParams.size())},
+                      {twin.merge, int(twin.mergeParams.size())}},
+                     "sm_90");
+  p.variants[0].kernels.push_back(twin);
+  CHECK(Package::parse(p.serialize(), "mem", q).message().find(
+            "has two kernels for sm_90 f16 D=64/64 key offsets") !=
+        std::string::npos);
 }
 
 TEST_CASE("loading a kernel reports the JIT log, the target and the ABI",

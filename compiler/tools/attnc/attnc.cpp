@@ -85,6 +85,9 @@ compile options:
   --key-offsets     kernels that read each sequence's first key position
                     (kvOffsets: a key block of a longer sequence; without
                     it key r is at position r and costs nothing)
+  --key-offsets=both
+                    with --emit=package: each kernel with and without key
+                    offsets (the runtime picks the one a call needs)
   --target=T        cpu (default), or sm_80, sm_86, sm_89, sm_90, sm_90a for
                     the GPU stages (tensor-core forms for f16/bf16: wgmma
                     on sm_90a where the head dims are multiples of 64,
@@ -155,6 +158,7 @@ struct CompileOptions {
   std::string dtypes = "f32,f16,bf16", headDims = "64,128";
   std::string tuning;          // --tuning FILE (attnc tune's output)
   bool tileCandidates = false; // --tile-candidates
+  bool bothKeyOffsets = false; // --key-offsets=both: packages hold either kind
   bool backward = false;       // --backward: the GPU stages' backward program
 };
 
@@ -217,10 +221,15 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
       std::cerr << "attnc: error: internal error: " << s.message() << "\n";
       return 1;
     }
+    std::vector<bool> offsetKinds = {o.spec.keyOffsets};
+    if (o.bothKeyOffsets)
+      offsetKinds = {false, true};
     for (const std::string &t : targets)
       for (rt::DType dt : dtypes)
-        for (auto [d, dv] : dims) {
+        for (auto [d, dv] : dims)
+        for (bool keyOffsets : offsetKinds) {
           rt::KernelSpec spec = o.spec;
+          spec.keyOffsets = keyOffsets;
           spec.dtype = dt;
           spec.headDim = d;
           spec.vHeadDim = dv;
@@ -433,6 +442,10 @@ int runCompile(const std::vector<std::string> &args) {
       o.spec.keyOffsets = true;
       continue;
     }
+    if (a == "--key-offsets=both") {
+      o.bothKeyOffsets = true;
+      continue;
+    }
     std::string num;
     auto intValue = [&](const std::string &flag, int64_t &dst, int64_t lo,
                         int64_t hi) -> int {
@@ -520,6 +533,9 @@ int runCompile(const std::vector<std::string> &args) {
                       "ptx or package");
   if ((!o.tuning.empty() || o.tileCandidates) && o.emit != "package")
     return usageError("--tuning and --tile-candidates are for --emit=package");
+  if (o.bothKeyOffsets && o.emit != "package")
+    return usageError("--key-offsets=both is for --emit=package (one kernel "
+                      "has key offsets or not: --key-offsets)");
   if (!o.tuning.empty() && o.tileCandidates)
     return usageError("--tile-candidates packages every configuration; "
                       "--tuning picks one: choose one");

@@ -29,16 +29,18 @@ public:
   explicit KernelPairs(const Context &ctx) : ctx_(ctx) {}
   rt::Status get(const rt::PackageVariant &v, const Shape &s,
                  const GpuKernel *&fwd, const GpuBackwardKernel *&bwd) {
-    Key key{&v, s.dtype, s.headDim, s.vHeadDim};
+    Key key{&v, s.dtype, s.headDim, s.vHeadDim, s.needs().keyOffsets};
     auto it = pairs_.find(key);
     if (it == pairs_.end()) {
       int cc = ctx_.device().computeCapability();
       const rt::GpuKernelImage *fi = nullptr;
       const rt::GpuBackwardImage *bi = nullptr;
       Pair p;
-      rt::Status st = rt::selectKernel(v, cc, s.dtype, s.headDim, s.vHeadDim, fi);
+      rt::Status st =
+          rt::selectKernel(v, cc, s.dtype, s.headDim, s.vHeadDim, fi, s.needs());
       if (st)
-        st = rt::selectBackward(v, cc, s.dtype, s.headDim, s.vHeadDim, bi);
+        st = rt::selectBackward(v, cc, s.dtype, s.headDim, s.vHeadDim, bi,
+                                s.needs());
       if (st)
         st = GpuKernel::load(ctx_, v.info, *fi, p.forward);
       if (st)
@@ -53,7 +55,8 @@ public:
   }
 
 private:
-  using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
+  using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t,
+                         int64_t, bool>;
   struct Pair {
     std::unique_ptr<GpuKernel> forward;
     std::unique_ptr<GpuBackwardKernel> backward;

@@ -116,7 +116,8 @@ int runGpuBench(const Context &ctx,
       const rt::GpuKernelImage *image = nullptr;
       std::unique_ptr<GpuKernel> k;
       rt::Status st =
-          rt::selectKernel(*v, cc, s.dtype, s.headDim, s.vHeadDim, image);
+          rt::selectKernel(*v, cc, s.dtype, s.headDim, s.vHeadDim, image,
+                           s.needs());
       if (st)
         st = GpuKernel::load(ctx, v->info, *image, k);
       Inputs in;

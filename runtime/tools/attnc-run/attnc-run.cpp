@@ -255,7 +255,8 @@ static int runTool(int argc, char **argv) {
     return status;
   }
 
-  using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t, int64_t>;
+  using Key = std::tuple<const rt::PackageVariant *, rt::DType, int64_t,
+                         int64_t, bool>;
   std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;
   std::vector<Row> rows;
   for (const rt::PackageVariant *v : variants) {
@@ -265,13 +266,13 @@ static int runTool(int argc, char **argv) {
     for (Shape s : shapes) {
       s.resolve();
       std::string name = v->info.name + " " + s.describe();
-      Key key{v, s.dtype, s.headDim, s.vHeadDim};
+      Key key{v, s.dtype, s.headDim, s.vHeadDim, s.needs().keyOffsets};
       auto it = kernels.find(key);
       if (it == kernels.end()) {
         const rt::GpuKernelImage *image = nullptr;
         std::unique_ptr<rt::cuda::GpuKernel> k;
         rt::Status st = rt::selectKernel(*v, cc, s.dtype, s.headDim,
-                                         s.vHeadDim, image);
+                                         s.vHeadDim, image, s.needs());
         if (st)
           st = rt::cuda::GpuKernel::load(*ctx, v->info, *image, k);
         if (!st) {

@@ -3,6 +3,7 @@
 #define ATTNC_TOOLS_PROBLEM_H
 
 #include "attnc/runtime/Attention.h"
+#include "attnc/runtime/Package.h"
 
 #include <map>
 #include <memory>
@@ -57,6 +58,14 @@ struct Shape {
   /// multiples of any tile size.
   void resolve();
   std::string describe() const;
+  /// The kernel options this shape needs (key offsets when a sequence's
+  /// first key is not at position 0).
+  rt::KernelNeeds needs() const {
+    rt::KernelNeeds n;
+    for (int64_t o : kvOffsets)
+      n.keyOffsets |= o != 0;
+    return n;
+  }
 };
 
 const char *modeName(Mode m);

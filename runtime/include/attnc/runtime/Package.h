@@ -79,20 +79,30 @@ int targetNumber(const std::string &target, bool *archSpecific = nullptr);
 /// manifest, pipeline stages from its (checked) name.
 TileConfig tileConfigOf(const GpuKernelImage &k);
 
+/// The kernel options (KernelSpec's flags) a call needs: key offsets when
+/// a sequence's first key is not at position 0, dropout when p > 0.
+struct KernelNeeds {
+  bool keyOffsets = false;
+  bool dropout = false;
+};
+
 /// The kernel of `v` for a device of compute capability `cc` (90 for
 /// sm_90) and these inputs: the highest target not above the device (PTX
-/// is JIT-compiled forward; of several for one target, the first). The
-/// message lists what the package has.
+/// is JIT-compiled forward), of its kernels with the options `needs` asks
+/// for the one with the fewest others (a package may hold a kernel with
+/// and one without key offsets; a call without offsets gets the cheaper
+/// one), of several such the first. The message lists what the package
+/// has.
 Status selectKernel(const PackageVariant &v, int cc, DType dtype,
                     int64_t headDim, int64_t vHeadDim,
-                    const GpuKernelImage *&out);
+                    const GpuKernelImage *&out, KernelNeeds needs = {});
 
 /// The backward kernel of `v` for a device of compute capability `cc` and
 /// these inputs, chosen as selectKernel chooses; the message lists what
 /// the package has.
 Status selectBackward(const PackageVariant &v, int cc, DType dtype,
                       int64_t headDim, int64_t vHeadDim,
-                      const GpuBackwardImage *&out);
+                      const GpuBackwardImage *&out, KernelNeeds needs = {});
 
 /// Sizes in bytes of the parameters of `.entry <entry>(...)` in PTX text.
 Status ptxEntryParams(const std::string &ptx, const std::string &entry,
