@@ -27,6 +27,9 @@ variant doc(d: i32[B, KV]) {
   score_mod(s, b, h, q, kv) = s - 0.01 * abs(q - kv)
   mask_mod(b, h, q, kv) = d[b, q] == d[b, kv] && q >= kv
 }
+variant fn_exp(x: f32[Q]) { score_mod(s, b, h, q, kv) = exp(x[q]) }
+variant fn_log(x: f32[Q]) { score_mod(s, b, h, q, kv) = log(x[q]) }
+variant fn_tanh(x: f32[Q]) { score_mod(s, b, h, q, kv) = tanh(x[q]) }
 )";
 
 struct Gpu {
@@ -216,6 +219,78 @@ TEST_CASE("emulated GPU: back-to-back launches of different shapes on a "
   CHECK(a.maxError(k->variant()) < 2e-3);
   CHECK(b.maxError(k->variant()) < 2e-3);
   REQUIRE(api.cuStreamDestroy(stream) == 0);
+}
+
+TEST_CASE("emulated GPU: exp, log and tanh through ex2, lg2 and rcp stay "
+          "within a few ulp of libm", "[gpu-emulated]") {
+  // One key per row, so each row's LSE is its score: f(x[q]). The emulator
+  // executes ex2/lg2/rcp.approx correctly rounded, so this measures the
+  // lowering's own error (SpecialFunctions.cpp; the hardware adds ~2 ulp).
+  Gpu g;
+  auto ulps = [](double got, double want) {
+    return std::fabs(got - want) /
+           std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 1e-38)) - 23);
+  };
+  struct Case {
+    const char *variant;
+    double (*f)(double);
+    std::vector<float> xs;
+    double maxUlp; // relative, in ulp of the result
+    double maxAbs; // or absolute (log near 1)
+  };
+  std::vector<Case> cases = {
+      {"fn_exp", [](double x) { return std::exp(x); }, {}, 4, 0},
+      {"fn_log", [](double x) { return std::log(x); }, {}, 4, 2.5e-7},
+      {"fn_tanh", [](double x) { return std::tanh(x); }, {}, 4, 0}};
+  for (int i = 0; i < 2000; ++i) {
+    double t = i / 1999.0;
+    cases[0].xs.push_back(float(-87 + 175 * t));       // exp: [-87, 88]
+    cases[1].xs.push_back(float(std::exp(-60 + 120 * t))); // log: e^-60..e^60
+    cases[1].xs.push_back(float(0.9 + 0.2 * t));       // and near 1
+    cases[2].xs.push_back(float(-6 + 12 * t));          // tanh: both branches
+    cases[2].xs.push_back(float(0.5 + 0.1 * t));        // around the switch
+    cases[2].xs.push_back(float(1e-6 + 0.01 * t));      // small arguments
+  }
+  for (const Case &c : cases) {
+    INFO(c.variant);
+    auto k = g.kernel(c.variant, DType::F32, 64);
+    std::vector<float> xs = c.xs;
+    const int64_t n = int64_t(xs.size());
+    HostProblem p(DType::F32, 1, 1, 1, n, 1, 64, 3);
+    p.a.tensors = {{"x", TensorView::contiguous(xs.data(), DType::F32, {n})}};
+    p.a.qOffsets = {0};
+    Status run = cuda::runFromHost(*g.ctx, *k, p.a);
+    INFO(run.toString());
+    REQUIRE(run.isOk());
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double want = c.f(double(xs[i]));
+      double err = ulps(p.lse[i], want);
+      if (c.maxAbs > 0 && std::fabs(p.lse[i] - want) <= c.maxAbs)
+        err = 0;
+      INFO("x = " << xs[i] << " got " << p.lse[i] << " want " << want);
+      CHECK(err <= c.maxUlp);
+      worst = std::max(worst, err);
+    }
+    UNSCOPED_INFO(c.variant << ": worst " << worst << " ulp over " << n
+                            << " arguments");
+  }
+  // Where the results are inf, 0 or NaN.
+  auto k = g.kernel("fn_exp", DType::F32, 64);
+  std::vector<float> xs = {200.f, -200.f, INFINITY, NAN, 88.f, -103.f};
+  HostProblem p(DType::F32, 1, 1, 1, int64_t(xs.size()), 1, 64, 3);
+  p.a.tensors = {{"x", TensorView::contiguous(xs.data(), DType::F32,
+                                              {int64_t(xs.size())})}};
+  p.a.qOffsets = {0};
+  REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+  // e^200 and e^inf are +inf, a score that makes its row NaN (as the
+  // reference's softmax does); e^-200 is 0; e^NaN is NaN.
+  CHECK(std::isnan(p.lse[0]));
+  CHECK(p.lse[1] == 0.0f);
+  CHECK(std::isnan(p.lse[2]));
+  CHECK(std::isnan(p.lse[3]));
+  CHECK(p.lse[4] == Approx(std::exp(88.0)).epsilon(1e-6));
+  CHECK(p.lse[5] == Approx(std::exp(-103.0)).margin(1e-45));
 }
 
 TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "

@@ -1,15 +1,16 @@
 //===- GpuBackend.cpp - gpu -> NVVM -> PTX through LLVM's NVPTX backend --===//
 //
 // No CUDA toolkit is needed: the NVVM target's serialization runs LLVM's
-// NVPTX backend in-process (format=isa yields PTX text). Math is
-// approximated by polynomials before the GPU lowering, as on the CPU, so no
-// libdevice call is emitted.
+// NVPTX backend in-process (format=isa yields PTX text). Math goes to the
+// hardware's approximations (exp, log, tanh: SpecialFunctions.cpp) or to
+// polynomials before the GPU lowering, so no libdevice call is emitted.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/KernelForm.h"
+#include "SpecialFunctions.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -216,13 +217,15 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   registerGPUDialectTranslation(registry);
   registerNVVMDialectTranslation(registry);
   ctx->appendDialectRegistry(registry);
-  // exp2 and log2 go to the hardware (ex2/lg2.approx); exp, log and tanh
-  // become polynomials; what those leave (fabs, floor, fma) and sqrt become
+  // exp2 and log2 go to the hardware (ex2/lg2.approx), and exp, log and
+  // tanh through it (SpecialFunctions.cpp); the rest (erf, sin, ...) become
+  // polynomials; what those leave (fabs, floor, fma) and sqrt become
   // intrinsics.
   for (auto v : llvm::make_early_inc_range(module.getOps<attn::VariantOp>()))
     v.erase();
   {
-    if (failed(approximateMath(module, /*hardwareExp2Log2=*/true)))
+    if (failed(lowerSpecialFunctions(module)) ||
+        failed(approximateMath(module, /*hardwareExp2Log2=*/true)))
       return failure();
     RewritePatternSet intrinsics(ctx);
     intrinsics.add<MathToIntrinsic>(ctx);
