@@ -110,7 +110,12 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   Value sm = scaledScore(s, e.scale, b, h, qpos, kv);
   // score_grad takes the scaled score too (CSE shares the product).
   Value xs = arith::MulFOp::create(b_, s, e.scale);
-  Value p = math::ExpOp::create(b_, arith::SubFOp::create(b_, sm, lse));
+  // P = e^(s - lse) as 2^((s - lse) log2 e): the forward's exponent form
+  // (one multiply and the GPU's ex2), not the accurate exp of user code.
+  Value log2e = arith::ConstantOp::create(
+      b_, b_.getF32FloatAttr(1.4426950408889634f));
+  Value p = math::Exp2Op::create(
+      b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, sm, lse), log2e));
   // Dropout's factor, where the section drops (b, h, qpos, kv are i32).
   Value z = sec.dropP || sec.dropDp ? dropoutFactor(e, b, h, qpos, kv) : Value();
   // dS as the tiled program writes it.
