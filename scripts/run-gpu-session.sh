@@ -176,8 +176,9 @@ metrics+=,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustaine
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum
 # The mma.sync kernels (packages-mma/) calibrate the model's sm_90
 # constant; the runtime's choice (packages/: sm_90a's wgmma) its sm_90a one,
-# with the gmma pipe's metric too.
-gmma=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+# with the whole tensor pipe's metric too (the H200's ncu of 2026-11-26
+# refused sm__pipe_tensor_op_gmma_*; its hmma metric counted HGMMA).
+gmma=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
 if command -v ncu >/dev/null; then
   for dim in 128 64; do
     for pk in packages-mma packages; do

@@ -13,11 +13,6 @@
 
 namespace attnc::rt {
 
-std::string kernelOptionTags(const KernelSpec &spec) {
-  return std::string(spec.dropout ? "dropout_" : "") +
-         (spec.keyOffsets ? "kvoff_" : "");
-}
-
 namespace {
 
 bool hasView(const TensorView &t) { return t.data || !t.shape.empty(); }

@@ -126,7 +126,9 @@ int valueIndex(const std::string &tok, int limit) {
     return -1;
   char *end = nullptr;
   long n = std::strtol(tok.c_str() + 1, &end, 10);
-  if (*end != '\0' || n < 0 || n + 5 >= limit)
+  // n >= limit - 5, not n + 5 >= limit: strtol gives LONG_MAX for a
+  // number too long, and n + 5 would overflow (found by fuzz-package).
+  if (*end != '\0' || n < 0 || n >= static_cast<long>(limit) - 5)
     return -1;
   return static_cast<int>(n) + 5;
 }

@@ -439,6 +439,14 @@ TEST_CASE("grad sections are checked when parsed", "[backward]") {
                  v)
                  .message(),
              Catch::Contains("score op 1"));
+  // A value number too long for a long (strtol's LONG_MAX) is refused, not
+  // overflowed (UBSan found `n + 5` in fuzz-package).
+  for (const char *big : {"%9223372036854775807", "%99999999999999999999999"})
+    CHECK_FALSE(rt::VariantInfo::parse(
+                    std::string("variant v\nmask-kind none\nscore\n  yield ") +
+                        big + "\nmask\n  %0 = const.i1 1\n  yield %0\nend\n",
+                    v)
+                    .isOk());
 }
 
 namespace {

@@ -83,7 +83,12 @@ Value emitTanh(Emit &e, Value x) {
                                          a, e.c(0.55f));
   Value t = arith::SelectOp::create(e.b, e.loc, useSmall, small, big);
   // NaN: |x| < 0.55 is false and big is NaN (ex2 and rcp pass it on).
-  return math::CopySignOp::create(e.b, e.loc, t, x);
+  // llvm.copysign (PTX copysign), not math.copysign: the GPU lowering
+  // sends that to libdevice.
+  return LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
+                                       e.b.getStringAttr("llvm.copysign.f32"),
+                                       ValueRange{t, x})
+      .getResult(0);
 }
 
 struct SpecialFunction : RewritePattern {

@@ -49,8 +49,12 @@ struct KernelSpec {
 
 /// The part of a kernel's name its options give ("dropout_", "kvoff_", in
 /// that order, or empty): the compiler names kernels with it and the
-/// runtime checks packages' names against it.
-std::string kernelOptionTags(const KernelSpec &spec);
+/// runtime checks packages' names against it. Inline: the package parser
+/// (and its fuzzer) needs nothing else of this header's code.
+inline std::string kernelOptionTags(const KernelSpec &spec) {
+  return std::string(spec.dropout ? "dropout_" : "") +
+         (spec.keyOffsets ? "kvoff_" : "");
+}
 
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as
 /// the generator states it: mma.sync m16n8k16 instructions per warp, and
