@@ -161,6 +161,32 @@ TEST_CASE("emulated GPU: the device block mask, built and reused",
   CHECK(p.out == first);
 }
 
+TEST_CASE("emulated GPU: a data mask's long runs of empty tiles are searched "
+          "32 tiles at a time",
+          "[gpu-emulated]") {
+  // The last 20 queries of 4500 keys, in a document that starts at key
+  // 4400: every tile before it is empty (over a hundred at 32-key tiles,
+  // several rounds of the warp's search), the search after the last
+  // visited tile finds none; in sequence 1 the queries' documents start at
+  // keys 4380 and 4490 (a run that ends inside a round of 32).
+  Gpu g;
+  for (const char *target : {"sm_80", "sm_90a"})
+    for (DType dt : {DType::F16, DType::BF16}) {
+      INFO(target << " " << dtypeName(dt));
+      auto k = g.kernel("doc", dt, 64, target);
+      HostProblem p(dt, 2, 2, 2, 20, 4500, 64, 5);
+      std::vector<int32_t> doc(2 * 4500);
+      for (int i = 0; i < 4500; ++i) {
+        doc[i] = i < 4400 ? 0 : 1;
+        doc[4500 + i] = i < 1000 ? 0 : i < 4380 ? 2 : i < 4490 ? 1 : 3;
+      }
+      p.a.tensors = {{"d", TensorView::contiguous(doc.data(), DType::I32,
+                                                  {2, 4500})}};
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      CHECK(p.maxError(k->variant()) < 1.6e-2);
+    }
+}
+
 TEST_CASE("emulated GPU: decode over a growing KV cache", "[gpu-emulated]") {
   Gpu g;
   auto k = g.kernel("causal", DType::F16);

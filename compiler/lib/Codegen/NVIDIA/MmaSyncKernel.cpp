@@ -238,6 +238,9 @@ private:
   /// The first tile from `from` on that the item visits, or nKT (i32:
   /// tile indices and their loop stay 32-bit), and its class (i8).
   std::pair<Value, Value> nextVisited(Value from, Value nKT, IRMapping &inv);
+  /// The same for a data-dependent mask, 32 tiles per step of the warp.
+  std::pair<Value, Value> nextVisitedByWarp(Value from, Value nKT,
+                                            IRMapping &inv);
   /// j + 1 for an i32 tile index below nKT (no wrap).
   Value nextTile(Value j) {
     return arith::AddIOp::create(b_, j, cI32(1),
@@ -599,6 +602,27 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
 std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
                                                       IRMapping &inv) {
   Type i8 = b_.getI8Type();
+  if (mask_.kind == rt::MaskKind::Data) {
+    // Tile `from` first, alone (one class load, as before: a dense mask
+    // visits it, and its loop keeps its length); past an empty one, the
+    // warp's search.
+    Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
+    Value inRange = cmp(arith::CmpIPredicate::ult, from, nKT);
+    Value cls = ifYield(inRange, ValueRange{empty}, [&] {
+      return SmallVector<Value>{
+          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), from),
+                 inv)
+              .cls};
+    })[0];
+    Value miss = arith::XOrIOp::create(
+        b_, andI(inRange, cmp(arith::CmpIPredicate::ne, cls, empty)),
+        arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
+    SmallVector<Value> r = ifYield(miss, ValueRange{from, cls}, [&] {
+      auto [j, c] = nextVisitedByWarp(nextTile(from), nKT, inv);
+      return SmallVector<Value>{j, c};
+    });
+    return {r[0], r[1]};
+  }
   // Past nKT the class is never read; kFull keeps it a constant where
   // every tile is full (no mask_mod).
   Value none = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull));
@@ -625,6 +649,63 @@ std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
         b_, ValueRange{nextTile(after->getArgument(0)), after->getArgument(1)});
   }
   return {w.getResult(0), w.getResult(1)};
+}
+
+/// nextVisited for a data-dependent mask: the block mask's classes are
+/// loads, and a tile at a time each waits for the one before (a document
+/// mask at 4% density searched ~60 empty tiles serially per query tile).
+/// Each lane classifies one of 32 tiles at once; a ballot finds the first
+/// visited one and a shuffle brings its class from the lane that read it.
+std::pair<Value, Value> TensorCoreKernel::nextVisitedByWarp(Value from, Value nKT,
+                                                            IRMapping &inv) {
+  Type i8 = b_.getI8Type();
+  Value lane32 = arith::IndexCastUIOp::create(b_, i32_, lane);
+  Value all = cI32(-1);
+  auto w = scf::WhileOp::create(b_, TypeRange{i32_, i32_, i32_},
+                                ValueRange{from, cI32(0), cI32(0)});
+  {
+    OpBuilder::InsertionGuard guard(b_);
+    SmallVector<Location> locs(3, b_.getLoc());
+    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_, i32_, i32_}, locs);
+    Value j0 = before->getArgument(0);
+    Value j = arith::AddIOp::create(b_, j0, lane32);
+    Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
+    Value none = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
+    Value cls = ifYield(inRange, ValueRange{none}, [&] {
+      return SmallVector<Value>{
+          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv)
+              .cls};
+    })[0];
+    Value visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, cls, none);
+    Value found = NVVM::VoteSyncOp::create(b_, i32_, all, visit,
+                                           NVVM::VoteSyncKind::ballot);
+    Value next = arith::AddIOp::create(b_, j0, cI32(32));
+    Value more = andI(cmp(arith::CmpIPredicate::eq, found, cI32(0)),
+                      cmp(arith::CmpIPredicate::ult, next, nKT));
+    scf::ConditionOp::create(
+        b_, more,
+        ValueRange{j0, found, arith::ExtUIOp::create(b_, i32_, cls)});
+    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_, i32_, i32_}, locs);
+    scf::YieldOp::create(
+        b_, ValueRange{arith::AddIOp::create(b_, after->getArgument(0), cI32(32)),
+                       after->getArgument(1), after->getArgument(2)});
+  }
+  Value j0 = w.getResult(0), found = w.getResult(1), cls = w.getResult(2);
+  // 32 when none (llvm.cttz with zero defined; math.cttz has no NVVM
+  // lowering).
+  Value first =
+      LLVM::CallIntrinsicOp::create(
+          b_, i32_, b_.getStringAttr("llvm.cttz.i32"),
+          ValueRange{found, arith::ConstantOp::create(b_, b_.getBoolAttr(false))})
+          .getResult(0);
+  Value at = arith::MinUIOp::create(b_, first, cI32(31));
+  Value clsAt = gpu::ShuffleOp::create(b_, cls, at, cI32(32),
+                                       gpu::ShuffleMode::IDX)
+                    .getShuffleResult();
+  Value any = cmp(arith::CmpIPredicate::ne, found, cI32(0));
+  Value j = select(any, arith::AddIOp::create(b_, j0, first), nKT);
+  Value full = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull));
+  return {j, select(any, arith::TruncIOp::create(b_, i8, clsAt), full)};
 }
 
 Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
