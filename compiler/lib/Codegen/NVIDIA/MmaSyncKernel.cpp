@@ -602,10 +602,14 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
 std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
                                                       IRMapping &inv) {
   Type i8 = b_.getI8Type();
-  if (mask_.kind == rt::MaskKind::Data) {
+  if (mask_.kind == rt::MaskKind::Data &&
+      (L.qInRegisters || (L.wgmma && D <= 128))) {
     // Tile `from` first, alone (one class load, as before: a dense mask
     // visits it, and its loop keeps its length); past an empty one, the
-    // warp's search.
+    // warp's search. Not where mma.sync reads Q from shared memory per
+    // tile (Dqk > 128, two m-tiles), nor wgmma beyond D=128: those kernels
+    // are at the register file's limit and the search's values spill
+    // (mma.sync document_mask D=256, 4 bytes).
     Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
     Value inRange = cmp(arith::CmpIPredicate::ult, from, nKT);
     Value cls = ifYield(inRange, ValueRange{empty}, [&] {
