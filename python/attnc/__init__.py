@@ -344,7 +344,7 @@ def _offsets_given(kv_offsets):
     return xs is not None and any(xs)
 
 
-def _kernel_options(program, dropout, key_offsets):
+def _kernel_options(dropout, key_offsets):
     """The options of a kernel with dropout or key offsets: the compiler
     compiles it, a package picks it (one built with --dropout or
     --key-offsets[=both]; otherwise the package's error names what it
@@ -431,7 +431,7 @@ class Kernel:
         # A kernel with dropout or key offsets is its own compile (kernels
         # without them pay nothing for them), or a package's kernel built
         # with the option.
-        more = _kernel_options(self.program, dropout, key_offsets)
+        more = _kernel_options(dropout, key_offsets)
         if where[0] == _CUDA:
             k = self.program.gpu_kernel(self.variant, dtype, d, dv, where[1], **more)
         elif where[0] == _CPU:
@@ -612,7 +612,7 @@ class Kernel:
     def _backward_kernel(self, where, dtype, d, dv, dropout=False,
                          key_offsets=False):
         def build():
-            more = _kernel_options(self.program, dropout, key_offsets)
+            more = _kernel_options(dropout, key_offsets)
             if where[0] == _CUDA:
                 return self.program.gpu_backward_kernel(self.variant, dtype, d, dv,
                                                         where[1], **more)

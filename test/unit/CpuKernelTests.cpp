@@ -232,7 +232,8 @@ TEST_CASE("non-unit strides along D take the element-wise path", "[cpu]") {
   CHECK(maxError(*k, a) < 1e-5);
 }
 
-TEST_CASE("tile counts of closed-form masks", "[cpu]") {
+/// The test sources plus a causal window of run-time width `w`.
+static std::unique_ptr<Session> sessionWithWindow() {
   std::string diags;
   std::unique_ptr<Session> s;
   REQUIRE(Session::loadSource("t.attn", std::string(kSources) +
@@ -240,6 +241,11 @@ TEST_CASE("tile counts of closed-form masks", "[cpu]") {
                                             "  mask_mod(b, h, q, kv) = q >= kv && q - kv < w }",
                               diags, s)
               .isOk());
+  return s;
+}
+
+TEST_CASE("tile counts of closed-form masks", "[cpu]") {
+  std::unique_ptr<Session> s = sessionWithWindow();
   KernelSpec spec; // 64 x 64 tiles
   std::array<int64_t, 3> c{};
   // Causal, 256 x 256, one sequence, two heads: per head 4 x 4 tiles, the
@@ -256,13 +262,7 @@ TEST_CASE("tile counts of closed-form masks", "[cpu]") {
 
 TEST_CASE("a block of positions classified for every sequence and head "
           "(the ring's skip test)", "[cpu]") {
-  std::string diags;
-  std::unique_ptr<Session> s;
-  REQUIRE(Session::loadSource("t.attn", std::string(kSources) +
-                                            "variant window(w: i32) {\n"
-                                            "  mask_mod(b, h, q, kv) = q >= kv && q - kv < w }",
-                              diags, s)
-              .isOk());
+  std::unique_ptr<Session> s = sessionWithWindow();
   auto cls = [&](const char *v, std::map<std::string, int64_t> sizes,
                  int64_t qlo, int64_t qhi, int64_t klo, int64_t khi) {
     abi::TileClass c = abi::kPartial;
