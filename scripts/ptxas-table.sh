@@ -2,7 +2,11 @@
 # Compiles every example x {f16, bf16} x Dqk:Dv in {64, 128, 192:128, 256}
 # x {sm_80, sm_90} to a package (the configuration table's tiles) and its
 # PTX and assembles it with ptxas: fails on any ptxas error or spill, and
-# prints the Markdown table of docs/kernels.md. Then every example's GPU
+# prints the Markdown table of docs/kernels.md. A spill that the static
+# SASS model (bench/sass_model.py, with the set-up's nvdisasm) finds only
+# outside the tile loop (loop-invariant values stored once per work item
+# and reloaded after the loop) is reported as a note instead; without the
+# model every spill fails. Then every example's GPU
 # backward (SIMT f32 D=64; tensor cores bf16 D=64 and 128; sm_90;
 # docs/backward.md) assembles too, with its table (fails on any ptxas
 # error; spills are reported, not failed). Exits 77 (a ctest skip, with
@@ -19,6 +23,7 @@ if [[ -z "$ptxas" ]]; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+model_py="$src/.venv/bin/python"
 echo "ptxas: $("$ptxas" --version | tail -1)"
 echo
 echo "| example | dtype | Dqk:Dv | arch | kernel | registers | shared memory (bytes) | stack frame (bytes) | spill stores | spill loads |"
@@ -37,10 +42,12 @@ p = json.load(open(sys.argv[1]))
 for i, k in enumerate(p["variants"][0]["kernels"]):
     path = "%s/k%d.ptx" % (sys.argv[2], i)
     open(path, "w").write(k["ptx"])
+    w = k.get("tile_work", {})
     print(k["dtype"], "%d:%d" % (k["head_dim"], k["v_head_dim"]), k["target"], k["kernel"],
-          k["shared_bytes"] + k["dynamic_shared_bytes"], path)
+          k["shared_bytes"] + k["dynamic_shared_bytes"], path, w.get("mma", 0),
+          w.get("async_copies", 0))
 PY
-  while read -r dt d sm kernel smem ptx; do
+  while read -r dt d sm kernel smem ptx mma copies; do
     if ! out="$("$ptxas" -arch=$sm -v "$ptx" -o "$tmp/k.cubin" 2>&1)"; then
       echo "FAIL: $n $dt D=$d $sm: $out" >&2
       bad=1
@@ -56,8 +63,17 @@ PY
     sl="$(echo "$out" | grep -oE '[0-9]+ bytes spill loads' | grep -oE '^[0-9]+' | awk '{ s += $1 } END { print s + 0 }')"
     echo "| $n | $dt | $d | $sm | \`$kernel\` | $regs | $smem | $stack | $ss | $sl |"
     if [[ "$ss" != 0 || "$sl" != 0 ]]; then
-      echo "FAIL: $n $dt D=$d $sm spills ($ss stores, $sl loads)" >&2
-      bad=1
+      where=""
+      if [[ -x "$model_py" && "$mma" != 0 ]] &&
+         where="$("$model_py" "$src/bench/sass_model.py" analyze "$ptx" --entry "$kernel" \
+                    --target "$sm" --mma "$mma" --copies "$copies" 2>/dev/null |
+                  python3 -c 'import json, sys; t = sys.stdin.read(); r = json.loads(t[:t.index("\n}") + 2]); print("outside" if r["loop_local_memory"] == 0 else "inside")' 2>/dev/null)" &&
+         [[ "$where" == outside ]]; then
+        echo "note: $n $dt D=$d $sm spills ($ss stores, $sl loads), none in the tile loop (the SASS model)" >&2
+      else
+        echo "FAIL: $n $dt D=$d $sm spills ($ss stores, $sl loads)${where:+, in the tile loop}" >&2
+        bad=1
+      fi
     fi
   done < "$tmp/list"
 done

@@ -14,7 +14,7 @@ attn.variant @causal() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
   attn.yield %0 : i1
 }
 
-// CHECK-LABEL: gpu.func @attnc_causal_bf16_d128v128_m128n32w8s2
+// CHECK-LABEL: gpu.func @attnc_causal_bf16_d128v128_m64n64w4s2
 // CHECK: %[[TINY:.*]] = arith.constant 1.17549435E-38 : f32
 // CHECK: %[[ABS:.*]] = math.absf %[[SCALE:.*]] : f32
 // CHECK: arith.maximumf %[[ABS]], %[[TINY]] : f32

@@ -32,7 +32,7 @@ attn.variant @sliding_window(window: i32)
 
 // GPU: module attributes {gpu.container_module}
 // GPU: gpu.module @attnc_kernels
-// GPU: gpu.func @attnc_sliding_window_bf16_d128v128_m128n32w8s2(
+// GPU: gpu.func @attnc_sliding_window_bf16_d128v128_m64n64w4s2(
 // GPU: nvvm.mma.sync
 
 // SIMT: gpu.func @attnc_sliding_window_f32_d64v64_m64n64w2s1(
@@ -40,7 +40,7 @@ attn.variant @sliding_window(window: i32)
 // SIMT: gpu.barrier
 
 // NVVM: gpu.module @attnc_kernels [#nvvm.target<O = 3, chip = "sm_90", features = "+ptx80">]
-// NVVM: llvm.func @attnc_sliding_window_f16_d64v64_m128n64w8s2(
+// NVVM: llvm.func @attnc_sliding_window_f16_d64v64_m64n128w4s2(
 // NVVM-SAME: nvvm.kernel
 // NVVM-NOT: attn.variant
 

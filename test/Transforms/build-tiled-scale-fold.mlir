@@ -27,7 +27,7 @@ attn.variant @softcap() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) 
   attn.yield %t : i1
 }
 
-// MMA-LABEL: flash.kernel @attnc_causal_bf16_d128v128_m128n32w8s2 "forward" form "mma-sync" of @causal
+// MMA-LABEL: flash.kernel @attnc_causal_bf16_d128v128_m64n64w4s2 "forward" form "mma-sync" of @causal
 // MMA: %[[ITEM:.*]] = flash.work_item
 // MMA: %[[Q:.*]] = flash.load_query "q" of %[[ITEM]] signed_by_scale
 // MMA: %[[SCALE:.*]] = flash.score_scale
@@ -56,7 +56,7 @@ attn.variant @softcap() score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) 
 // MMA: flash.store_output
 
 // softcap's score_mod is not the identity: it scales first, as every form.
-// MMA-LABEL: flash.kernel @attnc_softcap_bf16_d128v128_m128n32w8s2 "forward" form "mma-sync" of @softcap
+// MMA-LABEL: flash.kernel @attnc_softcap_bf16_d128v128_m64n64w4s2 "forward" form "mma-sync" of @softcap
 // MMA: flash.load_query "q" of %{{.*}}{{$}}
 // MMA-NOT: score_scale
 // MMA-NOT: unscaled

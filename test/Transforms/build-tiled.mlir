@@ -57,9 +57,9 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 // CPU: flash.store_output
 
 // On a GPU target: the configuration table's tiles, named after them.
-// MMA: flash.kernel @attnc_alibi_bf16_d128v128_m128n32w8s2 "forward" form "mma-sync" of @alibi
-// MMA-SAME: block_m = 128 : i64, block_n = 32 : i64, dtype = bf16, head_dim = 128 : i64
-// MMA-SAME: warps = 8 : i64
+// MMA: flash.kernel @attnc_alibi_bf16_d128v128_m64n64w4s2 "forward" form "mma-sync" of @alibi
+// MMA-SAME: block_m = 64 : i64, block_n = 64 : i64, dtype = bf16, head_dim = 128 : i64
+// MMA-SAME: warps = 4 : i64
 
 // A form asked for by name.
 // SIMT: flash.kernel @attnc_alibi_bf16_d64v64_m64n64w2s1 "forward" form "simt" of @alibi

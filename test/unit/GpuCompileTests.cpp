@@ -48,8 +48,8 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   // The tensor-core kernel with the configuration table's tiles for D=128:
   // 8 warps x 16 rows, 32 keys, two stages of swizzled K and V rows and
   // the Q tile in dynamic shared memory.
-  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m128n32w8s2");
-  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m128n32w8s2_block_mask");
+  CHECK(cold.kernel == "attnc_docs_bf16_d128v128_m64n64w4s2");
+  CHECK(cold.maskBuilder == "attnc_docs_bf16_d128v128_m64n64w4s2_block_mask");
   CHECK(cold.spec.blockM == 128);
   CHECK(cold.spec.blockN == 32);
   CHECK(cold.sharedBytes == 0);

@@ -1284,25 +1284,27 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
 namespace {
 
 /// The configuration table of the mma.sync form: block_m, block_n and warps
-/// per head-dim class, the first row that matches. Off sm_90, 128-row tiles
-/// of 8 warps x 16 rows: the largest that ptxas assembles with no spills
-/// for every example (block_n 32 above D=64, where synaptic spills at 64;
-/// block_n 16 above D=192 before sm_90, where softcap and synaptic spill at
-/// 32 at D=256, and above D=224 on sm_90, where relative_bias spills at 32
-/// at D=240; 2 m-tiles per warp, which halve the shared-memory reads per
-/// row, spill at block_n 64). On sm_90 up to D=64, 64-row tiles of 4 warps:
-/// timed on an H100 (bf16, causal and document mask, prefill 2k/8k and
-/// decode 8k; docs/performance.md) they took 1.16x the best candidate's
-/// time against 1.41x for 128x64 with 8 warps; the fastest there (64x128,
-/// 128x64 with 4 warps) spill for synaptic. Other rows: ptxas's figures,
-/// not yet timed on a device (docs/kernels.md).
+/// per head-dim class, the first row that matches. Up to D=128, 64-row
+/// tiles of 4 warps, block_n 128 up to D=64 and 64 up to D=128: on an H100
+/// (bf16, prefill 2k/8k and decode 8k; docs/performance.md, "Tile tuning")
+/// they were within 0-16% of the best candidate where the previous rows
+/// (128x64 with 8 warps up to D=64, 128x32 with 8 warps above) took up to
+/// 1.4x and 1.3x of it, and the static model counts 715 and 890 MMA-FLOP
+/// per instruction for full (sm_89) against 662 and 771. ptxas keeps their
+/// tile loops spill-free for every example; alibi-like score_mods with
+/// captures (relative_bias, synaptic) spill a few loop-invariant values
+/// once per work item (docs/kernels.md). Above D=128, 128-row tiles of 8
+/// warps x 16 rows: the largest that ptxas assembles with no spills for
+/// every example (block_n 16 above D=192 before sm_90, where softcap and
+/// synaptic spill at 32 at D=256, and above D=224 on sm_90, where
+/// relative_bias spills at 32 at D=240).
 struct TileChoice {
   int64_t maxDim, blockM, blockN, warps;
   bool sm90Only;
 };
 constexpr TileChoice kTable[] = {
-    {64, 64, 64, 4, true},
-    {64, 128, 64, 8, false},
+    {64, 64, 128, 4, false},
+    {128, 64, 64, 4, false},
     {192, 128, 32, 8, false},
     {224, 128, 32, 8, true},
     {256, 128, 16, 8, false},
