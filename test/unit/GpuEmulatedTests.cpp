@@ -153,7 +153,7 @@ TEST_CASE("emulated GPU: the device block mask, built and reused",
   REQUIRE(cuda::DeviceMirror::create(*g.ctx, p.a, mirror).isOk());
   BlockMask bm;
   REQUIRE(k->buildBlockMask(mirror.args(), bm).isOk());
-  CHECK(bm.numQTiles == 1); // block_m 128 (the configuration table's)
+  CHECK(bm.numQTiles == 2); // block_m 64 (the configuration table's)
   std::vector<uint8_t> first = p.out;
   p.a.blockMask = &bm;
   std::fill(p.out.begin(), p.out.end(), 0xff);
@@ -165,10 +165,11 @@ TEST_CASE("emulated GPU: a data mask's long runs of empty tiles are searched "
           "32 tiles at a time",
           "[gpu-emulated]") {
   // The last 20 queries of 4500 keys, in a document that starts at key
-  // 4400: every tile before it is empty (over a hundred at 32-key tiles,
-  // several rounds of the warp's search), the search after the last
-  // visited tile finds none; in sequence 1 the queries' documents start at
-  // keys 4380 and 4490 (a run that ends inside a round of 32).
+  // 4400: every tile before it is empty (34 at the 128-key tiles of both
+  // forms: the next tile alone, then two rounds of the warp's search), the
+  // search after the last visited tile finds none; in sequence 1 the
+  // queries' documents start at keys 4380 and 4490 (a run that ends inside
+  // a round of 32).
   Gpu g;
   for (const char *target : {"sm_80", "sm_90a"})
     for (DType dt : {DType::F16, DType::BF16}) {
