@@ -1287,13 +1287,14 @@ namespace {
 /// per head-dim class, the first row that matches. Up to D=128, 64-row
 /// tiles of 4 warps, block_n 128 up to D=64 and 64 up to D=128: on an H100
 /// (bf16, prefill 2k/8k and decode 8k; docs/performance.md, "Tile tuning")
-/// they were within 0-16% of the best candidate where the previous rows
-/// (128x64 with 8 warps up to D=64, 128x32 with 8 warps above) took up to
-/// 1.4x and 1.3x of it, and the static model counts 715 and 890 MMA-FLOP
-/// per instruction for full (sm_89) against 662 and 771. ptxas keeps their
-/// tile loops spill-free for every example; alibi-like score_mods with
-/// captures (relative_bias, synaptic) spill a few loop-invariant values
-/// once per work item (docs/kernels.md). Above D=128, 128-row tiles of 8
+/// they took 1.00-1.16x the best candidate's time but for document_mask's
+/// 2k prefill at D=64 (1.44x), where the previous rows (128x64 with 8
+/// warps up to D=64, 128x32 with 8 warps above) took up to 1.95x and 1.52x;
+/// the static model counts 715 and 890 MMA-FLOP per instruction for full
+/// (sm_89) against 662 and 771. ptxas keeps their tile loops spill-free
+/// for every example; score_mods that read captured tensors (relative_bias,
+/// synaptic) spill a few loop-invariant values once per work item
+/// (docs/kernels.md). Above D=128, 128-row tiles of 8
 /// warps x 16 rows: the largest that ptxas assembles with no spills for
 /// every example (block_n 16 above D=192 before sm_90, where softcap and
 /// synaptic spill at 32 at D=256, and above D=224 on sm_90, where
