@@ -135,6 +135,42 @@ TEST_CASE("emulated GPU: empty sequences and explicit query offsets",
   }
 }
 
+TEST_CASE("emulated GPU: probabilities by one FMA where the row maxima are "
+          "small, by the exact difference where they are not",
+          "[gpu-emulated]") {
+  // With no score_mod the tensor-core forms take exp2(s c - m c) when every
+  // row of the warp has |m c| < 2^10, else exp2((s - m) c). A scale of 200
+  // puts head 0's rows with a maximum above 3.55 past it (those warps take
+  // the exact form); head 1's Q, scaled down 20 times, keeps its warps on
+  // the FMA. Both must match the reference.
+  Gpu g;
+  for (const char *target : {"sm_80", "sm_90a"})
+    for (DType dt : {DType::F16, DType::BF16}) {
+      INFO(target << " " << dtypeName(dt));
+      auto k = g.kernel("causal", dt, 64, target);
+      HostProblem p(dt, 1, 2, 2, 100, 100, 64, 11);
+      for (int64_t i = 100 * 64; i < 2 * 100 * 64; ++i)
+        storeFromDouble(p.q.data(), dt, i,
+                        loadAsDouble(p.q.data(), dt, i) / 20.0);
+      p.a.scale = 200.0;
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      std::vector<double> ref, refLse;
+      REQUIRE(referenceAttention(k->variant(), p.a, ref, refLse).isOk());
+      double err = 0, lseErr = 0, bigRows = 0;
+      for (int64_t row = 0; row < 2 * 100; ++row) {
+        bigRows += row < 100 && refLse[row] > 3.55 * 200;
+        lseErr = std::max(lseErr, std::fabs(p.lse[row] - refLse[row]) /
+                                      std::max(1.0, std::fabs(refLse[row])));
+        for (int64_t d = 0; d < 64; ++d)
+          err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt, row * 64 + d) -
+                                        ref[row * 64 + d]));
+      }
+      CHECK(bigRows > 10); // the exact form is taken
+      CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
+      CHECK(lseErr < 1e-5);
+    }
+}
+
 TEST_CASE("emulated GPU: the device block mask, built and reused",
           "[gpu-emulated]") {
   Gpu g;

@@ -252,6 +252,15 @@ private:
   LogicalResult lowerOp(Operation &op);
   /// The pipelined loop over visited tiles (flash.for_tiles).
   LogicalResult lowerTileLoop(flash::ForTilesOp loop);
+  /// The probabilities' map, exp2((s - m) c) with a score s and the rows' m
+  /// and c: c, or nothing when the map is not that.
+  std::optional<Value> exp2OfDifferenceFactor(flash::ScoresMapOp m);
+  /// exp2((s - m) c) per score, as one FMA, s c - m c, where every row of
+  /// the warp has |m c| < 2^10 (m c's rounding then moves an exponent by
+  /// at most 2^-14: a relative 4e-5 in a probability that f16/bf16 round
+  /// to 5e-4 or 4e-3), else as the map states it (exact at any |m|: a row
+  /// of scores near -1e30 needs it).
+  SmallVector<Value> probabilities(flash::ScoresMapOp m, Value factor);
   /// A map body per register: exp2 on the special-function unit.
   Value mapBody(Block &body, ValueRange args);
   void storeOutput(flash::StoreOutputOp op);
@@ -712,6 +721,80 @@ std::pair<Value, Value> TensorCoreKernel::nextVisitedByWarp(Value from, Value nK
   return {j, select(any, arith::TruncIOp::create(b_, i8, clsAt), full)};
 }
 
+std::optional<Value>
+TensorCoreKernel::exp2OfDifferenceFactor(flash::ScoresMapOp m) {
+  Block &body = m.getBody().front();
+  if (m.getScores().size() != 1 || m.getRows().size() < 1)
+    return std::nullopt;
+  // Only where the factor is the rows' c (the scale in the exponents: no
+  // score_mod), not log2 e: kernels with a score_mod are at the register
+  // file's limit, and the two forms of the loop made synaptic spill in it.
+  auto it = body.begin();
+  if (std::distance(it, body.end()) != 4)
+    return std::nullopt;
+  auto sub = dyn_cast<arith::SubFOp>(*it++);
+  auto mul = dyn_cast<arith::MulFOp>(*it++);
+  auto exp = dyn_cast<math::Exp2Op>(*it++);
+  auto yield = dyn_cast<flash::YieldOp>(*it);
+  if (!sub || !mul || !exp || !yield || sub.getLhs() != body.getArgument(0) ||
+      sub.getRhs() != body.getArgument(1) || mul.getLhs() != sub ||
+      exp.getOperand() != mul || yield.getValues().size() != 1 ||
+      yield.getValues()[0] != exp)
+    return std::nullopt;
+  auto arg = dyn_cast<BlockArgument>(mul.getRhs());
+  if (!arg || arg.getOwner() != &body || arg.getArgNumber() < 2)
+    return std::nullopt;
+  return Value(m.getRows()[arg.getArgNumber() - 1]);
+}
+
+SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
+                                                   Value factor) {
+  const int64_t R = 2 * MT;
+  const SmallVector<Value> &s = regs[m.getScores()[0]];
+  const SmallVector<Value> &rowsM = regs[m.getRows()[0]];
+  const SmallVector<Value> &c = regs[factor];
+  SmallVector<Value> mc(R);
+  Value small = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  for (int64_t r = 0; r < R; ++r) {
+    mc[r] = arith::MulFOp::create(b_, rowsM[r], c[r]);
+    small = andI(small, arith::CmpFOp::create(
+                            b_, arith::CmpFPredicate::OLT,
+                            math::AbsFOp::create(b_, mc[r]), cF32(1024.0f)));
+  }
+  // One branch for the warp (a vote), so that it never diverges.
+  Value votes = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
+                                         NVVM::VoteSyncKind::all);
+  auto element = [&](bool fused) {
+    SmallVector<Value> out;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t e = 0; e < 4; ++e) {
+          int64_t r = mt * 2 + (e >> 1), at = (mt * NT + nt) * 4 + e;
+          Value x = fused ? Value(math::FmaOp::create(
+                                b_, s[at], c[r], arith::NegFOp::create(b_, mc[r])))
+                          : Value(arith::MulFOp::create(
+                                b_, arith::SubFOp::create(b_, s[at], rowsM[r]),
+                                c[r]));
+          out.push_back(ex2(x));
+        }
+    return out;
+  };
+  Value notSmall = arith::XOrIOp::create(
+      b_, votes, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
+  // ifYield(cond, else values, then): the exact form's values are built in
+  // the else branch of a two-sided if.
+  auto op = scf::IfOp::create(b_, TypeRange(SmallVector<Type>(s.size(), f32_)),
+                              notSmall, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard g(b_);
+    b_.setInsertionPointToStart(op.thenBlock());
+    scf::YieldOp::create(b_, element(false));
+    b_.setInsertionPointToStart(op.elseBlock());
+    scf::YieldOp::create(b_, element(true));
+  }
+  return SmallVector<Value>(op.getResults());
+}
+
 Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
   return emitMapBody(body, args, [&](Operation &op, ArrayRef<Value> x) {
     return isa<math::Exp2Op>(op) ? ex2(x[0]) : Value();
@@ -921,6 +1004,10 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     return success();
   }
   if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
+    if (std::optional<Value> factor = exp2OfDifferenceFactor(m)) {
+      regs[m] = probabilities(m, *factor);
+      return success();
+    }
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t nt = 0; nt < NT; ++nt)
