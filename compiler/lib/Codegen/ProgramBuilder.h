@@ -208,12 +208,20 @@ protected:
   /// if (cond) then() else keep: yields `then`'s values or `keep`.
   SmallVector<Value> ifYield(Value cond, ValueRange keep,
                              function_ref<SmallVector<Value>()> then) {
-    auto op = scf::IfOp::create(b_, keep.getTypes(), cond, /*withElse=*/true);
+    return ifElseYield(cond, keep.getTypes(), then,
+                       [&] { return SmallVector<Value>(keep); });
+  }
+  /// if (cond) then() else otherwise(), each built in its own branch,
+  /// yielding values of `types`.
+  SmallVector<Value> ifElseYield(Value cond, TypeRange types,
+                                 function_ref<SmallVector<Value>()> then,
+                                 function_ref<SmallVector<Value>()> otherwise) {
+    auto op = scf::IfOp::create(b_, types, cond, /*withElse=*/true);
     OpBuilder::InsertionGuard g(b_);
     b_.setInsertionPointToStart(op.thenBlock());
     scf::YieldOp::create(b_, then());
     b_.setInsertionPointToStart(op.elseBlock());
-    scf::YieldOp::create(b_, keep);
+    scf::YieldOp::create(b_, otherwise());
     return SmallVector<Value>(op.getResults());
   }
   Value select(Value c, Value a, Value x) {

@@ -241,6 +241,16 @@ private:
   /// The same for a data-dependent mask, 32 tiles per step of the warp.
   std::pair<Value, Value> nextVisitedByWarp(Value from, Value nKT,
                                             IRMapping &inv);
+  /// Tile j's class from the block mask where `inRange` (j < nKT), else
+  /// empty (the mask has no entry past nKT).
+  Value blockMaskClass(Value j, Value inRange, IRMapping &inv) {
+    Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
+    return ifYield(inRange, ValueRange{empty}, [&] {
+      return SmallVector<Value>{
+          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv)
+              .cls};
+    })[0];
+  }
   /// j + 1 for an i32 tile index below nKT (no wrap).
   Value nextTile(Value j) {
     return arith::AddIOp::create(b_, j, cI32(1),
@@ -621,12 +631,7 @@ std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
     // (mma.sync document_mask D=256, 4 bytes).
     Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
     Value inRange = cmp(arith::CmpIPredicate::ult, from, nKT);
-    Value cls = ifYield(inRange, ValueRange{empty}, [&] {
-      return SmallVector<Value>{
-          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), from),
-                 inv)
-              .cls};
-    })[0];
+    Value cls = blockMaskClass(from, inRange, inv);
     Value miss = arith::XOrIOp::create(
         b_, andI(inRange, cmp(arith::CmpIPredicate::ne, cls, empty)),
         arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
@@ -684,11 +689,7 @@ std::pair<Value, Value> TensorCoreKernel::nextVisitedByWarp(Value from, Value nK
     Value j = arith::AddIOp::create(b_, j0, lane32);
     Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
     Value none = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
-    Value cls = ifYield(inRange, ValueRange{none}, [&] {
-      return SmallVector<Value>{
-          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv)
-              .cls};
-    })[0];
+    Value cls = blockMaskClass(j, inRange, inv);
     Value visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, cls, none);
     Value found = NVVM::VoteSyncOp::create(b_, i32_, all, visit,
                                            NVVM::VoteSyncKind::ballot);
@@ -762,8 +763,8 @@ SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
                             math::AbsFOp::create(b_, mc[r]), cF32(1024.0f)));
   }
   // One branch for the warp (a vote), so that it never diverges.
-  Value votes = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
-                                         NVVM::VoteSyncKind::all);
+  Value everyRow = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
+                                            NVVM::VoteSyncKind::all);
   auto element = [&](bool fused) {
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < MT; ++mt)
@@ -779,20 +780,9 @@ SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
         }
     return out;
   };
-  Value notSmall = arith::XOrIOp::create(
-      b_, votes, arith::ConstantOp::create(b_, b_.getBoolAttr(true)));
-  // ifYield(cond, else values, then): the exact form's values are built in
-  // the else branch of a two-sided if.
-  auto op = scf::IfOp::create(b_, TypeRange(SmallVector<Type>(s.size(), f32_)),
-                              notSmall, /*withElseRegion=*/true);
-  {
-    OpBuilder::InsertionGuard g(b_);
-    b_.setInsertionPointToStart(op.thenBlock());
-    scf::YieldOp::create(b_, element(false));
-    b_.setInsertionPointToStart(op.elseBlock());
-    scf::YieldOp::create(b_, element(true));
-  }
-  return SmallVector<Value>(op.getResults());
+  return ifElseYield(everyRow, SmallVector<Type>(s.size(), f32_),
+                     [&] { return element(true); },
+                     [&] { return element(false); });
 }
 
 Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
