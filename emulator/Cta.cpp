@@ -2,11 +2,15 @@
 //
 // Each lane has its own program counter. A warp runs the lanes that share
 // the lowest program counter among those that can run, as one group, until
-// they branch apart, meet other lanes, or stop at a barrier or collective.
-// A collective runs once every lane of its member mask has arrived; a
-// barrier completes once every thread of the CTA waits at it. When nothing
-// can run and no barrier can complete, the CTA is deadlocked: that is
-// reported with the lines and threads involved, never waited on.
+// they branch apart, meet other lanes, or stop at a barrier, a collective
+// or an mbarrier wait. A collective runs once every lane of its member mask
+// has arrived; a hardware barrier completes once as many threads as it
+// counts have arrived (bar.sync waits, bar.arrive does not); a thread
+// parked at mbarrier.try_wait retries once some mbarrier phase completes.
+// TMA loads land when no warp can run, one at a time, oldest first: the
+// latest a device could deliver them, so a missing wait shows. When nothing
+// can run, land or complete, the CTA is deadlocked: that is reported with
+// the lines, threads and mbarriers involved, never waited on.
 //
 //===----------------------------------------------------------------------===//
 #include "Machine.h"
@@ -66,6 +70,7 @@ void Cta::init(const Kernel &kernel, const LaunchShape &s, const MemoryMap &m,
   genericFence.assign(granules, 0);
   proxyFences.assign(static_cast<size_t>(nw) * 32, 0);
   warpgroups.assign(static_cast<size_t>((nw + 3) / 4), WarpgroupState());
+  maxnreg.assign(warpgroups.size(), 0);
   for (int i = 0; i < nw; ++i) {
     Warp &w = warps[static_cast<size_t>(i)];
     w.id = i;
@@ -87,6 +92,11 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   for (WarpgroupState &g : warpgroups)
     g = WarpgroupState();
   mmasInFlight = 0;
+  mbarriers.clear();
+  bulks.clear();
+  for (NamedBarrier &b : barriers)
+    b = NamedBarrier();
+  std::fill(maxnreg.begin(), maxnreg.end(), 0u);
   // Registers and local memory start as garbage, as on a device: all-ones
   // bits (NaN in every float type), so that reading one before writing it
   // shows in the results.
@@ -96,7 +106,7 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   uint32_t bx = shape->block[0], by = shape->block[1];
   for (Warp &w : warps) {
     w.exited = ~w.exists;
-    w.atBarrier = w.waiting = 0;
+    w.atBarrier = w.waiting = w.parked = 0;
     w.atWarpgroup = false;
     for (int l = 0; l < 32; ++l) {
       w.pc[l] = 0;
@@ -128,17 +138,17 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
     set(Kernel::NWarpId, [&](int) { return uint32_t(warps.size()); });
   }
   for (;;) {
-    for (Warp &w : warps)
-      runWarp(w);
+    bool ran = false, polled = false;
+    for (Warp &w : warps) {
+      RunResult r = runWarp(w);
+      ran |= r == RunResult::Ran;
+      polled |= r == RunResult::Polled;
+    }
     if (releaseWarpgroups())
       continue;
-    int alive = 0, arrived = 0;
-    bool waiting = false;
-    for (const Warp &w : warps) {
+    int alive = 0;
+    for (const Warp &w : warps)
       alive += __builtin_popcount(w.exists & ~w.exited);
-      arrived += __builtin_popcount(w.atBarrier);
-      waiting |= w.waiting != 0 || w.atWarpgroup;
-    }
     if (alive == 0) {
       for (const WarpgroupState &g : warpgroups)
         if (!g.mmas.empty()) {
@@ -147,52 +157,76 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
                 "the warpgroup exited with a wgmma.mma_async that no "
                 "wgmma.wait_group retired (its accumulators were never written)");
         }
+      if (!bulks.empty()) {
+        const PendingBulk &b = bulks.front();
+        fault(warps[size_t(b.warp)], *b.in, b.lane, kErrLaunchFailed,
+              "the CTA exited with a TMA load in flight: nothing waited on " +
+                  describeMbarrier(b.mbar) + " for its bytes");
+      }
       return;
     }
-    if (waiting || arrived != alive)
-      deadlock();
-    releaseBarrier();
+    if (ran)
+      continue;
+    if (landBulk())
+      continue;
+    if (polled) // threads poll with test_wait; the step limit ends an endless poll
+      continue;
+    deadlock();
   }
 }
 
-void Cta::releaseBarrier() {
-  // Every live thread waits at a barrier: the same one, from the same place,
-  // and every thread the barrier counts must be there.
-  const Instr *first = nullptr;
-  int firstWarp = 0, firstLane = 0, arrived = 0;
-  for (const Warp &w : warps)
-    for (int l = 0; l < 32; ++l) {
-      if (!((w.atBarrier >> l) & 1))
-        continue;
-      ++arrived;
-      const Instr &in = k->code[static_cast<size_t>(w.pc[l])];
-      if (!first) {
-        first = &in;
-        firstWarp = w.id;
-        firstLane = l;
-      } else if (in.aux != first->aux || &in != first) {
-        fault(w, in, l, kErrLaunchFailed,
-              "divergent barrier: thread " + threadName(w.id, l) +
-                  " waits at barrier " + std::to_string(in.aux) + " on PTX line " +
-                  std::to_string(in.line) + " while thread " +
-                  threadName(firstWarp, firstLane) + " waits at barrier " +
-                  std::to_string(first->aux) + " on PTX line " +
-                  std::to_string(first->line));
-      }
-    }
-  int required = first->aux2 ? static_cast<int>(first->aux2) : numThreads;
-  if (first->aux2 && (first->aux2 % 32 || first->aux2 > uint32_t(numThreads)))
-    fault(warps[static_cast<size_t>(firstWarp)], *first, firstLane, kErrIllegalInstruction,
-          "bar.sync thread count " + std::to_string(first->aux2) +
-              " is not a multiple of 32 no larger than the CTA");
-  if (arrived < required)
-    deadlock();
-  for (Warp &w : warps) {
-    for (int l = 0; l < 32; ++l)
-      if ((w.atBarrier >> l) & 1)
-        ++w.pc[l];
-    w.atBarrier = 0;
+void Cta::arriveBarrier(Warp &w, const Instr &in, uint32_t m) {
+  uint32_t id = in.aux & 15;
+  NamedBarrier &b = barriers[id];
+  int lane = __builtin_ctz(m);
+  uint32_t expected = in.aux2 ? in.aux2 : uint32_t(numThreads);
+  if (in.aux2 && (in.aux2 % 32 || in.aux2 > uint32_t(numThreads)))
+    fault(w, in, lane, kErrIllegalInstruction,
+          "barrier thread count " + std::to_string(in.aux2) +
+              " is not a multiple of 32 no larger than the CTA (" +
+              std::to_string(numThreads) + " threads)");
+  if (b.arrived == 0) {
+    b.expected = expected;
+    b.first = &in;
+    b.firstWarp = w.id;
+    b.firstLane = lane;
+  } else if (b.expected != expected) {
+    fault(w, in, lane, kErrIllegalInstruction,
+          "barrier " + std::to_string(id) + " counts " + std::to_string(expected) +
+              " threads here but " + std::to_string(b.expected) + " at PTX line " +
+              std::to_string(b.first->line) + " (thread " +
+              threadName(b.firstWarp, b.firstLane) + ") in the same round");
+  } else if (!in.aux2 && (in.aux & kBarrierAligned) && in.ctl == Ctl::Barrier &&
+             b.first->ctl == Ctl::Barrier && &in != b.first) {
+    fault(w, in, lane, kErrLaunchFailed,
+          "divergent barrier: thread " + threadName(w.id, lane) + " waits at barrier " +
+              std::to_string(id) + " on PTX line " + std::to_string(in.line) +
+              " while thread " + threadName(b.firstWarp, b.firstLane) +
+              " waits at barrier " + std::to_string(id) + " on PTX line " +
+              std::to_string(b.first->line));
   }
+  b.arrived += uint32_t(__builtin_popcount(m));
+  if (b.arrived > b.expected)
+    fault(w, in, lane, kErrLaunchFailed,
+          "barrier " + std::to_string(id) + ": " + std::to_string(b.arrived) +
+              " threads arrive in one round where it counts " +
+              std::to_string(b.expected) +
+              " (a thread arrives twice before the barrier completes)");
+  if (b.arrived == b.expected)
+    releaseBarrier(id);
+}
+
+void Cta::releaseBarrier(uint32_t id) {
+  for (Warp &w : warps) {
+    for (uint32_t r = w.atBarrier; r; r &= r - 1) {
+      int l = __builtin_ctz(r);
+      if ((k->code[static_cast<size_t>(w.pc[l])].aux & 15) != id)
+        continue;
+      ++w.pc[l];
+      w.atBarrier &= ~(1u << l);
+    }
+  }
+  barriers[id] = NamedBarrier();
   ++epoch;
 }
 
@@ -231,15 +265,25 @@ void Cta::deadlock() const {
         size_t pc = static_cast<size_t>(w.pc[l]);
         std::string text = pc < k->text.size() ? k->text[pc] : "";
         what = std::string((w.atBarrier >> l) & 1 ? "wait at the barrier on"
+                           : (w.parked >> l) & 1  ? "wait at the mbarrier on"
                            : w.atWarpgroup        ? "wait for their warpgroup at"
                                                   : "wait for their warp at") +
                " PTX line " + std::to_string(in.line) + ": " + text;
+        if ((w.atBarrier >> l) & 1) {
+          const NamedBarrier &b = barriers[in.aux & 15];
+          what += " (barrier " + std::to_string(in.aux & 15) + ": " +
+                  std::to_string(b.arrived) + " of " + std::to_string(b.expected) +
+                  " threads arrived)";
+        } else if ((w.parked >> l) & 1) {
+          what += " (" + describeMbarrier(uint32_t(address(w, in.op[1], l))) + ")";
+        }
       }
       groups[what].push_back(tid);
     }
   std::string msg = "deadlock: no thread of the CTA can make progress (a "
                     "barrier or warp-collective that not every thread "
-                    "reaches)";
+                    "reaches, or an mbarrier phase that cannot complete; no "
+                    "TMA load is in flight)";
   for (const auto &[what, ids] : groups)
     msg += "\n    threads " + ranges(ids) + " " + what;
   msg += "\n    in kernel " + k->name + ", CTA (" + std::to_string(ctaid[0]) + ", " +
@@ -247,12 +291,16 @@ void Cta::deadlock() const {
   throw Fault{kErrLaunchTimeout, msg};
 }
 
-void Cta::runWarp(Warp &w) {
+Cta::RunResult Cta::runWarp(Warp &w) {
   const Instr *code = k->code.data();
+  bool any = false;
   for (;;) {
-    uint32_t run = w.atWarpgroup ? 0 : w.exists & ~w.exited & ~w.atBarrier & ~w.waiting;
+    uint32_t run = w.atWarpgroup ? 0
+                                 : w.exists & ~w.exited & ~w.atBarrier & ~w.waiting &
+                                       ~w.parked;
     if (!run)
-      return;
+      return any ? RunResult::Ran : RunResult::Idle;
+    any = true;
     int pc = INT_MAX, nextOther = INT_MAX;
     for (uint32_t r = run; r; r &= r - 1)
       pc = std::min(pc, w.pc[__builtin_ctz(r)]);
@@ -321,10 +369,41 @@ void Cta::runWarp(Warp &w) {
           for (uint32_t r = m; r; r &= r - 1)
             w.pc[__builtin_ctz(r)] = pc;
           g &= ~m;
+          arriveBarrier(w, in, m); // may release them (and others) at once
         }
         ++pc;
         stop = g == 0;
         break;
+      case Ctl::BarArrive:
+        if (m)
+          arriveBarrier(w, in, m);
+        ++pc;
+        break;
+      case Ctl::MbarWait: {
+        if (!m) {
+          ++pc;
+          break;
+        }
+        uint32_t done = mbarrierWait(w, in, m);
+        if (in.aux & 1) { // test_wait: a poll; a failed one yields the warp
+          ++pc;
+          if (done != m) {
+            for (uint32_t r = g; r; r &= r - 1)
+              w.pc[__builtin_ctz(r)] = pc;
+            return RunResult::Polled;
+          }
+          break;
+        }
+        if (uint32_t wait = m & ~done) {
+          w.parked |= wait;
+          for (uint32_t r = wait; r; r &= r - 1)
+            w.pc[__builtin_ctz(r)] = pc;
+          g &= ~wait;
+        }
+        ++pc;
+        stop = g == 0;
+        break;
+      }
       case Ctl::Warpgroup:
         // .sync.aligned over the warpgroup: the whole warp arrives
         // together, then waits for the other three (releaseWarpgroups).

@@ -158,6 +158,11 @@ bool Decoder::value(const SynOperand &s, Ty t, Operand &out, std::string &err,
     return true;
   }
   case SynOperand::Name: {
+    if (int32_t r = registerSlot(s.name); r >= 0) { // a register named without '%'
+      out.kind = Operand::Reg;
+      out.r[0] = r;
+      return true;
+    }
     uint64_t addr;
     if (auto it = sharedSyms_.find(s.name); it != sharedSyms_.end())
       addr = it->second;
@@ -203,7 +208,8 @@ bool Decoder::value(const SynOperand &s, Ty t, Operand &out, std::string &err,
 
 bool Decoder::dest(const SynOperand &s, Operand &out, std::string &err,
                    bool allowVec) {
-  if (s.kind == SynOperand::Reg) {
+  if (s.kind == SynOperand::Reg ||
+      (s.kind == SynOperand::Name && registerSlot(s.name) >= 0)) {
     int32_t r = registerSlot(s.name);
     if (r < 0) {
       err = "unknown register '" + s.name + "'" +
@@ -238,6 +244,10 @@ bool Decoder::address(const SynOperand &s, Space sp, Operand &out,
                       std::string &err) {
   if (s.kind != SynOperand::Addr) {
     err = "expected an address [...]";
+    return false;
+  }
+  if (!s.elems.empty()) {
+    err = "coordinates {...} belong only in a tensor operand of cp.async.bulk.tensor";
     return false;
   }
   out = Operand();
@@ -364,10 +374,17 @@ bool bindControl(Decoder &d, const SynInstr &s, Instr &in, std::string &err,
     in.ctl = Ctl::Trap;
     return true;
   }
+  bool arrive = (op == "bar" || op == "barrier") && hasPart(p, "arrive");
   if ((op == "bar" || op == "barrier") &&
-      (hasPart(p, "sync") || p.size() == 1 || (p.size() == 2 && p[1] == "aligned"))) {
-    // bar.sync a{, b}: barrier a; b threads (must be the whole CTA here).
-    in.ctl = Ctl::Barrier;
+      (hasPart(p, "sync") || arrive || p.size() == 1 ||
+       (p.size() == 2 && p[1] == "aligned") || (p.size() == 2 && p[1] == "cta"))) {
+    // bar.sync a{, b} / bar.arrive a, b: barrier a; b threads (default: the
+    // whole CTA).
+    in.ctl = arrive ? Ctl::BarArrive : Ctl::Barrier;
+    if (arrive && s.ops.size() != 2) {
+      err = "bar.arrive takes a barrier and a thread count";
+      return true;
+    }
     if (s.ops.empty() || s.ops.size() > 2) {
       err = "bar.sync takes a barrier and an optional thread count";
       return true;
@@ -381,6 +398,9 @@ bool bindControl(Decoder &d, const SynInstr &s, Instr &in, std::string &err,
       err = "barrier number out of range (0..15)";
       return true;
     }
+    // bar.sync is barrier.sync.aligned: every thread at the same instruction.
+    if (op == "bar" || hasPart(p, "aligned"))
+      in.aux |= kBarrierAligned;
     if (s.ops.size() == 2) {
       if (s.ops[1].kind != SynOperand::Int) {
         err = "the emulator supports bar.sync with an immediate thread count";
@@ -479,6 +499,7 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
       bool taken = e.empty() && (bindControl(d, s, in, e, labels) ||
                                  bindAlu(d, s, in, e) ||
                                  bindConvert(d, s, in, e) ||
+                                 bindAsync(d, s, in, e) ||
                                  bindMemory(d, s, in, e) || bindWarp(d, s, in, e) ||
                                  bindWarpgroup(d, s, in, e));
       if (e.empty() && !taken)

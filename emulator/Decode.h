@@ -53,6 +53,14 @@ public:
   bool declare(const SynKernel &sk, const std::vector<SynVar> &moduleVars,
                std::string &err);
   int32_t registerSlot(const std::string &name) const;
+  /// The offset of the kernel parameter `name`; false if there is none.
+  bool paramSymbol(const std::string &name, uint64_t &offset) const {
+    auto it = paramSyms_.find(name);
+    if (it == paramSyms_.end())
+      return false;
+    offset = it->second;
+    return true;
+  }
   /// The declared type of a register (Ty::None for non-registers).
   Ty registerType(const std::string &name) const;
 

@@ -25,6 +25,7 @@
 #include "Launch.h"
 #include "Program.h"
 #include "Streams.h"
+#include "TensorMap.h"
 
 #include <chrono>
 #include <cstdio>
@@ -41,7 +42,7 @@ using namespace attnc::emu;
 
 constexpr int kSuccess = 0, kInvalidValue = 1, kOutOfMemory = 2,
               kNotInitialized = 3, kNoDevice = 100, kInvalidDevice = 101,
-              kInvalidHandle = 400, kNotFound = 500;
+              kInvalidHandle = 400, kNotFound = 500, kNotSupported = 801;
 
 int env(const char *n, int dflt) {
   const char *v = std::getenv(n);
@@ -518,6 +519,45 @@ R cuEventDestroy_v2(void *e) {
   return kSuccess;
 }
 
+R cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *global,
+                         const unsigned long long *dims, const unsigned long long *strides,
+                         const unsigned *box, const unsigned *elementStrides,
+                         int interleave, int swizzle, int l2Promotion, int oobFill) {
+  ATTNC_EMU_FAULT_POINT("cuTensorMapEncodeTiled");
+  if (!map || !dims || !box || !elementStrides || (rank > 1 && !strides)) {
+    report("cuTensorMapEncodeTiled: a null tensorMap, globalDim, globalStrides, boxDim "
+           "or elementStrides");
+    return kInvalidValue;
+  }
+  if (reinterpret_cast<uintptr_t>(map) % 64) {
+    report("cuTensorMapEncodeTiled: tensorMap is not 64-byte aligned");
+    return kInvalidValue;
+  }
+  TensorMapDesc d;
+  d.dtype = uint32_t(dtype);
+  d.rank = rank;
+  d.global = reinterpret_cast<uintptr_t>(global);
+  d.interleave = uint32_t(interleave);
+  d.swizzle = uint32_t(swizzle);
+  d.l2Promotion = uint32_t(l2Promotion);
+  d.oobFill = uint32_t(oobFill);
+  for (unsigned i = 0; i < rank && i < kTensorMapMaxRank; ++i) {
+    d.dims[i] = dims[i];
+    d.box[i] = box[i];
+    d.elementStrides[i] = elementStrides[i];
+    if (i > 0)
+      d.strides[i - 1] = strides[i - 1];
+  }
+  bool unsupported = false;
+  std::string why = checkTensorMap(d, unsupported);
+  if (!why.empty()) {
+    report("cuTensorMapEncodeTiled: " + why);
+    return unsupported ? kNotSupported : kInvalidValue;
+  }
+  encodeTensorMap(d, static_cast<uint8_t *>(map));
+  return kSuccess;
+}
+
 static const char *errorName(R r) {
   switch (r) {
   case 0: return "CUDA_SUCCESS";
@@ -536,6 +576,7 @@ static const char *errorName(R r) {
   case 715: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
   case 716: return "CUDA_ERROR_MISALIGNED_ADDRESS";
   case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+  case 801: return "CUDA_ERROR_NOT_SUPPORTED";
   case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
   case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
   case 999: return "CUDA_ERROR_UNKNOWN";
@@ -563,6 +604,7 @@ static const char *errorText(R r) {
   case 715: return "an illegal instruction was encountered";
   case 716: return "misaligned address";
   case 719: return "unspecified launch failure";
+  case 801: return "operation not supported";
   default: return nullptr;
   }
 }

@@ -483,6 +483,15 @@ void mov(Cta &, Warp &w, const Instr &in, uint32_t m) {
   forLanes(m, [&](int l) { slot(w, d, l) = slot(w, a, l) & mask; });
 }
 /// mov.b32 d, {a, b}: elements from the least significant end.
+/// cvta.param: a parameter's offset to its generic address (aux 1: the
+/// reverse, cvta.to.param).
+void cvtaParam(Cta &, Warp &w, const Instr &in, uint32_t m) {
+  forLanes(m, [&](int l) {
+    uint64_t v = slot(w, in.op[1].r[0], l);
+    slot(w, in.op[0].r[0], l) = in.aux ? v - kParamWindow : v + kParamWindow;
+  });
+}
+
 void movPack(Cta &, Warp &w, const Instr &in, uint32_t m) {
   const Operand &v = in.op[1];
   int32_t d = in.op[0].r[0];
@@ -797,8 +806,17 @@ bool bindAlu(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
     return true;
   }
   if (op == "cvta") {
-    // Global addresses are the same in the generic space here; the other
-    // spaces are not reachable through generic addresses in the emulator.
+    // Global addresses are the same in the generic space here; parameters
+    // sit in a window of their own (kParamWindow: what tensor-map operands
+    // name); shared and local memory are not reachable through generic
+    // addresses in the emulator.
+    if (hasPart(p, "param")) {
+      if (!operands(d, s, in, err, {t}))
+        return true;
+      in.aux = hasPart(p, "to") ? 1 : 0;
+      in.fn = cvtaParam;
+      return true;
+    }
     if (!hasPart(p, "global")) {
       err = "cvta for ." + (p.size() > 2 ? p[p.size() - 2] : std::string("?")) +
             " is not supported by the emulator (generic addressing of shared/local)";

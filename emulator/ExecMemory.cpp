@@ -114,6 +114,19 @@ std::string granuleRange(uint64_t addr, uint32_t n) {
 }
 } // namespace
 
+std::string Cta::unwrittenReason(uint64_t addr) const {
+  switch (sharedInit[addr]) {
+  case 2: return " is the target of a cp.async not yet retired by cp.async.wait_group";
+  case 3:
+    return " belongs to " + describeMbarrier(uint32_t(addr & ~uint64_t(7))) +
+           ", which only mbarrier instructions may access";
+  case 4:
+    return " is the target of a TMA load in flight (wait on its mbarrier before "
+           "reading it)";
+  default: return " was never written";
+  }
+}
+
 void Cta::sharedRead(const Warp &w, const Instr &in, int lane, uint64_t addr,
                      uint32_t n, void *dst, uint32_t align) {
   checkShared(w, in, lane, addr, n, align, "read");
@@ -121,11 +134,7 @@ void Cta::sharedRead(const Warp &w, const Instr &in, int lane, uint64_t addr,
     if (sharedInit[addr + i] != 1)
       fault(w, in, lane, kErrLaunchFailed,
             "uninitialized shared read of " + std::to_string(n) + " bytes at " +
-                hex(addr) + ": byte " + hex(addr + i) +
-                (sharedInit[addr + i] == 2
-                     ? " is the target of a cp.async not yet retired by "
-                       "cp.async.wait_group"
-                     : " was never written"));
+                hex(addr) + ": byte " + hex(addr + i) + unwrittenReason(addr + i));
   if (racecheck) {
     uint32_t bit = 1u << w.id;
     for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
@@ -150,6 +159,19 @@ void Cta::sharedWrite(const Warp &w, const Instr &in, int lane, uint64_t addr,
   checkShared(w, in, lane, addr, n, align, "write");
   if (mmasInFlight)
     checkInFlightReads(w, in, lane, addr, n, "write");
+  for (uint32_t i = 0; i < n; ++i)
+    if (sharedInit[addr + i] >= 3)
+      fault(w, in, lane, kErrLaunchFailed,
+            "shared write of " + std::to_string(n) + " bytes at " + hex(addr) +
+                ": byte " + hex(addr + i) + unwrittenReason(addr + i));
+  // A write of the bytes already there changes nothing: no hazard (as
+  // compute-sanitizer's racecheck, which reports only writes that change
+  // the data), and no new writer for the proxies.
+  bool written = true;
+  for (uint32_t i = 0; i < n && written; ++i)
+    written = sharedInit[addr + i] == 1;
+  if (written && std::memcmp(shared.data() + addr, src, n) == 0)
+    return;
   uint32_t thread = uint32_t(w.id * 32 + lane);
   for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
     genericWriter[g] = thread + 1;
@@ -183,6 +205,11 @@ void Cta::sharedReserve(const Warp &w, const Instr &in, int lane, uint64_t addr,
   checkShared(w, in, lane, addr, n, align, "cp.async write");
   if (mmasInFlight)
     checkInFlightReads(w, in, lane, addr, n, "cp.async write");
+  for (uint32_t i = 0; i < n; ++i)
+    if (sharedInit[addr + i] >= 3)
+      fault(w, in, lane, kErrLaunchFailed,
+            "cp.async into " + std::to_string(n) + " bytes at " + hex(addr) +
+                ": byte " + hex(addr + i) + unwrittenReason(addr + i));
   if (racecheck) {
     uint32_t bit = 1u << w.id;
     for (uint64_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {

@@ -303,9 +303,7 @@ void Cta::checkAsyncRead(const Warp &w, const Instr &in, uint32_t addr, uint32_t
     if (sharedInit[addr + i] != 1)
       fault(w, in, 0, kErrLaunchFailed,
             "wgmma.mma_async reads shared byte " + std::to_string(addr + i) +
-                (sharedInit[addr + i] == 2
-                     ? ", the target of a cp.async not yet retired"
-                     : ", which was never written"));
+                ", which" + unwrittenReason(addr + i));
   int group = w.id / 4;
   for (uint32_t g = addr / 2; g <= (addr + n - 1) / 2; ++g) {
     uint32_t t = genericWriter[g];
@@ -366,7 +364,7 @@ bool Cta::releaseWarpgroups() {
                   std::to_string(in.line) + ")");
       }
     }
-    if (!ready)
+    if (!ready || !warpgroupReady(*this, in, g))
       continue;
     in.fn(*this, w0, in, 0xffffffffu);
     for (size_t i = first; i < first + 4; ++i) {

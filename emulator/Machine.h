@@ -48,6 +48,10 @@ struct MemoryMap {
   std::string describe(uint64_t addr, uint64_t n) const;
 };
 
+/// Generic addresses of the kernel's parameters (cvta.param; what a
+/// tensor-map operand names): a window no host pointer reaches.
+constexpr uint64_t kParamWindow = 0xC000000000000000ull;
+
 struct LaunchShape {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
@@ -84,6 +88,39 @@ struct WarpgroupState {
   std::vector<PendingMma> mmas;
 };
 
+/// An mbarrier object in shared memory (ExecAsync.cpp): a phase completes
+/// once `pending` arrivals have come and the transaction count is back to
+/// zero; then the next phase expects `count` arrivals.
+struct MBarrier {
+  uint32_t addr = 0;
+  uint32_t count = 0;   // arrivals per phase (init; arrive_drop lowers it)
+  uint32_t pending = 0; // arrivals the current phase still needs
+  uint32_t drops = 0;   // arrive_drop's in this phase: the next count's cut
+  int64_t tx = 0;       // transaction bytes expected minus completed
+  uint32_t phase = 0;   // phases completed
+  int initLine = 0;     // the PTX line of its mbarrier.init
+};
+
+/// A TMA load issued and not landed: 16-byte chunks of the box, already at
+/// their (swizzled) shared addresses, read from global memory at issue;
+/// they land, and complete `bytes` of transactions on the mbarrier at
+/// `mbar`, when no warp can run (the latest a device could).
+struct PendingBulk {
+  const Instr *in = nullptr;
+  int warp = 0, lane = 0;
+  uint32_t mbar = 0, bytes = 0;
+  std::vector<uint32_t> chunks; // shared addresses
+  std::vector<uint8_t> data;    // 16 bytes per chunk
+};
+
+/// A hardware barrier (bar.sync / bar.arrive with an id, 0..15): threads
+/// arrived in its current round and the count they expect.
+struct NamedBarrier {
+  uint32_t arrived = 0, expected = 0;
+  const Instr *first = nullptr;
+  int firstWarp = 0, firstLane = 0;
+};
+
 struct Warp {
   int id = 0;
   bool atWarpgroup = false; // every lane waits at a warpgroup instruction
@@ -91,6 +128,7 @@ struct Warp {
   uint32_t exited = 0;
   uint32_t atBarrier = 0; // waiting at bar.sync (pc at the barrier)
   uint32_t waiting = 0;   // waiting at a collective (pc at it)
+  uint32_t parked = 0;    // waiting at mbarrier.try_wait (pc at it)
   int32_t pc[32] = {};
   uint64_t *regs = nullptr; // slots * 32
   uint8_t *local = nullptr; // 32 * localBytes
@@ -122,6 +160,13 @@ struct Cta {
   std::vector<uint32_t> genericWriter, genericFence, proxyFences;
   std::vector<WarpgroupState> warpgroups;
   size_t mmasInFlight = 0;
+  // The async machinery (ExecAsync.cpp): mbarrier objects, TMA loads in
+  // flight (oldest first), the 16 hardware barriers, and per warpgroup the
+  // register count setmaxnreg last set (0: never).
+  std::vector<MBarrier> mbarriers;
+  std::vector<PendingBulk> bulks;
+  NamedBarrier barriers[16];
+  std::vector<uint32_t> maxnreg;
   bool racecheck = true;
   uint64_t steps = 0, maxSteps = 0;
   const Allocation *lastAlloc = nullptr; // global lookups hit the same allocation
@@ -165,15 +210,39 @@ struct Cta {
   bool releaseWarpgroups();
   uint8_t *localPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
                     uint32_t n, uint32_t align);
+  /// Why shared byte `addr` may not be read: " was never written", ...
+  std::string unwrittenReason(uint64_t addr) const;
+  /// Faults unless [addr, addr + n) is aligned and within shared memory.
+  void checkShared(const Warp &w, const Instr &in, int lane, uint64_t addr,
+                   uint32_t n, uint32_t align, const char *what) const;
+
+  // mbarriers and TMA (ExecAsync.cpp).
+  /// The initialized mbarrier at `addr`, or null.
+  MBarrier *mbarrierAt(uint32_t addr);
+  /// The mbarrier at `addr`; faults when none is initialized there.
+  MBarrier &mbarrier(const Warp &w, const Instr &in, int lane, uint64_t addr);
+  /// Completes `tx` bytes of transactions (negative: expects them) and
+  /// `arrivals` arrivals on `b`; completes its phase when both are done.
+  void mbarrierUpdate(const Warp &w, const Instr &in, int lane, MBarrier &b,
+                      int64_t tx, uint32_t arrivals);
+  /// The lanes of `m` whose wait at mbarrier.try_wait/test_wait is over
+  /// (their predicate set; a poll sets the others' to false).
+  uint32_t mbarrierWait(Warp &w, const Instr &in, uint32_t m);
+  /// Lands the oldest TMA load in flight; false when none is.
+  bool landBulk();
+  /// "mbarrier at 0x40 (phase 3: 1 of 2 arrivals and 16 bytes missing)".
+  std::string describeMbarrier(uint32_t addr) const;
 
 private:
-  void runWarp(Warp &w);
-  void releaseBarrier();
+  enum class RunResult { Idle, Ran, Polled };
+  RunResult runWarp(Warp &w);
+  /// Threads `m` of warp `w` arrive at the hardware barrier of `in`
+  /// (bar.sync parks them first; bar.arrive does not).
+  void arriveBarrier(Warp &w, const Instr &in, uint32_t m);
+  void releaseBarrier(uint32_t id);
   [[noreturn]] void deadlock() const;
   [[noreturn]] void deadlockAligned(const Warp &w, const Instr &in,
                                     uint32_t exited) const;
-  void checkShared(const Warp &w, const Instr &in, int lane, uint64_t addr,
-                   uint32_t n, uint32_t align, const char *what) const;
 };
 
 // ---- helpers for handlers ----
@@ -211,6 +280,10 @@ bool bindConvert(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarpgroup(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindAsync(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+/// False while the warpgroup instruction `in` of warpgroup `group` must
+/// wait (setmaxnreg.inc without room in the register file).
+bool warpgroupReady(const Cta &c, const Instr &in, size_t group);
 /// A bit per wgmma operand layout executed (bit 8 operand + 4 MN-major +
 /// swizzle: 0 none, 1 32B, 2 64B, 3 128B; operand 0 A, 1 B; bit 16: A
 /// from registers), since the last call that cleared them.

@@ -89,7 +89,9 @@ template <unsigned N>
 EMU_INLINE void sharedStore(Cta &c, const Warp &w, const Instr &in, int l,
                         uint64_t addr, const void *src) {
   // With a wgmma in flight, the checked path (its operands must not change).
+  // With mbarriers, too: their bytes and TMA targets in flight are guarded.
   if (addr % N == 0 && addr + N <= c.sharedBytes && !c.mmasInFlight &&
+      c.mbarriers.empty() &&
       (!c.racecheck || raceWrite(c, w.id, addr / 2, (addr + N - 1) / 2))) {
     std::memcpy(&c.shared[addr], src, N);
     markWritten<N>(&c.sharedInit[addr]);

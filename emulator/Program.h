@@ -32,11 +32,17 @@ enum class Ctl : uint8_t {
   Plain,      // a handler, per lane
   Branch,     // bra / bra.uni to `target`
   Exit,       // ret / exit
-  Barrier,    // bar.sync / barrier.sync: every thread of the CTA
+  Barrier,    // bar.sync / barrier.sync: the threads of barrier `aux`
+  BarArrive,  // bar.arrive: counts at barrier `aux` without waiting
+  MbarWait,   // mbarrier.try_wait (parks) / test_wait (aux bit 0: polls)
   Collective, // shfl/ldmatrix/mma/vote/bar.warp: every lane of `membermask`
   Warpgroup,  // wgmma.*: every lane of the 4 warps of the warpgroup
   Trap,       // trap: a fault
 };
+
+/// Instr::aux of a Barrier/BarArrive: the barrier id (0..15), with this bit
+/// for the .aligned forms (bar.sync, barrier.sync.aligned).
+constexpr uint32_t kBarrierAligned = 0x100;
 
 struct Operand {
   enum Kind : uint8_t { None, Reg, Addr, Vec, Sink };

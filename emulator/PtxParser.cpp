@@ -4,6 +4,9 @@
 // NVPTX backend emits for kernels: module directives, `.entry` kernels with
 // their parameters and performance directives, register and variable
 // declarations, labels, and guarded instructions with their operands.
+// Nested `{ ... }` blocks (what inline assembly wraps itself in) are
+// scopes: their registers and labels are renamed apart (`name$scope`), so
+// two blocks may both declare `.reg .pred p` and label `waitLoop`.
 // Nothing here knows what an opcode means (Decode.cpp does).
 //
 //===----------------------------------------------------------------------===//
@@ -11,6 +14,9 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <functional>
+#include <map>
+#include <set>
 
 namespace attnc::emu {
 
@@ -191,7 +197,21 @@ public:
         if (v.text != "64")
           return fail(v, "only .address_size 64 is supported");
       } else if (tk.text == ".file" || tk.text == ".loc" || tk.text == ".section") {
+        bool section = tk.text == ".section";
         skipLine();
+        // A debug section's contents: `{ .b8 ... }`, skipped whole.
+        if (section && peekIs("{")) {
+          int depth = 0;
+          do {
+            if (peek().kind == Token::End)
+              return fail(peek(), "a .section's block is not closed");
+            if (peekIs("{"))
+              ++depth;
+            else if (peekIs("}"))
+              --depth;
+            next();
+          } while (depth > 0);
+        }
       } else if (tk.text == ".visible" || tk.text == ".weak" || tk.text == ".extern" ||
                  tk.text == ".entry" || tk.text == ".func" || tk.text == ".shared" ||
                  tk.text == ".global" || tk.text == ".const") {
@@ -404,17 +424,21 @@ private:
       }
     }
     next(); // {
-    int depth = 1;
-    while (depth > 0) {
+    // Scope 0 is the body; each nested block a scope with its parent.
+    std::vector<int> parent = {-1}, open = {0};
+    std::vector<int> regScope; // per k.regs entry
+    std::vector<int> stmtScope; // per k.body entry
+    while (!open.empty()) {
       const Token &tk = peek();
       if (tk.kind == Token::End)
         return fail(tk, "the body of '" + k.name + "' is not closed");
       if (peekIs("{")) {
         next();
-        ++depth;
+        parent.push_back(open.back());
+        open.push_back(static_cast<int>(parent.size()) - 1);
       } else if (peekIs("}")) {
         next();
-        --depth;
+        open.pop_back();
       } else if (tk.text == ".reg") {
         next();
         const Token &ty = next();
@@ -423,7 +447,7 @@ private:
           return fail(ty, "expected a register type, got '" + ty.text + "'");
         for (;;) {
           const Token &rn = next();
-          if (rn.kind != Token::Word || rn.text[0] != '%')
+          if (rn.kind != Token::Word || rn.text[0] == '.')
             return fail(rn, "expected a register name");
           SynReg r{t, rn.text, -1};
           if (peekIs("<")) {
@@ -434,6 +458,7 @@ private:
             r.count = static_cast<int>(c);
           }
           k.regs.push_back(r);
+          regScope.push_back(open.back());
           if (!peekIs(","))
             break;
           next();
@@ -461,14 +486,90 @@ private:
         next();
         next();
         k.body.push_back(std::move(s));
+        stmtScope.push_back(open.back());
       } else {
         SynStmt s;
         if (!instruction(s.instr))
           return false;
         k.body.push_back(std::move(s));
+        stmtScope.push_back(open.back());
       }
     }
+    if (parent.size() > 1)
+      renameScopes(k, parent, regScope, stmtScope);
     return true;
+  }
+
+  /// Gives the registers and labels of nested blocks names of their own:
+  /// every use resolves to the innermost enclosing block that declares it.
+  static void renameScopes(SynKernel &k, const std::vector<int> &parent,
+                           const std::vector<int> &regScope,
+                           const std::vector<int> &stmtScope) {
+    auto suffix = [](int scope) { return "$" + std::to_string(scope); };
+    std::vector<std::map<std::string, int>> arrays(parent.size()); // base -> count
+    std::vector<std::set<std::string>> scalars(parent.size()), labels(parent.size());
+    for (size_t i = 0; i < k.regs.size(); ++i) {
+      int sc = regScope[i];
+      if (sc == 0)
+        continue;
+      SynReg &r = k.regs[i];
+      if (r.count < 0)
+        scalars[size_t(sc)].insert(r.name);
+      else
+        arrays[size_t(sc)][r.name] = r.count;
+      r.name += suffix(sc) + (r.count < 0 ? "" : "_");
+    }
+    for (size_t i = 0; i < k.body.size(); ++i)
+      if (!k.body[i].label.empty() && stmtScope[i] != 0)
+        labels[size_t(stmtScope[i])].insert(k.body[i].label);
+    auto reg = [&](std::string &name, int sc) {
+      for (int s = sc; s > 0; s = parent[size_t(s)]) {
+        if (scalars[size_t(s)].count(name)) {
+          name += suffix(s);
+          return;
+        }
+        for (const auto &[base, count] : arrays[size_t(s)])
+          if (name.size() > base.size() && name.compare(0, base.size(), base) == 0 &&
+              std::isdigit(static_cast<unsigned char>(name[base.size()])) &&
+              std::atoi(name.c_str() + base.size()) < count) {
+            name = base + suffix(s) + "_" + name.substr(base.size());
+            return;
+          }
+      }
+    };
+    auto label = [&](std::string &name, int sc) {
+      for (int s = sc; s > 0; s = parent[size_t(s)])
+        if (labels[size_t(s)].count(name)) {
+          name += suffix(s);
+          return;
+        }
+    };
+    std::function<void(SynOperand &, int)> operand = [&](SynOperand &o, int sc) {
+      if (o.kind == SynOperand::Name) { // a register without '%', or a label
+        std::string before = o.name;
+        reg(o.name, sc);
+        if (o.name == before)
+          label(o.name, sc);
+      } else if (!o.name.empty()) {
+        reg(o.name, sc);
+      }
+      for (SynOperand &e : o.elems)
+        operand(e, sc);
+    };
+    for (size_t i = 0; i < k.body.size(); ++i) {
+      int sc = stmtScope[i];
+      if (sc == 0)
+        continue;
+      SynStmt &st = k.body[i];
+      if (!st.label.empty()) {
+        label(st.label, sc);
+        continue;
+      }
+      if (!st.instr.guard.empty())
+        reg(st.instr.guard, sc);
+      for (SynOperand &o : st.instr.ops)
+        operand(o, sc);
+    }
   }
 
   bool instruction(SynInstr &in) {
@@ -480,7 +581,7 @@ private:
         in.guardNeg = true;
       }
       const Token &g = next();
-      if (g.kind != Token::Word || g.text[0] != '%')
+      if (g.kind != Token::Word || g.text[0] == '.')
         return fail(g, "expected a predicate register after '@'");
       in.guard = g.text;
     }
@@ -590,12 +691,22 @@ private:
           return false;
         o.offset = v;
       }
+      if (peekIs(",")) { // [tensorMap, {c0, c1, ...}]
+        next();
+        SynOperand coords;
+        if (!operand(coords))
+          return false;
+        if (coords.kind == SynOperand::Vec)
+          o.elems = std::move(coords.elems);
+        else
+          o.elems.push_back(std::move(coords));
+      }
       return expect("]");
     }
     if (peekIs("!")) {
       next();
       const Token &r = next();
-      if (r.kind != Token::Word || r.text[0] != '%')
+      if (r.kind != Token::Word || r.text[0] == '.')
         return fail(r, "expected a predicate register after '!'");
       o.kind = SynOperand::NotReg;
       o.name = r.text;

@@ -38,7 +38,9 @@ struct SynOperand {
     NotReg,  // !%p1 (name)
     Int,     // 42, -1, 0xff (ival)
     Float,   // 0f3F800000 (fbits, fwidth 32), 0d... (64), 1.5 (dval)
-    Addr,    // [base+offset]: base is a register, a symbol, or empty
+    Addr,    // [base+offset]: base is a register, a symbol, or empty;
+             // [base, {c0, c1, ...}] (a tensor map and its coordinates):
+             // the coordinates in elems
     Vec,     // {a, b, ...} (elems)
     Pair,    // %p|%q (elems)
     Name,    // a label or a symbol

@@ -1,7 +1,7 @@
 """A small ctypes binding of the CUDA driver API, enough to load a PTX
-module into libattnc-emucuda.so (or any libcuda), move arrays and launch a
-kernel: what the conformance tests use to run PTX that another compiler
-(Triton) wrote."""
+module into libattnc-emucuda.so (or any libcuda), move arrays, encode a
+tensor map and launch a kernel: what the conformance tests and the device
+probes use to run PTX that another compiler (Triton) wrote."""
 import ctypes
 
 import numpy as np
@@ -64,6 +64,28 @@ class Driver:
         ptr = ctypes.c_uint64()
         self._check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(nbytes, 1)), "cuMemAlloc")
         return ptr.value
+
+    def tensor_map(self, ptr, dtype, dims, strides, box, swizzle, oob_nan=False,
+                   element_strides=None):
+        """A CUtensorMap (128 bytes, as a ctypes array to pass by value) from
+        cuTensorMapEncodeTiled. dims, box, element_strides: innermost first;
+        strides: bytes of dims 1.. (len(dims) - 1 of them)."""
+        rank = len(dims)
+        raw = (ctypes.c_ubyte * 192)()
+        at = ctypes.addressof(raw) + (-ctypes.addressof(raw)) % 64
+        f = self.lib.cuTensorMapEncodeTiled
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p,
+                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        es = element_strides or [1] * rank
+        self._check(f(at, dtype, rank, ctypes.c_void_p(ptr),
+                      (ctypes.c_uint64 * rank)(*dims),
+                      (ctypes.c_uint64 * max(rank - 1, 1))(*(list(strides) or [0])),
+                      (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*es),
+                      0, swizzle, 2, 1 if oob_nan else 0), "cuTensorMapEncodeTiled")
+        out = (ctypes.c_ubyte * 128)()
+        ctypes.memmove(out, at, 128)
+        return out
 
     def to_host(self, ptr, shape, dtype):
         out = np.empty(shape, dtype)

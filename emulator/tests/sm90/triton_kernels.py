@@ -1,8 +1,10 @@
 """Kernels written in Triton and compiled by it for sm_90a on this machine
 (no GPU needed), for the emulator's conformance tests: a matmul whose
 operands are K-major or MN-major in memory (Triton picks the shared
-layouts, swizzles and descriptors) and a flash-attention forward (P from
-registers: the register-A form of wgmma)."""
+layouts, swizzles and descriptors), a flash-attention forward (P from
+registers: the register-A form of wgmma), and a matmul through tensor
+descriptors (TMA loads completed on mbarriers; with warp_specialize, a
+producer warpgroup and two consumers with setmaxnreg and named barriers)."""
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
@@ -56,11 +58,33 @@ def attention(q_ptr, k_ptr, v_ptr, o_ptr, scale, L: tl.constexpr, D: tl.constexp
     tl.store(o_ptr + rm[:, None] * D + rd[None, :], acc / l[:, None])
 
 
-def compile_sm90a(fn, signature, constexprs, num_warps=4, num_stages=2):
-    """(PTX text, dynamic shared bytes) of `fn` for sm_90a."""
+@triton.jit
+def tma_matmul(a_desc, b_desc, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, WS: tl.constexpr):
+    # C[M, N] = A[M, K] B[N, K]^T, A and B row-major behind tensor
+    # descriptors: out-of-range rows and columns of a box read as zero.
+    pm = tl.program_id(0) * BM
+    pn = tl.program_id(1) * BN
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in tl.range(0, K, BK, warp_specialize=WS):
+        a = a_desc.load([pm, k])
+        b = b_desc.load([pn, k])
+        acc = tl.dot(a, b.T, acc)
+    rm = pm + tl.arange(0, BM)
+    rn = pn + tl.arange(0, BN)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def compile_sm90a(fn, signature, constexprs, num_warps=4, num_stages=2, meta=False):
+    """(PTX text, dynamic shared bytes) of `fn` for sm_90a; with `meta`, also
+    the warps of the CTA and the tensor descriptors' metadata."""
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": num_warps, "num_stages": num_stages})
+    if meta:
+        return (k.asm["ptx"], int(k.metadata.shared), int(k.metadata.num_warps),
+                list(k.metadata.tensordesc_meta or []))
     return k.asm["ptx"], int(k.metadata.shared)
 
 
@@ -78,3 +102,12 @@ def attention_ptx(L, D, BM, BN):
     consts = dict(L=L, D=D, BM=BM, BN=BN)
     sig.update({n: "constexpr" for n in consts})
     return compile_sm90a(attention, sig, consts)
+
+
+def tma_matmul_ptx(M, N, K, BM, BN, BK, warp_specialize, num_warps=4, num_stages=3):
+    """(PTX, shared bytes, warps, descriptor metadata) of tma_matmul."""
+    sig = {"a_desc": "tensordesc<bf16[%d, %d]>" % (BM, BK),
+           "b_desc": "tensordesc<bf16[%d, %d]>" % (BN, BK), "c_ptr": "*fp32"}
+    consts = dict(M=M, N=N, K=K, BM=BM, BN=BN, BK=BK, WS=warp_specialize)
+    sig.update({n: "constexpr" for n in consts})
+    return compile_sm90a(tma_matmul, sig, consts, num_warps, num_stages, meta=True)
