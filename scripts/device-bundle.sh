@@ -77,6 +77,10 @@ if [[ "${BUNDLE_TUNE:-0}" == 1 ]]; then
 fi
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" \
    "$src/scripts/run-gpu-session.sh" "$out/"
+# The emulator's probes, run on the device against the documented layouts.
+mkdir -p "$out/probes"
+cp "$src/emulator/tests/sm90/tma_probe.py" "$src/emulator/tests/sm90/emudriver.py" \
+   "$out/probes/"
 cp "$src/scripts/device-python.sh" "$out/build-python.sh"
 cp "$src/build-device/lib/libAttncRuntime.a" "$out/lib/"
 cp "$(sed -n 's/^OPENSSL_CRYPTO_LIBRARY:FILEPATH=//p' "$src/build-device/CMakeCache.txt")" \

@@ -6,7 +6,7 @@
 #      backward suite (never run on a GPU before 2026-11-26), key blocks at
 #      their positions (key-offset kernels, forward and backward), compute-
 #      sanitizer memcheck/racecheck of forward and backward, the runtime-only
-#      Python package's GPU tests;
+#      Python package's GPU tests, the emulator's TMA layout probes;
 #   B. timings, one at a time: bench/compare_torch.py (flex_attention
 #      compiled, SDPA, attnc: on an H100 the sm_90a wgmma form) on the gym
 #      at 8k for D 64 and 128, decode, and the backward; then the mma.sync
@@ -77,6 +77,9 @@ done
       done
     done
   done ) > "$a/key-offsets.txt" 2>&1 &
+# The emulator's TMA layout probes on the device (differences from the
+# documented layout the emulator implements: docs/emulator.md).
+timeout 60 python3 "$dev/probes/tma_probe.py" --lib libcuda.so.1 > "$a/tma-probe.txt" 2>&1 &
 if command -v compute-sanitizer >/dev/null; then
   ( for n in causal synaptic document_mask; do
       echo "== memcheck backward $n"
