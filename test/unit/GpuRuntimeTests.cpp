@@ -206,8 +206,8 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
         "\"attnc-package\"");
   std::string text = p.serialize();
   std::string v2 = text;
-  v2.replace(v2.find("\"version\": 7"), 12, "\"version\": 1");
-  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 7 "
+  v2.replace(v2.find("\"version\": 8"), 12, "\"version\": 1");
+  CHECK(error(v2) == "'p.json' is not a valid attnc package: version 8 "
                      "expected, found 1");
   // The manifest's parameter count must be the PTX's.
   Package wrong = p;
@@ -280,8 +280,8 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   CHECK_THAT(error(edit("\"kernel_params\": [", "\"kernel_params\": [\"8\", ")),
              Catch::Contains("not a parameter size"));
   // Out of range, never truncated.
-  CHECK_THAT(error(edit("\"version\": 7", "\"version\": 4294967297")),
-             Catch::Contains("version 7 expected, found 4294967297"));
+  CHECK_THAT(error(edit("\"version\": 8", "\"version\": 4294967297")),
+             Catch::Contains("version 8 expected, found 4294967297"));
   // Shared memory no device has.
   CHECK_THAT(error(edit("\"dynamic_shared_bytes\": 0",
                         "\"dynamic_shared_bytes\": 232000")),

@@ -103,6 +103,8 @@ Status Driver::open(std::unique_ptr<Driver> &out, const std::string &pathIn) {
       {"cuGetErrorName", resolve(h, "cuGetErrorName", a.cuGetErrorName)},
       {"cuGetErrorString", resolve(h, "cuGetErrorString", a.cuGetErrorString)},
   };
+  // Optional entry points: null where the driver has none.
+  resolve(h, "cuTensorMapEncodeTiled", a.cuTensorMapEncodeTiled);
   for (const Entry &e : entries)
     if (!e.ok)
       return Status::unavailable(fmt::format(

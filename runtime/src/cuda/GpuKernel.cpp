@@ -4,6 +4,7 @@
 #include "attnc/runtime/Parse.h"
 #include "../KernelOperands.h"
 #include "CallBuffer.h"
+#include "KvTensorMaps.h"
 #include "PtxModule.h"
 
 #include <fmt/format.h>
@@ -175,10 +176,11 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   for (const ParamSpec &p : variant.params)
     captures += p.isTensor;
   auto expect = [](const std::vector<int> &sizes, size_t memrefs,
-                   const std::string &name) {
-    return ptx::checkEntryParams(sizes, memrefs, name);
+                   const std::string &name, bool kvMaps = false) {
+    return ptx::checkEntryParams(sizes, memrefs, name, kvMaps);
   };
-  if (Status s = expect(image.kernelParams, 8 + captures, image.kernel); !s)
+  const bool kvMaps = takesKvTensorMaps(image.kernelParams);
+  if (Status s = expect(image.kernelParams, 8 + captures, image.kernel, kvMaps); !s)
     return s;
   if ((variant.maskKind == MaskKind::Data) == image.maskBuilder.empty())
     return Status::invalidArgument(
@@ -196,6 +198,7 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   k->ctx_ = &ctx;
   k->variant_ = variant;
   k->image_ = image;
+  k->kvMaps_ = kvMaps;
   if (Status s = ptx::loadPtx(ctx, image.ptx, image.kernel, image.target,
                                 k->module_);
       !s)
@@ -234,7 +237,8 @@ struct GpuKernel::Operands {
 };
 
 Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
-                         int64_t items, CUstream stream) const {
+                         int64_t items, CUstream stream,
+                         const KvTensorMaps *kvMaps) const {
   unsigned threads = static_cast<unsigned>(
       fn == kernel_  ? image_.threads
       : fn == merge_ ? abi::kMergeThreads
@@ -242,7 +246,7 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
   unsigned shared =
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
   return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads,
-                             shared, stream);
+                             shared, stream, fn == kernel_ ? kvMaps : nullptr);
 }
 
 Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,
@@ -358,7 +362,14 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
     Operands ops;
     if (Status s = upload(a, c, false, *slot, stream, ops); !s)
       return s;
-    if (Status s = launch(kernel_, ops.descs, ops.items, stream); !s)
+    KvTensorMaps maps;
+    if (kvMaps_)
+      maps = kvTensorMaps(ctx_->driver().api(), a.k, a.v, c.ops,
+                          image_.spec.dtype, image_.spec.headDim,
+                          image_.spec.vHeadDim, image_.spec.blockN);
+    if (Status s = launch(kernel_, ops.descs, ops.items, stream,
+                          kvMaps_ ? &maps : nullptr);
+        !s)
       return s;
     if (c.split.splits > 1)
       if (Status s = launch(merge_, ops.merge, ops.rows, stream); !s)

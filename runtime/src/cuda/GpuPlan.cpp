@@ -10,6 +10,7 @@
 #include "attnc/runtime/KernelABI.h"
 #include "../KernelOperands.h"
 #include "CallBuffer.h"
+#include "KvTensorMaps.h"
 
 #include <fmt/format.h>
 
@@ -45,6 +46,8 @@ Status GpuKernel::plan(const AttentionArgs &a, GpuPlan &out,
   plan.ipCount_ = static_cast<int64_t>(ops.ip.size());
   plan.fpCount_ = static_cast<int64_t>(ops.fp.size());
   plan.bmBytes_ = c.bm ? static_cast<int64_t>(c.bm->classes.size()) : 0;
+  if (kvMaps_)
+    plan.kvIp_.assign(ops.ip.begin(), ops.ip.begin() + abi::kFixedEnd);
   plan.fpAt_ = at.fp;
   plan.bmAt_ = at.bm;
   plan.partialsAt_ = at.partials;
@@ -105,7 +108,16 @@ Status GpuKernel::run(const GpuPlan &plan, const AttentionArgs &a,
       detail::memrefOf(base + plan.fpAt_, plan.fpCount_),
       detail::memrefOf(base + plan.bmAt_, plan.bmBytes_)};
   d.insert(d.end(), captures.begin(), captures.end());
-  if (Status s = launch(kernel_, d, plan.items_, stream); !s)
+  KvTensorMaps maps;
+  if (kvMaps_) {
+    detail::Operands fixed;
+    fixed.ip = plan.kvIp_;
+    maps = kvTensorMaps(ctx_->driver().api(), a.k, a.v, fixed, image_.spec.dtype,
+                        image_.spec.headDim, image_.spec.vHeadDim,
+                        image_.spec.blockN);
+  }
+  if (Status s = launch(kernel_, d, plan.items_, stream, kvMaps_ ? &maps : nullptr);
+      !s)
     return s;
   if (plan.splits_ > 1)
     return launch(merge_, merge, plan.rows_, stream);

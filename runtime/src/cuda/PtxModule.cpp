@@ -74,22 +74,32 @@ Status getEntry(const Context &ctx, CUmodule module, const std::string &name,
 }
 
 Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
-                        const std::string &name) {
+                        const std::string &name, bool kvMaps) {
   std::vector<int> want(5 * memrefs + 1, 8);
+  if (kvMaps)
+    want.insert(want.end(), {128, 128, 8});
   if (sizes != want)
     return Status::invalidArgument(fmt::format(
         "kernel '{}' has {} parameters, but this runtime passes {} (8 "
-        "bytes each): the package and the runtime disagree on the ABI",
-        name, sizes.size(), want.size()));
+        "bytes each{}): the package and the runtime disagree on the ABI",
+        name, sizes.size(), want.size(),
+        kvMaps ? ", then K's and V's 128-byte tensor maps and a flag" : ""));
   return Status::ok();
 }
 
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
-                   unsigned threads, unsigned dynamicShared, CUstream stream) {
+                   unsigned threads, unsigned dynamicShared, CUstream stream,
+                   const KvTensorMaps *kvMaps) {
   int64_t first = 0;
   std::vector<void *> params = rt::detail::memrefWords(descs);
   params.push_back(&first);
+  if (kvMaps) {
+    // cuLaunchKernel copies parameters at the call: these live until then.
+    params.push_back(const_cast<unsigned char *>(kvMaps->k));
+    params.push_back(const_cast<unsigned char *>(kvMaps->v));
+    params.push_back(const_cast<int64_t *>(&kvMaps->usable));
+  }
   const Driver &drv = ctx.driver();
   for (; first < items; first += kMaxGridX) {
     unsigned grid = static_cast<unsigned>(std::min(items - first, kMaxGridX));

@@ -9,6 +9,7 @@
 #define ATTNC_RUNTIME_SRC_CUDA_PTXMODULE_H
 
 #include "../KernelOperands.h"
+#include "KvTensorMaps.h"
 #include "attnc/runtime/cuda/CudaDriver.h"
 
 #include <string>
@@ -36,15 +37,18 @@ Status getEntry(const Context &ctx, CUmodule module, const std::string &name,
                 const char *role, CUfunction &out);
 
 /// Checks that an entry takes `memrefs` memref operands (5 eight-byte words
-/// each) and one i64, as this runtime passes them.
+/// each) and one i64, as this runtime passes them (and, with `kvMaps`, the
+/// K/V tensor maps and their flag after it: KvTensorMaps.h).
 Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
-                        const std::string &name);
+                        const std::string &name, bool kvMaps = false);
 
 /// Launches `fn` with one block of `threads` per work item in [0, items)
-/// (the trailing i64 operand is the grid's first item).
+/// (the i64 operand after the memrefs is the grid's first item; `kvMaps`,
+/// when given, follow it).
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
-                   unsigned threads, unsigned dynamicShared, CUstream stream);
+                   unsigned threads, unsigned dynamicShared, CUstream stream,
+                   const KvTensorMaps *kvMaps = nullptr);
 
 } // namespace attnc::rt::cuda::ptx
 

@@ -47,6 +47,16 @@
 // shared by every block: atomic adds). Their strides follow the forward's
 // ip at Layout::pageBase(B) (the backward takes no pages): BackwardSlot.
 //
+// The sm_90a wgmma forward (WgmmaForm.cpp) takes three more parameters
+// after its first item: K's and V's tensor maps (CUtensorMap, 128 bytes by
+// value, `.param .align 64`) and an i64, 1 when the maps are usable for the
+// call (else the kernel copies K and V itself). Each map views its tensor
+// as rows of P elements, P its sequence stride (kKStride + 2, kVStride +
+// 2), in boxes of 64 elements x blockN rows with the 128-byte swizzle; the
+// rows of (b, kv head) start at column kBase % P of row kBase / P (kBase =
+// b s0 + h s1). runtime/src/cuda/KvTensorMaps.cpp makes them and says when
+// they are usable.
+//
 // Integer parameter layout (ip):
 //
 //===----------------------------------------------------------------------===//

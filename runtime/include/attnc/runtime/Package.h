@@ -49,8 +49,9 @@ struct Package {
   // 2: dynamic shared memory; 3: ip[kPageSize]; 4: split-KV (ip slots,
   // the merge entry); 5: backward kernels; 6: the backward's dynamic
   // shared memory; 7: each sequence's first key position and `size KV`
-  // in ip (key offsets)
-  static constexpr int kVersion = 7;
+  // in ip (key offsets); 8: the sm_90a wgmma form's K/V tensor maps
+  // (parameters after the first item, KernelABI.h)
+  static constexpr int kVersion = 8;
   std::string compiler; // "attnc 0.1.0 (LLVM/MLIR 22.1.0)"
   std::string source;   // the .attn file it was compiled from
   /// Several kernels per (target, dtype, head dims), one per tile

@@ -12,6 +12,7 @@
 #include "attnc/runtime/Status.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -75,6 +76,15 @@ struct DriverApi {
   CUresult (*cuGraphDestroy)(CUgraph);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  /// Optional (CUDA 12+; null when the driver lacks it): the tensor maps
+  /// of TMA kernels (enums as the driver numbers them).
+  CUresult (*cuTensorMapEncodeTiled)(void *map, int dtype, unsigned rank,
+                                     void *global, const uint64_t *dims,
+                                     const uint64_t *strides,
+                                     const unsigned *box,
+                                     const unsigned *elementStrides,
+                                     int interleave, int swizzle,
+                                     int l2Promotion, int oobFill);
 };
 
 /// An opened driver library with every entry point resolved.

@@ -58,6 +58,8 @@ class GpuKernel;
 /// allocation, no copy, no host synchronization and no work per sequence,
 /// so the runs can be captured in a CUDA graph and replayed. A plan's runs
 /// share its partial buffers: keep them in order on one stream.
+struct KvTensorMaps;
+
 class GpuPlan {
 public:
   int64_t splits() const { return splits_; }
@@ -70,6 +72,9 @@ private:
   int64_t splits_ = 1, items_ = 0, rows_ = 0, ipCount_ = 0, fpCount_ = 0;
   int64_t bmBytes_ = 0, partialElems_ = 0, lseElems_ = 0;
   size_t fpAt_ = 0, bmAt_ = 0, partialsAt_ = 0, lseAt_ = 0;
+  /// For a kernel that reads K/V through tensor maps: the ip words the
+  /// maps are made from (each run makes them for its own K and V).
+  std::vector<int64_t> kvIp_;
   DeviceBuffer buf_;
 };
 
@@ -127,7 +132,8 @@ private:
     bool inFlight = false;
   };
   Status launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
-                int64_t items, CUstream stream) const;
+                int64_t items, CUstream stream,
+                const KvTensorMaps *kvMaps = nullptr) const;
   /// The next ring buffer, once its previous launches have finished, with
   /// room for `bytes`.
   Status acquire(size_t bytes, ParamSlot *&slot) const;
@@ -152,6 +158,8 @@ private:
   GpuKernelImage image_;
   CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr, maskBuilder_ = nullptr, merge_ = nullptr;
+  /// The kernel reads K and V through tensor maps (KvTensorMaps.h).
+  bool kvMaps_ = false;
   // Parameter arrays (ip, fp, block mask): a ring of buffers.
   static constexpr int kRing = 4;
   mutable std::mutex mu_;

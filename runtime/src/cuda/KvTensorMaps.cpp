@@ -1,0 +1,73 @@
+//===- KvTensorMaps.cpp - K and V as TMA tensor maps ----------------------===//
+#include "KvTensorMaps.h"
+
+#include "attnc/runtime/KernelABI.h"
+
+#include <fmt/format.h>
+
+namespace attnc::rt::cuda {
+
+namespace {
+// CUtensorMapDataType, CUtensorMapSwizzle and CUtensorMapL2promotion values.
+constexpr int kFloat16 = 6, kBFloat16 = 9, kSwizzle128B = 3, kL2Promote256B = 3;
+constexpr int64_t kBoxCols = 64; // 128 bytes of 16-bit elements: one swizzle span
+} // namespace
+
+bool takesKvTensorMaps(const std::vector<int> &sizes) {
+  size_t n = sizes.size();
+  return n >= 4 && sizes[n - 3] == 128 && sizes[n - 2] == 128 && sizes[n - 1] == 8;
+}
+
+KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
+                          const TensorView &v, const detail::Operands &ops,
+                          DType dtype, int64_t headDim, int64_t vHeadDim,
+                          int64_t boxRows) {
+  KvTensorMaps out;
+  auto no = [&](std::string why) {
+    out.usable = 0;
+    out.why = std::move(why);
+    return std::move(out);
+  };
+  if (!api.cuTensorMapEncodeTiled)
+    return no("the driver has no cuTensorMapEncodeTiled");
+  if (ops.ip[abi::kPageSize] != 0)
+    return no("K and V are paged");
+  if (dtype != DType::F16 && dtype != DType::BF16)
+    return no("not a 16-bit element type");
+  if (headDim % kBoxCols || vHeadDim % kBoxCols || boxRows < 1 || boxRows > 256)
+    return no("head dims or the KV tile do not fit 64 x block_n boxes");
+  const int64_t B = ops.ip[abi::kB], H = ops.ip[abi::kHkv];
+  for (auto [name, t, slot, d, map] :
+       {std::tuple{"K", &k, abi::kKStride, headDim, out.k},
+        std::tuple{"V", &v, abi::kVStride, vHeadDim, out.v}}) {
+    const int64_t s0 = ops.ip[slot], s1 = ops.ip[slot + 1], P = ops.ip[slot + 2],
+                  s3 = ops.ip[slot + 3];
+    const int64_t eb = 2;
+    if (s3 != 1 || P <= 0 || s0 < 0 || s1 < 0 || P < d)
+      return no(fmt::format("{}'s rows are not contiguous along D", name));
+    if ((P * eb) % 16 || reinterpret_cast<uintptr_t>(t->data) % 16)
+      return no(fmt::format("{}'s rows are not 16-byte aligned", name));
+    // Every (batch, head)'s rows must start within a row of the view and
+    // keep their D elements in it: column (b s0 + h s1) % P plus D <= P.
+    int64_t m0 = s0 % P, m1 = s1 % P;
+    if ((m0 || m1) && (B - 1) * m0 + (H - 1) * m1 + d > P)
+      return no(fmt::format("{}'s heads would wrap across rows of the view", name));
+    const int64_t rows = (detail::extent(*t) + P - 1) / P;
+    if (rows >= (int64_t(1) << 31) || P > (int64_t(1) << 32))
+      return no(fmt::format("{} is too large for 32-bit coordinates", name));
+    const uint64_t dims[2] = {uint64_t(P), uint64_t(rows)};
+    const uint64_t strides[1] = {uint64_t(P * eb)};
+    const unsigned box[2] = {unsigned(kBoxCols), unsigned(boxRows)};
+    const unsigned es[2] = {1, 1};
+    CUresult r = api.cuTensorMapEncodeTiled(
+        map, dtype == DType::BF16 ? kBFloat16 : kFloat16, 2, t->data, dims, strides,
+        box, es, /*interleave=*/0, kSwizzle128B, kL2Promote256B, /*oobFill=*/0);
+    if (r != 0)
+      return no(fmt::format("cuTensorMapEncodeTiled refused {} (CUDA error {})",
+                            name, int(r)));
+  }
+  out.usable = 1;
+  return out;
+}
+
+} // namespace attnc::rt::cuda

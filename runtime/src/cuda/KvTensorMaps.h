@@ -1,0 +1,47 @@
+//===- KvTensorMaps.h - K and V as TMA tensor maps --------------*- C++ -*-===//
+//
+// Internal to the CUDA launcher: the trailing parameters of a kernel that
+// reads K and V through the Tensor Memory Accelerator (the sm_90a wgmma
+// form; KernelABI.h): two CUtensorMaps passed by value and a flag saying
+// whether they are usable for this call. The kernel copies K and V itself
+// when they are not (paged K/V, rows that are not 16-byte aligned, a head
+// whose row would wrap in the 2-D view, a driver without the call).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_RUNTIME_SRC_CUDA_KVTENSORMAPS_H
+#define ATTNC_RUNTIME_SRC_CUDA_KVTENSORMAPS_H
+
+#include "../KernelOperands.h"
+#include "attnc/runtime/cuda/CudaDriver.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::rt::cuda {
+
+/// The three parameters, laid out as cuLaunchKernel reads them.
+struct KvTensorMaps {
+  alignas(64) unsigned char k[128] = {};
+  alignas(64) unsigned char v[128] = {};
+  int64_t usable = 0;
+  /// Why not usable (for tests and logs); empty when usable.
+  std::string why;
+};
+
+/// True when an entry's parameter sizes end with the two 128-byte maps and
+/// the flag (after the first item).
+bool takesKvTensorMaps(const std::vector<int> &sizes);
+
+/// The maps of one call: K and V (element type `dtype`) as 2-D views of P
+/// elements per row (P = the sequence stride, ip kKStride + 2 and kVStride
+/// + 2), boxes of 64 elements x `boxRows` rows, 128-byte swizzle; each
+/// (batch, KV head)'s first row starts at column kBase % P, row kBase / P.
+/// Never an error: a call the maps cannot serve gets usable = 0.
+KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
+                          const TensorView &v, const detail::Operands &ops,
+                          DType dtype, int64_t headDim, int64_t vHeadDim,
+                          int64_t boxRows);
+
+} // namespace attnc::rt::cuda
+
+#endif
