@@ -620,6 +620,9 @@ R cuGetErrorString(R r, const char **s) {
 // ---- For tests ----
 /// The wgmma operand layouts executed since the last call with clear != 0
 /// (attnc::emu::wgmmaLayoutsSeen): what a conformance test covered.
+unsigned long long attnc_emu_tma_loads(int clear) {
+  return attnc::emu::tmaLoadsIssued(clear != 0);
+}
 unsigned attnc_emu_wgmma_layouts(int clear) {
   return attnc::emu::wgmmaLayoutsSeen(clear != 0);
 }

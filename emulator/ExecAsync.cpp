@@ -32,11 +32,20 @@
 #include "Values.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 
 namespace attnc::emu {
+
+namespace {
+std::atomic<uint64_t> tmaLoadCount{0};
+} // namespace
+
+uint64_t tmaLoadsIssued(bool clear) {
+  return clear ? tmaLoadCount.exchange(0) : tmaLoadCount.load();
+}
 
 namespace {
 
@@ -378,6 +387,7 @@ void tmaLoad(Cta &c, Warp &w, const Instr &in, uint32_t m) {
       std::memset(c.sharedInit.data() + a, kBulkInFlight, 16);
     }
     c.bulks.push_back(std::move(p));
+    tmaLoadCount.fetch_add(1, std::memory_order_relaxed);
   });
 }
 

@@ -281,6 +281,8 @@ bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarpgroup(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindAsync(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+/// TMA loads issued by every launch since the last call that cleared them.
+uint64_t tmaLoadsIssued(bool clear);
 /// False while the warpgroup instruction `in` of warpgroup `group` must
 /// wait (setmaxnreg.inc without room in the register file).
 bool warpgroupReady(const Cta &c, const Instr &in, size_t group);

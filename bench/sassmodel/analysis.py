@@ -9,9 +9,8 @@ from pathlib import Path
 from . import disasm, toolchain
 from .catalog import Image
 from .cfg import Cfg, UnsupportedCode
-from .metrics import path_metrics
+from .metrics import tile_metrics, warps_of
 from .model import predict
-from .steady_state import steady_state
 
 
 def analyze_image(image: Image, ptxas: str, nvdisasm: str) -> list[dict]:
@@ -34,7 +33,8 @@ def analyze_image(image: Image, ptxas: str, nvdisasm: str) -> list[dict]:
             "id": e.id, "example": e.example, "dtype": e.dtype, "dims": e.dims,
             "target": e.target, "role": e.role, "entry": e.entry, "config": e.config,
             "tile_work": {"mma": e.work.mma, "async_copies": e.work.async_copies,
-                          "atomics": e.work.atomics, "per": e.work.what},
+                          "atomics": e.work.atomics, "tma_loads": e.work.tma_loads,
+                          "per": e.work.what},
         }
         res = resources.get(e.entry)
         if res is None or e.entry not in funcs:
@@ -46,8 +46,7 @@ def analyze_image(image: Image, ptxas: str, nvdisasm: str) -> list[dict]:
                    spill_load_bytes=res.spill_load_bytes)
         try:
             g = Cfg(funcs[e.entry])
-            walk = steady_state(g, e.work)
-            m = path_metrics(g, walk)
+            m, _ = tile_metrics(g, e.work, warps_of(e.config))
         except UnsupportedCode as err:
             rec["error"] = f"structure not recognized: {err}"
             out.append(rec)

@@ -25,8 +25,8 @@ from pathlib import Path
 from . import baseline, catalog, disasm, model, tables, toolchain
 from .analysis import analyze_image
 from .cfg import Cfg, UnsupportedCode
-from .metrics import path_metrics
-from .steady_state import TileWork, steady_state
+from .metrics import tile_metrics
+from .steady_state import TileWork
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,11 +133,13 @@ def cmd_analyze(args) -> int:
         raise SystemExit(f"sass_model: no entry {args.entry}; the image has {sorted(funcs)}")
     g = Cfg(funcs[args.entry])
     try:
-        walk = steady_state(g, TileWork(args.mma, args.copies, args.atomics))
+        m, walk = tile_metrics(g, TileWork(args.mma, args.copies, args.atomics,
+                                           tma_loads=args.tma_loads,
+                                           waits=1 if args.tma_loads else 0),
+                               args.warps)
     except UnsupportedCode as e:
         print(f"FAIL: structure not recognized: {e}")
         return 1
-    m = path_metrics(g, walk)
     out = m.as_dict()
     out.update(model.predict(m, args.target))
     if args.entry in res:
@@ -204,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mma", type=int, required=True)
     p.add_argument("--copies", type=int, default=0)
     p.add_argument("--atomics", type=int, default=0)
+    p.add_argument("--tma-loads", type=int, default=0)
+    p.add_argument("--warps", type=int, default=1,
+                   help="warps per CTA (averages the TMA-issuing warp with the others)")
     p.add_argument("--path", action="store_true")
     p.set_defaults(fn=cmd_analyze)
     p = sub.add_parser("calibrate")

@@ -15,7 +15,9 @@ from dataclasses import dataclass, asdict
 
 from .cfg import Cfg
 from .disasm import CONTROL_OPS, CONVERT_OPS, FP_OPS, INT_OPS, MMA_OPS, SFU_OPS, Instruction
-from .steady_state import ATOMIC_OPS, TILE_MMA_OPS, Walk
+import re
+
+from .steady_state import ATOMIC_OPS, TILE_MMA_OPS, TileWork, Walk, steady_state
 
 # FLOP of one HMMA.16816 (m16n8k16: 2 * 16 * 8 * 16).
 MMA_FLOP = {"16816": 4096, "1688": 2048}
@@ -104,6 +106,7 @@ class PathMetrics:
     instructions_per_mma: float
     async_copies: int
     instructions_per_async_copy: float  # the copy itself included
+    tma_loads: int  # UTMALDG on the path (the issuing thread's warp)
     int64_ops: int
     global_loads: int
     constant_loads: int
@@ -117,6 +120,9 @@ class PathMetrics:
     calls: int
     loop_invariant_registers: int
     mix: dict
+    #: A kernel fed by TMA: the issuing warp's instructions per tile (the
+    #: figures above are the CTA's average warp); 0 otherwise.
+    issuing_warp_instructions: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -184,6 +190,7 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
         instructions_per_mma=round(issued / len(mma_ins), 2) if mma_ins else 0.0,
         async_copies=copies,
         instructions_per_async_copy=round(copy_instr / copies, 1) if copies else 0.0,
+        tma_loads=sum(1 for x in seq if x.stem == "UTMALDG"),
         int64_ops=int64,
         global_loads=sum(1 for x in seq if x.stem == "LDG"),
         constant_loads=sum(1 for x in seq if x.stem in ("LDC", "ULDC")),
@@ -199,3 +206,34 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
         loop_invariant_registers=_invariant_registers(cfg, walk),
         mix=dict(sorted(mix.items())),
     )
+
+
+def warps_of(config: str) -> int:
+    """The warps of a kernel configuration name ("m128n128w8s2": 8)."""
+    m = re.search(r"w(\d+)", config)
+    if not m:
+        raise ValueError(f"no warp count in configuration {config!r}")
+    return int(m.group(1))
+
+
+def tile_metrics(cfg: Cfg, work: TileWork, warps: int) -> tuple[PathMetrics, Walk]:
+    """The metrics of one full tile. Where one thread issues the tile's TMA
+    loads, its warp's path carries them and the others' do not: the
+    figures are the CTA's average warp, (issuing + (warps - 1) others) /
+    warps, the rest of the record the path of a warp that does not issue
+    (and its walk is the one returned), with the issuing warp's count
+    beside them."""
+    walk = steady_state(cfg, work)
+    m = path_metrics(cfg, walk)
+    if not work.tma_loads:
+        return m, walk
+    other_walk = steady_state(cfg, work.without_tma())
+    other = path_metrics(cfg, other_walk)
+    avg = (m.instructions + (warps - 1) * other.instructions) / warps
+    flop = sum(mma_flop(x) for x in walk.instructions if x.stem in TILE_MMA_OPS)
+    other.issuing_warp_instructions = m.instructions
+    other.tma_loads = m.tma_loads
+    other.instructions = int(round(avg))
+    other.mma_flop_per_instruction = round(flop / avg, 1) if avg else 0.0
+    other.instructions_per_mma = round(avg / other.mma, 2) if other.mma else 0.0
+    return other, other_walk

@@ -33,9 +33,17 @@ class TileWork:
     async_copies: int
     atomics: int = 0
     what: str = "KV tile"  # what one iteration of the tile loop covers
+    tma_loads: int = 0  # UTMALDG, issued by one thread: the path is its warp's
+    #: mbarrier waits (try_wait) per tile and thread: a kernel fed by TMA
+    #: waits once per tile in every warp.
+    waits: int = 0
 
-    def goal(self) -> tuple[int, int, int]:
-        return (self.mma, self.async_copies, self.atomics)
+    def goal(self) -> tuple[int, int, int, int, int]:
+        return (self.mma, self.async_copies, self.atomics, self.tma_loads, self.waits)
+
+    def without_tma(self) -> "TileWork":
+        """The same tile as a warp that issues no TMA load sees it."""
+        return TileWork(self.mma, self.async_copies, self.atomics, self.what, 0, self.waits)
 
 
 @dataclass
@@ -55,11 +63,21 @@ ATOMIC_OPS = {"RED", "REDG", "ATOM", "ATOMG"}
 TILE_MMA_OPS = ("HMMA", "HGMMA")
 
 
-def _counts(ins: list[Instruction]) -> tuple[int, int, int]:
+#: A TMA load (cp.async.bulk.tensor into shared memory).
+TMA_LOAD_OPS = ("UTMALDG",)
+
+
+#: An mbarrier wait (mbarrier.try_wait's first probe).
+MBARRIER_WAIT_OPS = ("SYNCS.PHASECHK.TRANS64.TRYWAIT",)
+
+
+def _counts(ins: list[Instruction]) -> tuple[int, int, int, int, int]:
     mma = sum(1 for x in ins if x.stem in TILE_MMA_OPS)
     cp = sum(1 for x in ins if x.stem == "LDGSTS")
     at = sum(1 for x in ins if x.stem in ATOMIC_OPS)
-    return mma, cp, at
+    tma = sum(1 for x in ins if x.stem in TMA_LOAD_OPS)
+    waits = sum(1 for x in ins if x.opcode in MBARRIER_WAIT_OPS)
+    return mma, cp, at, tma, waits
 
 
 def _block_costs(cfg: Cfg) -> dict[int, tuple[int, int, int, list[str]]]:
@@ -87,7 +105,7 @@ def _block_costs(cfg: Cfg) -> dict[int, tuple[int, int, int, list[str]]]:
 def _walk_loop(cfg: Cfg, loop: Loop, work: TileWork, costs) -> Walk | None:
     h = loop.header
     goal = work.goal()
-    zero = (0, 0, 0)
+    zero = (0, 0, 0, 0, 0)
     start = (h, zero)
     best = {start: 0}
     parent: dict[tuple, tuple | None] = {start: None}
@@ -158,6 +176,7 @@ def steady_state(cfg: Cfg, work: TileWork) -> Walk:
                      f"{static_mma} MMA)")
     raise UnsupportedCode(
         f"no loop iteration issues exactly {work.mma} MMA, "
-        f"{work.async_copies} LDGSTS and {work.atomics} atomics per {work.what}; "
+        f"{work.async_copies} LDGSTS, {work.tma_loads} UTMALDG, {work.waits} mbarrier "
+        f"waits and {work.atomics} atomics per {work.what}; "
         f"tried: "
         + ("; ".join(tried) or "no loop holds that many MMAs"))

@@ -87,8 +87,9 @@ inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
   }
   out.clear();
   for (const json &x : *it) {
-    if (!x.is_number_integer() || (x.get<int64_t>() != 4 && x.get<int64_t>() != 8)) {
-      why = fmt::format("\"{}\" holds {}, not a parameter size (4 or 8)", key,
+    if (!x.is_number_integer() ||
+        (x.get<int64_t>() != 4 && x.get<int64_t>() != 8 && x.get<int64_t>() != 128)) {
+      why = fmt::format("\"{}\" holds {}, not a parameter size (4, 8, or 128: a tensor map)", key,
                         x.dump());
       return false;
     }
@@ -98,7 +99,8 @@ inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
 }
 
 /// An optional tile-work object {"mma": N, "async_copies": M, "atomics":
-/// A} ("atomics" optional); absent, `out` stays unstated (zero).
+/// A, "tma_loads": T} ("atomics" and "tma_loads" optional); absent, `out`
+/// stays unstated (zero).
 inline bool tileWorkField(const json &j, const char *key, TileWork &out,
                           std::string &why) {
   auto it = j.find(key);
@@ -112,7 +114,9 @@ inline bool tileWorkField(const json &j, const char *key, TileWork &out,
   if (!intField(*it, "mma", 0, kMax, out.mma, why) ||
       !intField(*it, "async_copies", 0, kMax, out.asyncCopies, why) ||
       (it->contains("atomics") &&
-       !intField(*it, "atomics", 0, kMax, out.atomics, why))) {
+       !intField(*it, "atomics", 0, kMax, out.atomics, why)) ||
+      (it->contains("tma_loads") &&
+       !intField(*it, "tma_loads", 0, kMax, out.tmaLoads, why))) {
     why = fmt::format("\"{}\": {}", key, why);
     return false;
   }
@@ -123,6 +127,8 @@ inline json tileWorkToJson(const TileWork &w) {
   json j{{"mma", w.mma}, {"async_copies", w.asyncCopies}};
   if (w.atomics)
     j["atomics"] = w.atomics;
+  if (w.tmaLoads)
+    j["tma_loads"] = w.tmaLoads;
   return j;
 }
 

@@ -5,9 +5,14 @@
 // inline PTX: S = QK^T as 4 m64n128k16 from shared-memory descriptors (Dqk
 // 64 = 4 k-steps), O += PV as 8 m64n64k16 with A from registers (block_n
 // 128 = 8 k-steps); each group fenced before, committed and waited with
-// the accumulators tied through the wait. K and V land by cp.async, fenced
-// for the async proxy before the barrier that publishes them; the shared
-// memory's base is aligned to 1024 bytes for the 128-byte swizzle.
+// the accumulators tied through the wait. K and V tiles land by TMA (a
+// box of K's 64 columns and one of V's per tile, 32 KB, through the tensor
+// maps the kernel takes after its first item, whose addresses the issuing
+// thread keeps in shared memory) on an mbarrier per stage,
+// initialized before a barrier, or by cp.async where the call's maps are
+// not usable; a tile's rows past the sequence are zeroed after its wait,
+// fenced for the async proxy before the barrier that publishes them; the
+// shared memory's base is aligned to 1024 bytes for the 128-byte swizzle.
 
 module {
   attn.variant @alibi(slope: f32[H])
@@ -106,13 +111,25 @@ module {
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK-NOT: flash.kernel
-// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2({{.*}}) kernel attributes {known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 255 : i32}
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 255 : i32}
 // CHECK: %[[RAW:.*]] = gpu.dynamic_shared_memory
-// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81920]
+// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81968]
+// CHECK-COUNT-2: "mbarrier.init.shared::cta.b64 [$0], 1;"
+// CHECK: %[[K:.*]] = llvm.ptrtoint %[[KMAP]]
+// CHECK: memref.store %[[K]]
+// CHECK: %[[V:.*]] = llvm.ptrtoint %[[VMAP]]
+// CHECK: memref.store %[[V]]
+// CHECK: gpu.barrier
+// CHECK: nvgpu.device_async_copy
+// CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;"
+// CHECK-COUNT-2: "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];", "r,l,r,r,r,r,~{memory}"
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.cp.async.wait.group 0
-// CHECK-NEXT: llvm.inline_asm has_side_effects {{.*}} "fence.proxy.async.shared::cta;"
+// CHECK: mbarrier.try_wait.parity.shared::cta.b64
+// CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<40960xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK: llvm.inline_asm has_side_effects {{.*}} "fence.proxy.async.shared::cta;"
 // CHECK-NEXT: gpu.barrier
+// CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;
 // CHECK: llvm.inline_asm has_side_effects {{.*}} "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
 // CHECK-NEXT: llvm.extractvalue

@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <dlfcn.h>
 #include <random>
 
 using namespace attnc;
@@ -464,5 +466,83 @@ TEST_CASE("emulated GPU: a head-parallel shard sees its heads' model indices, "
     REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
     CHECK(p.maxError(k->variant()) <
           (f.dt == DType::F32 ? 1e-5 : f.dt == DType::BF16 ? 2e-2 : 2e-3));
+  }
+}
+
+namespace {
+/// TMA loads the emulator executed since the last call (dlsym on the
+/// library the context loaded: the same handle).
+uint64_t tmaLoadsSince() {
+  void *h = dlopen(ATTNC_EMUCUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h);
+  auto count = reinterpret_cast<unsigned long long (*)(int)>(
+      dlsym(h, "attnc_emu_tma_loads"));
+  REQUIRE(count);
+  uint64_t n = count(1);
+  dlclose(h);
+  return n;
+}
+} // namespace
+
+TEST_CASE("emulated GPU: the wgmma form reads contiguous K and V by TMA, "
+          "zeroes rows past a sequence, and copies what its maps cannot serve",
+          "[gpu-emulated]") {
+  Gpu g;
+  auto k = g.kernel("causal", DType::BF16, 64, "sm_90a");
+  const int64_t B = 2, H = 4, HK = 2, Lq = 40, Lk = 200, D = 64;
+  tmaLoadsSince();
+  SECTION("[B, H, L, D], tails with NaN rows past each sequence") {
+    HostProblem p(DType::BF16, B, H, HK, Lq, Lk, D, 21);
+    p.a.kvLens = {200, 137}; // 137: a tile of 128 and a tail of 9 rows
+    p.a.qOffsets = {160, 97}; // the last queries: they see the tail
+    // Rows past the second sequence hold NaN: a TMA box reads them (they
+    // are inside the view), and the kernel must zero them as cp.async's
+    // zero-fill leaves them, or P V turns them into NaN outputs.
+    for (int64_t h = 0; h < HK; ++h)
+      for (int64_t t = 137; t < Lk; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          storeFromDouble(p.v.data(), DType::BF16, ((1 * HK + h) * Lk + t) * D + d, NAN);
+    REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+    CHECK(p.maxError(k->variant()) < 2e-2);
+    CHECK(tmaLoadsSince() > 0);
+  }
+  SECTION("[B, L, H, D]: a head's rows start mid-row of the 2-D view") {
+    HostProblem p(DType::BF16, B, H, HK, Lq, Lk, D, 22);
+    // The same buffers, strided as [B, L, H, D] (the values differ; the
+    // reference reads the same views).
+    p.a.k = TensorView{p.k.data(), DType::BF16, {B, HK, Lk, D},
+                       {Lk * HK * D, D, HK * D, 1}};
+    p.a.v = TensorView{p.v.data(), DType::BF16, {B, HK, Lk, D},
+                       {Lk * HK * D, D, HK * D, 1}};
+    REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+    CHECK(p.maxError(k->variant()) < 2e-2);
+    CHECK(tmaLoadsSince() > 0);
+  }
+  SECTION("rows that are not 16-byte aligned: no maps, the kernel copies") {
+    // A row stride of D + 4 elements (136 bytes): neither TMA nor 16-byte
+    // cp.async can take it; the element loop does.
+    std::vector<uint8_t> kb((B * HK * Lk * (D + 4) + 8) * 2), vb(kb.size());
+    HostProblem p(DType::BF16, B, H, HK, Lq, Lk, D, 23);
+    for (auto [dst, src] : {std::pair{&kb, &p.k}, std::pair{&vb, &p.v}})
+      for (int64_t r = 0; r < B * HK * Lk; ++r)
+        std::memcpy(dst->data() + r * (D + 4) * 2, src->data() + r * D * 2, D * 2);
+    std::vector<int64_t> st = {HK * Lk * (D + 4), Lk * (D + 4), D + 4, 1};
+    p.a.k = TensorView{kb.data(), DType::BF16, {B, HK, Lk, D}, st};
+    p.a.v = TensorView{vb.data(), DType::BF16, {B, HK, Lk, D}, st};
+    REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+    CHECK(p.maxError(k->variant()) < 2e-2);
+    CHECK(tmaLoadsSince() == 0);
+  }
+  SECTION("a plan run with other K and V makes maps of its own") {
+    HostProblem p1(DType::BF16, B, H, HK, Lq, Lk, D, 24), p2(DType::BF16, B, H, HK, Lq, Lk, D, 25);
+    cuda::DeviceMirror m1, m2;
+    REQUIRE(cuda::DeviceMirror::create(*g.ctx, p1.a, m1).isOk());
+    REQUIRE(cuda::DeviceMirror::create(*g.ctx, p2.a, m2).isOk());
+    cuda::GpuPlan plan;
+    REQUIRE(k->plan(m1.args(), plan).isOk());
+    REQUIRE(k->run(plan, m2.args()).isOk());
+    REQUIRE(m2.downloadOutputs(p2.a).isOk());
+    CHECK(p2.maxError(k->variant()) < 2e-2);
+    CHECK(tmaLoadsSince() > 0);
   }
 }

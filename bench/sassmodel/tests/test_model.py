@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sassmodel import baseline, disasm, model  # noqa: E402
 from sassmodel.cfg import Cfg, UnsupportedCode  # noqa: E402
-from sassmodel.metrics import path_metrics  # noqa: E402
+from sassmodel.metrics import path_metrics, tile_metrics, warps_of  # noqa: E402
 from sassmodel.steady_state import TileWork, steady_state  # noqa: E402
 
 
@@ -169,7 +169,8 @@ def test_steady_state_takes_the_full_tile_path():
 def test_work_that_no_iteration_issues_is_an_error():
     g = Cfg(func(KERNEL))
     with pytest.raises(UnsupportedCode,
-                       match="no loop iteration issues exactly 2 MMA, 2 LDGSTS and 1 atomics"):
+                       match="no loop iteration issues exactly 2 MMA, 2 LDGSTS, 0 UTMALDG, "
+                             "0 mbarrier waits and 1 atomics"):
         steady_state(g, TileWork(mma=2, async_copies=2, atomics=1))
     with pytest.raises(UnsupportedCode, match="fewer than"):
         steady_state(g, TileWork(mma=8, async_copies=0))
@@ -336,3 +337,48 @@ def test_serialized_wgmma_is_refused():
                    "presence of Extern calls in the function 'k'\n")
     with pytest.raises(RuntimeError, match="serialized"):
         toolchain.refuse_serialized_wgmma(warned, "k.ptx")
+
+
+TMA_LOOP = """
+.L_head:
+    SYNCS.PHASECHK.TRANS64.TRYWAIT P5, [R27+URZ], R24
+    @!P5 BRA `(.L_retry)
+.L_ready:
+    @P6 BRA `(.L_noload)
+    ELECT P4, URZ, PT
+    R2UR UR8, R10
+    R2UR UR9, R11
+    UTMALDG.3D [UR8], [UR18]
+    UTMALDG.3D [UR8], [UR20]
+.L_noload:
+    HGMMA.64x128x16.F32.BF16 R24, gdesc[UR12], RZ, !UPT
+    IADD3 R40, R40, 0x1, RZ
+    ISETP.NE.AND P0, PT, R40, R41, PT
+    @P0 BRA `(.L_head)
+    EXIT
+.L_retry:
+    NANOSLEEP 0x20
+    SYNCS.PHASECHK.TRANS64.TRYWAIT P5, [R27+URZ], R24
+    @!P5 BRA `(.L_retry)
+    BRA `(.L_ready)
+"""
+
+
+def test_tma_tiles_average_the_issuing_warp_with_the_others():
+    # One thread issues the tile's loads: its warp's path has them (and
+    # its uniform-register set-up), the other warps' does not; every warp
+    # waits once (the first probe, not the retry loop).
+    g = Cfg(func(TMA_LOOP))
+    work = TileWork(mma=1, async_copies=0, tma_loads=2, waits=1)
+    issuing = path_metrics(g, steady_state(g, work))
+    assert issuing.tma_loads == 2 and issuing.instructions == 12
+    m, walk = tile_metrics(g, work, warps=4)
+    assert "UTMALDG.3D" not in [x.opcode for x in walk.instructions]
+    assert "NANOSLEEP" not in [x.opcode for x in walk.instructions]
+    assert m.issuing_warp_instructions == 12 and m.tma_loads == 2
+    assert m.instructions == round((12 + 3 * 7) / 4)  # 8
+    assert m.mma_flop_per_instruction == round(2 * 64 * 128 * 16 / 4 / ((12 + 3 * 7) / 4), 1)
+    assert warps_of("m128n128w8s2") == 8
+    # A kernel without TMA: one path, as before.
+    plain, _ = tile_metrics(Cfg(func(WGMMA_LOOP)), TileWork(3, 1), warps=8)
+    assert plain.issuing_warp_instructions == 0

@@ -33,9 +33,18 @@ SPAN = {0: 0, 1: 32, 2: 64, 3: 128}
 
 class Case:
     def __init__(self, dims, box, coords, dtype="bf16", swizzle=0, nan=False,
-                 in_global=False):
+                 in_global=False, strides=None, elements=None):
         self.dims, self.box, self.coords = list(dims), list(box), list(coords)
         self.dtype, self.swizzle, self.nan, self.in_global = dtype, swizzle, nan, in_global
+        # Byte strides of dims 1.. (default: packed); the source's elements.
+        esize = np.dtype(DTYPES[dtype][1]).itemsize
+        if strides is None:
+            strides, st = [], esize
+            for d in self.dims[:-1]:
+                st *= d
+                strides.append(st)
+        self.strides = list(strides)
+        self.elements = elements or int(np.prod(self.dims))
 
     @property
     def rank(self):
@@ -50,9 +59,11 @@ class Case:
         return int(np.prod(self.box)) * self.esize
 
     def __repr__(self):
-        return "%s dims=%s box=%s at=%s sw=%d%s%s" % (
+        return "%s dims=%s box=%s at=%s sw=%d%s%s%s" % (
             self.dtype, self.dims, self.box, self.coords, self.swizzle,
-            " nan" if self.nan else "", " global-map" if self.in_global else "")
+            " nan" if self.nan else "", " global-map" if self.in_global else "",
+            " strides=%s" % self.strides if self.strides != Case(
+                self.dims, self.box, self.coords, self.dtype).strides else "")
 
 
 def cases():
@@ -78,6 +89,13 @@ def cases():
     out.append(Case([64, 8], [32, 4], [64, 8], "bf16"))
     out.append(Case([64, 8], [32, 4], [40, 6], "u16"))
     out.append(Case([72, 40], [64, 16], [8, 30], "bf16", 3, in_global=True))
+    # The attnc wgmma form's K/V maps (runtime/src/cuda/KvTensorMaps.cpp):
+    # a row-major [rows, P] matrix as [P / 64 chunks][rows][64], the chunk
+    # stride (128 bytes) below the row stride; a box of every chunk of a
+    # head x a tile of rows, straddling the last row.
+    P, rows = 320, 40
+    out.append(Case([64, rows, P // 64], [64, 16, 2], [0, 30, 3], "bf16", 3,
+                    strides=[P * 2, 128], elements=rows * P))
     return out
 
 
@@ -140,7 +158,7 @@ DONE:
 
 def source(case):
     """The tensor: element i holds i + 1 (so that zero fill shows)."""
-    count = int(np.prod(case.dims))
+    count = case.elements
     dt = DTYPES[case.dtype][1]
     if case.dtype == "f32":
         return (np.arange(count, dtype=np.float32) + 1).view(np.uint32)
@@ -154,16 +172,17 @@ def expected(case):
     """The shared bytes of the box, as documented: box elements in order
     (innermost dimension fastest), out-of-range ones zero (or the type's
     NaN with NaN fill), 16-byte chunks swizzled by the address bits."""
-    src = source(case).reshape(list(reversed(case.dims)))
+    src = source(case)
     dt = src.dtype
     box = np.zeros(list(reversed(case.box)), dt)
     fill = 0
     if case.nan:
         fill = 0x7fffffff if case.esize == 4 else 0x7fff
+    steps = [1] + [s // case.esize for s in case.strides]  # elements, innermost first
     for idx in itertools.product(*[range(b) for b in reversed(case.box)]):
-        g = [c + i for c, i in zip(reversed(case.coords), idx)]
-        inside = all(0 <= x < d for x, d in zip(g, reversed(case.dims)))
-        box[idx] = src[tuple(g)] if inside else fill
+        g = [c + i for c, i in zip(case.coords, reversed(idx))]  # innermost first
+        inside = all(0 <= x < d for x, d in zip(g, case.dims))
+        box[idx] = src[sum(x * st for x, st in zip(g, steps))] if inside else fill
     raw = box.reshape(-1).view(np.uint8)
     span = SPAN[case.swizzle]
     if not span:
@@ -181,11 +200,7 @@ def run(drv, case):
     src = source(case)
     p = drv.to_device(src)
     out = drv.alloc(case.box_bytes)
-    strides, s = [], case.esize
-    for d in case.dims[:-1]:
-        s *= d
-        strides.append(s)
-    tmap = drv.tensor_map(p, DTYPES[case.dtype][0], case.dims, strides, case.box,
+    tmap = drv.tensor_map(p, DTYPES[case.dtype][0], case.dims, case.strides, case.box,
                           case.swizzle, oob_nan=case.nan)
     held = []
     if case.in_global:

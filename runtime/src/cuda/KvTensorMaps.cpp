@@ -47,20 +47,27 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
       return no(fmt::format("{}'s rows are not contiguous along D", name));
     if ((P * eb) % 16 || reinterpret_cast<uintptr_t>(t->data) % 16)
       return no(fmt::format("{}'s rows are not 16-byte aligned", name));
-    // Every (batch, head)'s rows must start within a row of the view and
-    // keep their D elements in it: column (b s0 + h s1) % P plus D <= P.
+    // Every (batch, head)'s rows must start at a 64-element chunk of a row
+    // of the view and keep their D elements in its whole chunks: column
+    // (b s0 + h s1) % P a multiple of 64, plus D, at most 64 floor(P / 64).
+    const int64_t chunks = P / kBoxCols;
     int64_t m0 = s0 % P, m1 = s1 % P;
-    if ((m0 || m1) && (B - 1) * m0 + (H - 1) * m1 + d > P)
+    if (m0 % kBoxCols || m1 % kBoxCols)
+      return no(fmt::format("{}'s heads do not start at 64-element columns", name));
+    if ((B - 1) * m0 + (H - 1) * m1 + d > chunks * kBoxCols)
       return no(fmt::format("{}'s heads would wrap across rows of the view", name));
     const int64_t rows = (detail::extent(*t) + P - 1) / P;
     if (rows >= (int64_t(1) << 31) || P > (int64_t(1) << 32))
       return no(fmt::format("{} is too large for 32-bit coordinates", name));
-    const uint64_t dims[2] = {uint64_t(P), uint64_t(rows)};
-    const uint64_t strides[1] = {uint64_t(P * eb)};
-    const unsigned box[2] = {unsigned(kBoxCols), unsigned(boxRows)};
-    const unsigned es[2] = {1, 1};
+    // [chunks][rows][64]: a box of (D / 64) chunks x boxRows rows x 64
+    // lands as the tile's atom columns, one load per tile.
+    const uint64_t dims[3] = {uint64_t(kBoxCols), uint64_t(rows), uint64_t(chunks)};
+    const uint64_t strides[2] = {uint64_t(P * eb), uint64_t(kBoxCols * eb)};
+    const unsigned box[3] = {unsigned(kBoxCols), unsigned(boxRows),
+                             unsigned(d / kBoxCols)};
+    const unsigned es[3] = {1, 1, 1};
     CUresult r = api.cuTensorMapEncodeTiled(
-        map, dtype == DType::BF16 ? kBFloat16 : kFloat16, 2, t->data, dims, strides,
+        map, dtype == DType::BF16 ? kBFloat16 : kFloat16, 3, t->data, dims, strides,
         box, es, /*interleave=*/0, kSwizzle128B, kL2Promote256B, /*oobFill=*/0);
     if (r != 0)
       return no(fmt::format("cuTensorMapEncodeTiled refused {} (CUDA error {})",

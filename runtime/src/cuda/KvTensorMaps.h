@@ -32,11 +32,14 @@ struct KvTensorMaps {
 /// the flag (after the first item).
 bool takesKvTensorMaps(const std::vector<int> &sizes);
 
-/// The maps of one call: K and V (element type `dtype`) as 2-D views of P
-/// elements per row (P = the sequence stride, ip kKStride + 2 and kVStride
-/// + 2), boxes of 64 elements x `boxRows` rows, 128-byte swizzle; each
-/// (batch, KV head)'s first row starts at column kBase % P, row kBase / P.
-/// Never an error: a call the maps cannot serve gets usable = 0.
+/// The maps of one call: K and V (element type `dtype`) as 3-D views
+/// [P / 64 chunks][rows][64 elements] (P = the sequence stride, ip
+/// kKStride + 2 and kVStride + 2: a row's 64-element chunks are the outer
+/// dimension), boxes of D / 64 chunks x `boxRows` rows x 64, 128-byte
+/// swizzle: a tile's K (or V) in one load, as the wgmma form's atom
+/// columns. Each (batch, KV head)'s first row is row kBase / P, chunk
+/// (kBase % P) / 64. Never an error: a call the maps cannot serve gets
+/// usable = 0.
 KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
                           const TensorView &v, const detail::Operands &ops,
                           DType dtype, int64_t headDim, int64_t vHeadDim,

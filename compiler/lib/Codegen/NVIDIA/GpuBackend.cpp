@@ -12,6 +12,8 @@
 #include "attnc/Codegen/KernelForm.h"
 #include "SpecialFunctions.h"
 
+#include "TensorCoreForward.h"
+#include "llvm/ADT/StringSet.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
@@ -232,6 +234,13 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
     if (failed(applyPatternsGreedily(module, std::move(intrinsics))))
       return failure();
   }
+  // Kernels whose last parameters are tensor maps: the GPU-to-NVVM lowering
+  // keeps their alignment but drops the rest, re-added below.
+  llvm::StringSet<> mapKernels;
+  module.walk([&](gpu::GPUFuncOp f) {
+    if (f->hasAttr(kKvTensorMapsAttr))
+      mapKernels.insert(f.getName());
+  });
   PassManager pm(ctx);
   GpuNVVMAttachTargetOptions target;
   target.chip = chip;
@@ -249,6 +258,20 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
   // gpu.dynamic_shared_memory becomes a zero-sized shared global with
   // internal linkage, which the NVPTX backend demotes to a 1-byte static
   // variable; dynamic shared memory is an `.extern .shared` array.
+  // A tensor map is a 128-byte parameter passed by value that the TMA unit
+  // reads in place: byval, and a grid constant (its address is the
+  // parameter's, not a local copy's).
+  module.walk([&](LLVM::LLVMFuncOp f) {
+    if (!mapKernels.contains(f.getName()))
+      return;
+    unsigned n = f.getNumArguments();
+    auto bytes = LLVM::LLVMArrayType::get(IntegerType::get(ctx, 8), 128);
+    for (unsigned a : {n - 3, n - 2}) {
+      f.setArgAttr(a, LLVM::LLVMDialect::getByValAttrName(), TypeAttr::get(bytes));
+      f.setArgAttr(a, NVVM::NVVMDialect::getGridConstantAttrName(),
+                   UnitAttr::get(ctx));
+    }
+  });
   module.walk([](LLVM::GlobalOp g) {
     auto arr = dyn_cast<LLVM::LLVMArrayType>(g.getGlobalType());
     if (g.getAddrSpace() == 3 && arr && arr.getNumElements() == 0)

@@ -6,7 +6,9 @@
 // accumulator fragments (a wgmma m64nNk16 accumulator is, per warp, the
 // mma.sync m16n8 fragments of its N / 8 n-tiles), with S = QK^T by wgmma
 // from shared-memory descriptors and O += PV by wgmma with P from
-// registers, operands in 128-byte swizzled atoms (Wgmma.h).
+// registers, operands in 128-byte swizzled atoms (Wgmma.h), and K and V
+// tiles brought in by TMA loads completed on an mbarrier per stage (Tma.h)
+// where the call's tensor maps are usable (KernelABI.h), else by cp.async.
 //
 // f16/bf16 on sm_80+: a CTA of `warps` warps takes block_m query rows, each
 // warp 16 x m-tiles of them. Q, K and V go through dynamic shared memory
@@ -25,6 +27,7 @@
 #include "MmaFragments.h"
 #include "ProgramBuilder.h"
 #include "TensorCoreForward.h"
+#include "Tma.h"
 #include "Wgmma.h"
 
 #include <algorithm>
@@ -54,7 +57,14 @@ struct TensorCoreLayout {
   int64_t ldQ = 0, ldK = 0, ldV = 0;
   bool swizzleQ = false, swizzleK = false, swizzleV = false;
   int64_t stageElems = 0, qOffset = 0, totalElems = 0;
-  int64_t sharedBytes() const { return totalElems * 2 + (wgmma ? 1024 : 0); }
+  /// wgmma, after Q (from the aligned base): a stage's mbarrier (8 bytes
+  /// each), then what the issuing thread keeps for its TMA loads (the maps'
+  /// addresses, the item's coordinates: 32 bytes) in shared memory rather
+  /// than in registers every thread would hold across the loop.
+  int64_t tmaBytes() const { return wgmma ? stages * 8 + 32 : 0; }
+  int64_t sharedBytes() const {
+    return totalElems * 2 + (wgmma ? 1024 + tmaBytes() : 0);
+  }
 };
 
 TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma = false) {
@@ -116,6 +126,12 @@ rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false) {
                                 s.blockN / 16 * (s.vHeadDim / 8));
   w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
                   perThread(s.blockN * s.vHeadDim / 8);
+  if (L.wgmma) {
+    // A full tile's copies are TMA loads: one box of K and one of V,
+    // issued by one thread (the model follows its warp).
+    w.asyncCopies = 0;
+    w.tmaLoads = 2;
+  }
   return w;
 }
 
@@ -235,6 +251,21 @@ private:
   void copyContiguous(Value j, Value base);
   /// The item's tiles with no row past the sequence (i32).
   Value fullTiles;
+  // ---- the wgmma form's TMA loads (Tma.h) ----
+  /// Tile j (i32) into the stage at element `base` (i32), stage index
+  /// `stageIdx` (i32): by TMA on the stage's mbarrier where the call's maps
+  /// are usable, else by loadTile.
+  void fetchTile(Value j, Value base, Value stageIdx);
+  /// After the stage's TMA loads landed: rows past the sequence of tile j
+  /// (rows of other heads, or zeros past the tensor) set to zero, as
+  /// cp.async's zero-fill leaves them.
+  void zeroTail(Value j, Value base);
+  Value useTma;     // i1: the maps are usable and K/V contiguous
+  Value mbarBase;   // the stages' mbarriers (shared address, i32)
+  /// The issuing thread's: the maps' generic addresses (i64 x 2), the
+  /// item's first chunk and row in K's and V's views (i32 x 4).
+  Value tmaMaps, tmaCoords;
+  TmaEmitter tma{b_};
   /// The first tile from `from` on that the item visits, or nKT (i32:
   /// tile indices and their loop stay 32-bit), and its class (i8).
   std::pair<Value, Value> nextVisited(Value from, Value nKT, IRMapping &inv);
@@ -606,13 +637,64 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
       });
     };
     // Paged K/V, or strides and alignment that 16-byte copies cannot take:
-    // loops (the contiguous fast case is copyContiguous).
+    // loops (the contiguous fast case is copyContiguous, or TMA in the
+    // wgmma form, which has no copyContiguous: contiguous K/V its maps
+    // cannot serve take the element loop).
     ifThenElse(
-        fastKV, [&] { fastLoop(true); },
+        L.wgmma ? andI(fastKV, paged) : fastKV, [&] { fastLoop(true); },
         [&] {
           ifThenElse(paged, [&] { slowLoop(true); }, [&] { slowLoop(false); });
         });
   }
+}
+
+void TensorCoreKernel::fetchTile(Value j32, Value base32, Value stageIdx) {
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  ifThenElse(
+      useTma,
+      [&] {
+        ifThen(cmp(arith::CmpIPredicate::eq, tid, cIdx(0)), [&] {
+          Value bar = arith::AddIOp::create(
+              b_, mbarBase, arith::MulIOp::create(b_, stageIdx, cI32(8)));
+          tma.arriveExpectTx(bar, BN * (D + DV) * 2);
+          Value dst = arith::AddIOp::create(
+              b_, smemAddr, arith::MulIOp::create(b_, base32, cI32(2)));
+          Value row = arith::MulIOp::create(b_, j32, cI32(BN));
+          auto at4 = [&](Value m, int64_t i) { return load(m, cIdx(i)); };
+          // K's tile, then V's, each one box: its 64-element chunks land as
+          // the stage's atom columns (BN rows of 128 bytes, swizzled).
+          for (auto [m, at] : {std::pair{int64_t(0), int64_t(0)},
+                               std::pair{int64_t(1), L.vOffset * 2}}) {
+            Value y = arith::AddIOp::create(b_, at4(tmaCoords, 2 * m + 1), row);
+            tma.load3d(arith::AddIOp::create(b_, dst, cI32(at)), at4(tmaMaps, m),
+                       cI32(0), y, at4(tmaCoords, 2 * m), bar);
+          }
+        });
+      },
+      [&] { loadTile(toIdx32(j32), toIdx32(base32)); });
+}
+
+void TensorCoreKernel::zeroTail(Value j32, Value base32) {
+  // The stage is (Dqk + Dv) / 64 atom columns of BN rows of 64 elements;
+  // a row past the sequence is zeroed in each, 16 bytes at a time (a whole
+  // row: the swizzle only permutes chunks within it).
+  Value j = arith::IndexCastUIOp::create(b_, b_.getIndexType(), j32);
+  Value live = sub(it.kvLen, mul(j, cIdx(BN)));
+  Value base = arith::IndexCastUIOp::create(b_, b_.getIndexType(), base32);
+  auto vec = VectorType::get({8}, elem_);
+  Value zeros = arith::ConstantOp::create(b_, vec, b_.getZeroAttr(vec));
+  const int64_t units = (D + DV) / 64 * BN * 8;
+  loop0(tid, cIdx(units), cIdx(TH), [&](Value u) {
+    Value row = remu(divu(u, 8), BN);
+    ifThen(cmp(arith::CmpIPredicate::uge, row, live), [&] {
+      Value at = add(base, add(mul(divu(u, BN * 8), cIdx(BN * 64)),
+                               add(mul(row, cIdx(64)), mul(remu(u, 8), cIdx(8)))));
+      vector::StoreOp::create(b_, zeros, smem, ValueRange{at},
+                              /*nontemporal=*/false, llvm::Align(16));
+    });
+  });
 }
 
 /// The first visited KV tile at or after `from` (nKT when none) and its
@@ -1186,8 +1268,11 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   // committed), then Q's fragments once it has landed.
   auto [first, firstClass] = nextVisited(toI32(it.jlo), nKT32, inv);
   ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
-    ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
-               [&] { loadTile(toIdx32(first), c0); });
+    if (L.wgmma)
+      fetchTile(first, cI32(0), cI32(0));
+    else
+      ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
+                 [&] { loadTile(toIdx32(first), c0); });
   });
   NVVM::CpAsyncCommitGroupOp::create(b_);
   if (L.qInRegisters) {
@@ -1209,10 +1294,13 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,
-  // the iteration values' registers), j and the stage as i32 (one register
+  // [wgmma: the stages' mbarrier phase parities, a bit each,] the
+  // iteration values' registers), j and the stage as i32 (one register
   // each across the loop).
-  constexpr size_t kLoopState = 3;
+  const size_t kLoopState = L.wgmma ? 4 : 3;
   SmallVector<Value> init = {first, cI32(0), firstClass};
+  if (L.wgmma)
+    init.push_back(cI32(0));
   SmallVector<size_t> widths;
   for (Value v : loopOp.getInits()) {
     init.append(regs[v]);
@@ -1236,16 +1324,44 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     // Tile j has arrived (its group is the only one pending) and every warp
     // is past the previous tile, whose stage the prefetch now refills.
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    Value stageIdx, phases;
+    if (L.wgmma) {
+      // Or its TMA loads have: this stage's phase, by parity; then its rows
+      // past the sequence zeroed on the tail tile.
+      stageIdx = arith::ExtUIOp::create(
+          b_, i32_, cmp(arith::CmpIPredicate::ne, stage, cI32(0)));
+      Value ph = after->getArgument(3);
+      ifThen(useTma, [&] {
+        Value bar = arith::AddIOp::create(
+            b_, mbarBase, arith::MulIOp::create(b_, stageIdx, cI32(8)));
+        tma.waitParity(bar, arith::AndIOp::create(
+                                b_, arith::ShRUIOp::create(b_, ph, stageIdx),
+                                cI32(1)));
+        // The tail: (j + 1) BN > kvLen (kvLen is live anyway; a full-tile
+        // count would be one more register across the loop).
+        Value end = arith::IndexCastUIOp::create(
+            b_, b_.getIndexType(),
+            arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
+        ifThen(cmp(arith::CmpIPredicate::ugt, end, it.kvLen),
+               [&] { zeroTail(j32, stage); });
+      });
+      phases = arith::XOrIOp::create(b_, ph,
+                                     arith::ShLIOp::create(b_, cI32(1), stageIdx));
+    }
     // wgmma reads shared memory through the async proxy: each thread's
-    // cp.async writes are fenced before the barrier that publishes them.
+    // cp.async (and zeroing) writes are fenced before the barrier that
+    // publishes them.
     if (L.wgmma)
       wg.proxyFence();
     gpu::BarrierOp::create(b_);
     auto [next, nextClass] = nextVisited(nextTile(j32), nKT32, inv);
     Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
     ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
-      ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
-                 [&] { loadTile(toIdx32(next), toIdx32(other)); });
+      if (L.wgmma)
+        fetchTile(next, other, arith::SubIOp::create(b_, cI32(1), stageIdx));
+      else
+        ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
+                   [&] { loadTile(toIdx32(next), toIdx32(other)); });
     });
     NVVM::CpAsyncCommitGroupOp::create(b_);
     // The class the search found and the tail from the item's full-tile
@@ -1266,6 +1382,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     if (failed(lowerOps(body.begin(), Block::iterator(yield))))
       result = failure();
     SmallVector<Value> out = {next, other, nextClass};
+    if (L.wgmma)
+      out.push_back(phases);
     for (Value v : yield.getValues())
       out.append(regs[v]);
     scf::YieldOp::create(b_, out);
@@ -1283,8 +1401,22 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
                                       gpu::GPUModuleOp module) {
   OpBuilder::InsertionGuard guard(b_);
   b_.setInsertionPointToEnd(module.getBody());
+  SmallVector<Type> args = kernelArgs();
+  if (L.wgmma) {
+    // After the first item: K's and V's tensor maps (grid constants: the
+    // NVVM lowering makes them byval, GpuBackend.cpp) and their flag.
+    auto ptr = LLVM::LLVMPointerType::get(ctx_);
+    args.append({ptr, ptr, i64_});
+  }
   auto fn = gpu::GPUFuncOp::create(b_, kernel.getSymName(),
-                                   b_.getFunctionType(kernelArgs(), {}));
+                                   b_.getFunctionType(args, {}));
+  if (L.wgmma) {
+    unsigned n = fn.getNumArguments();
+    for (unsigned a : {n - 3, n - 2})
+      fn.setArgAttr(a, "llvm.align", b_.getI64IntegerAttr(64));
+    fn->setAttr(kKvTensorMapsAttr, b_.getUnitAttr());
+  }
+  const unsigned itemArg = fn.getNumArguments() - (L.wgmma ? 4 : 1);
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
   // The whole register file is the budget (one CTA per SM by design): left
@@ -1305,7 +1437,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
     raw = memref::ViewOp::create(
         b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                             MemRefLayoutAttrInterface(), wg),
-        raw, viewAt, ValueRange{cIdx(L.totalElems * 2)});
+        raw, viewAt, ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes())});
     smemAddr = arith::IndexCastUIOp::create(
         b_, i32_, memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
     viewAt = cIdx(0);
@@ -1316,7 +1448,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       raw, viewAt, ValueRange{});
   e = loadEntry(fn.getArguments());
   Value c0 = cIdx(0);
-  Value item = add(toIdx(fn.getArgument(fn.getNumArguments() - 1)),
+  Value item = add(toIdx(fn.getArgument(itemArg)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
   tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
   lane = remu(tid, 32);
@@ -1340,7 +1472,45 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   contiguous = andI(fastKV, arith::XOrIOp::create(
                                 b_, paged, arith::ConstantOp::create(
                                                b_, b_.getBoolAttr(true))));
-  planCopies();
+  if (!L.wgmma) {
+    planCopies();
+  } else {
+    unsigned n = fn.getNumArguments();
+    useTma = andI(cmp(arith::CmpIPredicate::ne,
+                      toIdx(fn.getArgument(n - 1)), c0),
+                  contiguous);
+    auto scratch = [&](int64_t byte, int64_t count, Type t) {
+      return memref::ViewOp::create(
+          b_, MemRefType::get({count}, t, MemRefLayoutAttrInterface(), wg),
+          smemBytes, cIdx(L.totalElems * 2 + L.stages * 8 + byte), ValueRange{});
+    };
+    tmaMaps = scratch(0, 2, i64_);
+    tmaCoords = scratch(16, 4, i32_);
+    // One mbarrier per stage, initialized before any thread waits on it;
+    // the issuing thread's maps and coordinates (the item's first row in
+    // each view: chunk (base % P) / 64, row base / P, P the sequence
+    // stride).
+    mbarBase = arith::AddIOp::create(b_, smemAddr, cI32(L.totalElems * 2));
+    ifThen(cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
+      for (int64_t s = 0; s < L.stages; ++s)
+        tma.init(arith::AddIOp::create(b_, mbarBase, cI32(8 * s)), 1);
+      ifThen(useTma, [&] {
+        for (int64_t m = 0; m < 2; ++m) {
+          store(LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)),
+                tmaMaps, cIdx(m));
+          Value base = m ? it.vBase : it.kBase;
+          Value p = (m ? e.vs : e.ks)[2];
+          store(arith::IndexCastUIOp::create(
+                    b_, i32_, divu(arith::RemUIOp::create(b_, base, p), 64)),
+                tmaCoords, cIdx(2 * m));
+          store(arith::IndexCastUIOp::create(b_, i32_,
+                                             arith::DivUIOp::create(b_, base, p)),
+                tmaCoords, cIdx(2 * m + 1));
+        }
+      });
+    });
+    gpu::BarrierOp::create(b_);
+  }
 
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);

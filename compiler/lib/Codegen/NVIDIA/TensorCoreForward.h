@@ -13,6 +13,11 @@
 
 namespace attnc {
 
+/// Marks a gpu.func whose last parameters before the flag are K's and V's
+/// tensor maps (KernelABI.h): GpuBackend.cpp makes them byval grid
+/// constants once the function is an llvm.func.
+inline constexpr llvm::StringLiteral kKvTensorMapsAttr = "attnc.kv_tensor_maps";
+
 /// Dynamic shared memory per block (bytes), warps per block and one full
 /// tile's work of the tensor-core forward for `s` (wgmma: the sm_90a form).
 int64_t tensorCoreSharedBytes(const rt::KernelSpec &s, bool wgmma);

@@ -1,5 +1,6 @@
 //===- Wgmma.cpp - sm_90a's warpgroup MMA, as inline PTX ------------------===//
 #include "Wgmma.h"
+#include "InlinePtx.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -27,41 +28,23 @@ Value WgmmaEmitter::descriptor(Value base, int64_t offset, int64_t lbo,
   return LLVM::BitcastOp::create(b_, b_.getI64Type(), pair);
 }
 
-namespace {
-LLVM::InlineAsmOp inlineAsm(ImplicitLocOpBuilder &b, TypeRange results,
-                            ValueRange operands, const std::string &text,
-                            const std::string &constraints) {
-  Type res;
-  if (results.size() == 1)
-    res = results[0];
-  else if (!results.empty())
-    res = LLVM::LLVMStructType::getLiteral(b.getContext(),
-                                           llvm::to_vector(results));
-  return LLVM::InlineAsmOp::create(
-      b, res, operands, text, constraints, /*has_side_effects=*/true,
-      /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
-      LLVM::AsmDialectAttr::get(b.getContext(), LLVM::AsmDialect::AD_ATT),
-      ArrayAttr());
-}
-} // namespace
-
 void WgmmaEmitter::fence() {
-  inlineAsm(b_, {}, {}, "wgmma.fence.sync.aligned;", "~{memory}");
+  inlinePtx(b_, {}, {}, "wgmma.fence.sync.aligned;", "~{memory}");
 }
 
 void WgmmaEmitter::commit() {
-  inlineAsm(b_, {}, {}, "wgmma.commit_group.sync.aligned;", "~{memory}");
+  inlinePtx(b_, {}, {}, "wgmma.commit_group.sync.aligned;", "~{memory}");
 }
 
 void WgmmaEmitter::proxyFence() {
-  inlineAsm(b_, {}, {}, "fence.proxy.async.shared::cta;", "~{memory}");
+  inlinePtx(b_, {}, {}, "fence.proxy.async.shared::cta;", "~{memory}");
 }
 
 SmallVector<Value> WgmmaEmitter::asmF32(const std::string &text,
                                         const std::string &constraints,
                                         ValueRange operands, int64_t results) {
   SmallVector<Type> types(static_cast<size_t>(results), b_.getF32Type());
-  LLVM::InlineAsmOp op = inlineAsm(b_, types, operands, text, constraints);
+  LLVM::InlineAsmOp op = inlinePtx(b_, types, operands, text, constraints);
   SmallVector<Value> out;
   if (results == 1) {
     out.push_back(op.getResult(0));

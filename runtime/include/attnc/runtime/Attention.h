@@ -59,13 +59,15 @@ inline std::string kernelOptionTags(const KernelSpec &spec) {
 /// What one iteration of a GPU kernel's tile loop issues on a full tile, as
 /// the generator states it: mma.sync m16n8k16 instructions per warp, and
 /// per thread (the thread with the most) 16-byte cp.async and atomic adds
-/// (the backward's parameter gradients). Packages carry it so that the
+/// (the backward's parameter gradients), and TMA loads (issued by one
+/// thread for the CTA). Packages carry it so that the
 /// static SASS model (bench/sassmodel) can check the loop it finds in the
 /// machine code against it; mma 0: not stated (the SIMT form).
 struct TileWork {
   int64_t mma = 0;
   int64_t asyncCopies = 0;
   int64_t atomics = 0;
+  int64_t tmaLoads = 0; // issued by one thread of the CTA (UTMALDG)
 };
 
 class BlockMask;

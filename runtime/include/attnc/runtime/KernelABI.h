@@ -51,11 +51,12 @@
 // after its first item: K's and V's tensor maps (CUtensorMap, 128 bytes by
 // value, `.param .align 64`) and an i64, 1 when the maps are usable for the
 // call (else the kernel copies K and V itself). Each map views its tensor
-// as rows of P elements, P its sequence stride (kKStride + 2, kVStride +
-// 2), in boxes of 64 elements x blockN rows with the 128-byte swizzle; the
-// rows of (b, kv head) start at column kBase % P of row kBase / P (kBase =
-// b s0 + h s1). runtime/src/cuda/KvTensorMaps.cpp makes them and says when
-// they are usable.
+// as [P / 64][rows][64] (P its sequence stride, kKStride + 2 or kVStride +
+// 2: rows of P elements, cut in 64-element chunks) in boxes of D / 64
+// chunks x blockN rows x 64 with the 128-byte swizzle; the rows of (b, kv
+// head) start at row kBase / P, chunk (kBase % P) / 64 (kBase = b s0 + h
+// s1). runtime/src/cuda/KvTensorMaps.cpp makes them and says when they are
+// usable.
 //
 // Integer parameter layout (ip):
 //
