@@ -77,10 +77,20 @@ if [[ "${BUNDLE_TUNE:-0}" == 1 ]]; then
 fi
 cp "$src/scripts/run-gpu-validation.sh" "$src/scripts/run-gpu-tune.sh" \
    "$src/scripts/run-gpu-session.sh" "$out/"
-# The emulator's probes, run on the device against the documented layouts.
+# The emulator's probes, run on the device against the documented layouts,
+# and its sm_90a conformance kernels as this machine's Triton compiles them
+# (recorded while the tests run on the emulator; the device replays them
+# against its driver: run-gpu-session.sh).
 mkdir -p "$out/probes"
 cp "$src/emulator/tests/sm90/tma_probe.py" "$src/emulator/tests/sm90/emudriver.py" \
    "$out/probes/"
+if [ -x "$src/.venv/bin/python" ] && [ -f "$src/build/lib/libattnc-emucuda.so" ]; then
+  rm -f "$out/probes/triton-ptx.json"
+  ATTNC_TRITON_PTX_RECORD="$out/probes/triton-ptx.json" \
+  ATTNC_EMUCUDA="$src/build/lib/libattnc-emucuda.so" \
+    "$src/.venv/bin/python" -m pytest -q -p no:cacheprovider "$src/emulator/tests/sm90" \
+    > /dev/null || echo "device-bundle: the sm_90a conformance tests failed on the emulator" >&2
+fi
 cp "$src/scripts/device-python.sh" "$out/build-python.sh"
 cp "$src/build-device/lib/libAttncRuntime.a" "$out/lib/"
 cp "$(sed -n 's/^OPENSSL_CRYPTO_LIBRARY:FILEPATH=//p' "$src/build-device/CMakeCache.txt")" \

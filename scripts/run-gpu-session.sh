@@ -6,7 +6,8 @@
 #      backward suite (never run on a GPU before 2026-11-26), key blocks at
 #      their positions (key-offset kernels, forward and backward), compute-
 #      sanitizer memcheck/racecheck of forward and backward, the runtime-only
-#      Python package's GPU tests, the emulator's TMA layout probes;
+#      Python package's GPU tests, the emulator's TMA layout probes and its
+#      sm_90a conformance tests against the device's driver;
 #   B. timings, one at a time: bench/compare_torch.py (flex_attention
 #      compiled, SDPA, attnc: on an H100 the sm_90a wgmma form) on the gym
 #      at 8k for D 64 and 128, decode, and the backward; then the mma.sync
@@ -80,6 +81,15 @@ done
 # The emulator's TMA layout probes on the device (differences from the
 # documented layout the emulator implements: docs/emulator.md).
 timeout 60 python3 "$dev/probes/tma_probe.py" --lib libcuda.so.1 > "$a/tma-probe.txt" 2>&1 &
+# The emulator's sm_90a conformance tests (wgmma, TMA, mbarriers, warp-
+# specialized Triton kernels, compiled where the bundle was made) against
+# this device's driver: what the emulator executes, the device must too.
+if [ -f "$dev/probes/triton-ptx.json" ]; then
+  ATTNC_CONFORMANCE_ON_DEVICE=1 ATTNC_EMUCUDA=libcuda.so.1 \
+  ATTNC_TRITON_PTX_REPLAY="$dev/probes/triton-ptx.json" \
+    timeout 120 python3 -m pytest -q -p no:cacheprovider "$src/emulator/tests/sm90" \
+    > "$a/sm90-conformance.txt" 2>&1 &
+fi
 if command -v compute-sanitizer >/dev/null; then
   ( for n in causal synaptic document_mask; do
       echo "== memcheck backward $n"

@@ -3,8 +3,13 @@ module into libattnc-emucuda.so (or any libcuda), move arrays, encode a
 tensor map and launch a kernel: what the conformance tests and the device
 probes use to run PTX that another compiler (Triton) wrote."""
 import ctypes
+import os
 
 import numpy as np
+
+#: The conformance tests run against a real driver (a device machine:
+#: .device/run-gpu-session.sh): what only the emulator reports is skipped.
+ON_DEVICE = os.environ.get("ATTNC_CONFORMANCE_ON_DEVICE") == "1"
 
 
 class DriverError(RuntimeError):

@@ -19,7 +19,9 @@ os.environ["ATTNC_EMU_CC"] = "90"
 os.environ.setdefault("ATTNC_EMU_QUIET", "1")
 sys.path.insert(0, os.path.dirname(__file__))
 import tma_probe  # noqa: E402
-from emudriver import Driver, DriverError  # noqa: E402
+from emudriver import ON_DEVICE, Driver, DriverError  # noqa: E402
+
+emulator_only = pytest.mark.skipif(ON_DEVICE, reason="what only the emulator reports")
 
 LIB = os.environ.get("ATTNC_EMUCUDA", os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "build", "lib", "libattnc-emucuda.so"))
@@ -77,11 +79,13 @@ INIT2 = """  @%p1 mbarrier.init.shared::cta.b64 [%r2], 2;
 """
 
 
+@emulator_only
 def test_more_arrivals_than_the_phase_expects_fault(drv):
     expect_fault(drv, INIT2 + "  @%p1 mbarrier.arrive.shared::cta.b64 _, [%r2], 3;\n",
                  ["3 arrival(s)", "more than its phase expects"])
 
 
+@emulator_only
 def test_a_state_token_two_phases_old_faults(drv):
     body = INIT2 + """  @%p1 mbarrier.arrive.shared::cta.b64 %rd2, [%r2], 2;
   @%p1 mbarrier.arrive.shared::cta.b64 _, [%r2], 2;
@@ -108,11 +112,13 @@ def test_a_state_token_completes_with_its_phase(drv):
     assert out[0] == 2  # not complete before the second arrival, complete after
 
 
+@emulator_only
 def test_an_ordinary_load_of_an_mbarrier_faults(drv):
     expect_fault(drv, INIT2 + "  ld.shared.b32 %r3, [%r2+4];\n",
                  ["mbarrier", "only mbarrier instructions may access"])
 
 
+@emulator_only
 def test_use_before_init_faults(drv):
     expect_fault(drv, "  @%p1 mbarrier.arrive.shared::cta.b64 _, [%r2];\n",
                  ["no mbarrier is initialized"])
@@ -145,6 +151,7 @@ OUT:
     np.testing.assert_array_equal(out[:32], np.arange(32) + 1032)
 
 
+@emulator_only
 def test_a_named_barrier_short_of_its_count_is_a_deadlock(drv):
     body = """  setp.lt.u32 %p2, %r1, 32;
   @!%p2 bra.uni OUT;
@@ -220,15 +227,18 @@ def tma_fault(drv, tail, words):
         assert w in str(e.value), str(e.value)
 
 
+@emulator_only
 def test_an_mbarrier_invalidated_under_a_load_faults(drv):
     tma_fault(drv, "  @%p1 mbarrier.inval.shared::cta.b64 [%r3];\n",
               ["mbarrier.inval", "while a TMA load"])
 
 
+@emulator_only
 def test_exiting_with_a_load_in_flight_faults(drv):
     tma_fault(drv, "", ["exited with a TMA load in flight"])
 
 
+@emulator_only
 def test_a_load_into_a_load_in_flight_faults(drv):
     tma_fault(drv, "  @%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
                    "complete_tx::bytes [%r2], [%rd2, {%r20, %r20}], [%r3];\n",

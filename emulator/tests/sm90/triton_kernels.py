@@ -5,10 +5,28 @@ layouts, swizzles and descriptors), a flash-attention forward (P from
 registers: the register-A form of wgmma), and a matmul through tensor
 descriptors (TMA loads completed on mbarriers; with warp_specialize, a
 producer warpgroup and two consumers with setmaxnreg and named barriers)."""
+import json
+import os
+
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+# Compiled kernels can be recorded here and replayed on a device machine,
+# whose Triton may be another version (.device/run-gpu-session.sh runs
+# these tests against the real driver): $ATTNC_TRITON_PTX_RECORD names a
+# JSON file each compilation is added to; $ATTNC_TRITON_PTX_REPLAY one
+# compilations are read from instead (a kernel missing from it is an
+# error).
+_RECORD = os.environ.get("ATTNC_TRITON_PTX_RECORD")
+_REPLAY = os.environ.get("ATTNC_TRITON_PTX_REPLAY")
+
+
+def _key(fn, signature, constexprs, num_warps, num_stages):
+    return json.dumps([fn.__name__, sorted(signature.items()),
+                       sorted((k, str(v)) for k, v in constexprs.items()),
+                       num_warps, num_stages])
 
 
 @triton.jit
@@ -79,13 +97,27 @@ def tma_matmul(a_desc, b_desc, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.co
 def compile_sm90a(fn, signature, constexprs, num_warps=4, num_stages=2, meta=False):
     """(PTX text, dynamic shared bytes) of `fn` for sm_90a; with `meta`, also
     the warps of the CTA and the tensor descriptors' metadata."""
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": num_warps, "num_stages": num_stages})
+    key = _key(fn, signature, constexprs, num_warps, num_stages)
+    if _REPLAY:
+        with open(_REPLAY) as f:
+            ptx, shared, warps, descs = json.load(f)[key]
+    else:
+        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": num_warps, "num_stages": num_stages})
+        ptx, shared, warps = k.asm["ptx"], int(k.metadata.shared), int(k.metadata.num_warps)
+        descs = list(getattr(k.metadata, "tensordesc_meta", None) or [])
+        if _RECORD:
+            book = {}
+            if os.path.exists(_RECORD):
+                with open(_RECORD) as f:
+                    book = json.load(f)
+            book[key] = [ptx, shared, warps, descs]
+            with open(_RECORD, "w") as f:
+                json.dump(book, f)
     if meta:
-        return (k.asm["ptx"], int(k.metadata.shared), int(k.metadata.num_warps),
-                list(k.metadata.tensordesc_meta or []))
-    return k.asm["ptx"], int(k.metadata.shared)
+        return ptx, shared, warps, descs
+    return ptx, shared
 
 
 def matmul_ptx(M, N, K, a_k_major, b_k_major, BM, BN, BK, num_warps=4):
