@@ -533,6 +533,43 @@ TEST_CASE("emulated GPU: the wgmma form reads contiguous K and V by TMA, "
     CHECK(p.maxError(k->variant()) < 2e-2);
     CHECK(tmaLoadsSince() == 0);
   }
+  SECTION("maps are made once per K and V; a driver that refuses them "
+          "leaves the kernel its own copies") {
+    void *h = dlopen(ATTNC_EMUCUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(h);
+    auto calls = reinterpret_cast<long (*)(const char *)>(dlsym(h, "attnc_emu_call_count"));
+    auto reset = reinterpret_cast<void (*)()>(dlsym(h, "attnc_emu_reset_calls"));
+    auto fail = reinterpret_cast<void (*)(const char *, long, int)>(
+        dlsym(h, "attnc_emu_fail_call"));
+    REQUIRE((calls && reset && fail));
+    HostProblem p(DType::BF16, B, H, HK, Lq, Lk, D, 26);
+    cuda::DeviceMirror m;
+    REQUIRE(cuda::DeviceMirror::create(*g.ctx, p.a, m).isOk());
+    reset();
+    REQUIRE(k->run(m.args()).isOk());
+    REQUIRE(k->run(m.args()).isOk());
+    CHECK(calls("cuTensorMapEncodeTiled") == 2); // K's and V's, once
+    REQUIRE(m.downloadOutputs(p.a).isOk()); // (queued launches run here)
+    CHECK(tmaLoadsSince() > 0);
+    CHECK(p.maxError(k->variant()) < 2e-2);
+    // Another K and V: made again; the driver refuses the first (an
+    // injected CUDA_ERROR_INVALID_VALUE): the kernel copies, still right.
+    HostProblem p2(DType::BF16, B, H, HK, Lq, Lk, D, 27);
+    cuda::DeviceMirror m2;
+    REQUIRE(cuda::DeviceMirror::create(*g.ctx, p2.a, m2).isOk());
+    reset();
+    fail("cuTensorMapEncodeTiled", 1, 1);
+    REQUIRE(k->run(m2.args()).isOk());
+    fail("", 0, 0);
+    REQUIRE(m2.downloadOutputs(p2.a).isOk());
+    CHECK(tmaLoadsSince() == 0);
+    CHECK(p2.maxError(k->variant()) < 2e-2);
+    // A refusal is not kept: the next run asks the driver again.
+    REQUIRE(k->run(m2.args()).isOk());
+    REQUIRE(m2.downloadOutputs(p2.a).isOk());
+    CHECK(tmaLoadsSince() > 0);
+    dlclose(h);
+  }
   SECTION("a plan run with other K and V makes maps of its own") {
     HostProblem p1(DType::BF16, B, H, HK, Lq, Lk, D, 24), p2(DType::BF16, B, H, HK, Lq, Lk, D, 25);
     cuda::DeviceMirror m1, m2;

@@ -199,6 +199,8 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   k->variant_ = variant;
   k->image_ = image;
   k->kvMaps_ = kvMaps;
+  if (kvMaps)
+    k->kvCache_ = std::make_unique<KvTensorMapCache>();
   if (Status s = ptx::loadPtx(ctx, image.ptx, image.kernel, image.target,
                                 k->module_);
       !s)
@@ -364,9 +366,9 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
       return s;
     KvTensorMaps maps;
     if (kvMaps_)
-      maps = kvTensorMaps(ctx_->driver().api(), a.k, a.v, c.ops,
-                          image_.spec.dtype, image_.spec.headDim,
-                          image_.spec.vHeadDim, image_.spec.blockN);
+      maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, c.ops,
+                           image_.spec.dtype, image_.spec.headDim,
+                           image_.spec.vHeadDim, image_.spec.blockN);
     if (Status s = launch(kernel_, ops.descs, ops.items, stream,
                           kvMaps_ ? &maps : nullptr);
         !s)

@@ -112,9 +112,9 @@ Status GpuKernel::run(const GpuPlan &plan, const AttentionArgs &a,
   if (kvMaps_) {
     detail::Operands fixed;
     fixed.ip = plan.kvIp_;
-    maps = kvTensorMaps(ctx_->driver().api(), a.k, a.v, fixed, image_.spec.dtype,
-                        image_.spec.headDim, image_.spec.vHeadDim,
-                        image_.spec.blockN);
+    maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, fixed, image_.spec.dtype,
+                         image_.spec.headDim, image_.spec.vHeadDim,
+                         image_.spec.blockN);
   }
   if (Status s = launch(kernel_, d, plan.items_, stream, kvMaps_ ? &maps : nullptr);
       !s)

@@ -69,12 +69,36 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
     CUresult r = api.cuTensorMapEncodeTiled(
         map, dtype == DType::BF16 ? kBFloat16 : kFloat16, 3, t->data, dims, strides,
         box, es, /*interleave=*/0, kSwizzle128B, kL2Promote256B, /*oobFill=*/0);
-    if (r != 0)
+    if (r != 0) {
+      out.driverRefused = true;
       return no(fmt::format("cuTensorMapEncodeTiled refused {} (CUDA error {})",
                             name, int(r)));
+    }
   }
   out.usable = 1;
   return out;
+}
+
+KvTensorMaps KvTensorMapCache::get(const DriverApi &api, const TensorView &k,
+                                   const TensorView &v, const detail::Operands &ops,
+                                   DType dtype, int64_t headDim, int64_t vHeadDim,
+                                   int64_t boxRows) {
+  // Everything the maps are made from (dtype, head dims and box are the
+  // kernel's own).
+  std::vector<int64_t> key = {
+      int64_t(reinterpret_cast<uintptr_t>(k.data)), int64_t(reinterpret_cast<uintptr_t>(v.data)),
+      detail::extent(k), detail::extent(v), ops.ip[abi::kPageSize], ops.ip[abi::kB],
+      ops.ip[abi::kHkv]};
+  for (int64_t i = 0; i < 4; ++i) {
+    key.push_back(ops.ip[abi::kKStride + i]);
+    key.push_back(ops.ip[abi::kVStride + i]);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (key != key_) {
+    maps_ = kvTensorMaps(api, k, v, ops, dtype, headDim, vHeadDim, boxRows);
+    key_ = maps_.driverRefused ? std::vector<int64_t>() : std::move(key);
+  }
+  return maps_;
 }
 
 } // namespace attnc::rt::cuda

@@ -14,6 +14,7 @@
 #include "../KernelOperands.h"
 #include "attnc/runtime/cuda/CudaDriver.h"
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct KvTensorMaps {
   int64_t usable = 0;
   /// Why not usable (for tests and logs); empty when usable.
   std::string why;
+  /// Not usable because the driver refused (not the call's geometry): a
+  /// cache tries again next time.
+  bool driverRefused = false;
 };
 
 /// True when an entry's parameter sizes end with the two 128-byte maps and
@@ -44,6 +48,21 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
                           const TensorView &v, const detail::Operands &ops,
                           DType dtype, int64_t headDim, int64_t vHeadDim,
                           int64_t boxRows);
+
+/// The last call's maps, made again only when K, V or their geometry
+/// change (a decode loop calls with the same cache every step: two driver
+/// calls fewer per launch). Thread-safe.
+class KvTensorMapCache {
+public:
+  KvTensorMaps get(const DriverApi &api, const TensorView &k, const TensorView &v,
+                   const detail::Operands &ops, DType dtype, int64_t headDim,
+                   int64_t vHeadDim, int64_t boxRows);
+
+private:
+  std::mutex mu_;
+  std::vector<int64_t> key_;
+  KvTensorMaps maps_;
+};
 
 } // namespace attnc::rt::cuda
 

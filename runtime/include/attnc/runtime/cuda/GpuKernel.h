@@ -59,6 +59,7 @@ class GpuKernel;
 /// so the runs can be captured in a CUDA graph and replayed. A plan's runs
 /// share its partial buffers: keep them in order on one stream.
 struct KvTensorMaps;
+class KvTensorMapCache;
 
 class GpuPlan {
 public:
@@ -158,8 +159,10 @@ private:
   GpuKernelImage image_;
   CUmodule module_ = nullptr;
   CUfunction kernel_ = nullptr, maskBuilder_ = nullptr, merge_ = nullptr;
-  /// The kernel reads K and V through tensor maps (KvTensorMaps.h).
+  /// The kernel reads K and V through tensor maps (KvTensorMaps.h): the
+  /// last call's, made again when K or V change.
   bool kvMaps_ = false;
+  std::unique_ptr<KvTensorMapCache> kvCache_;
   // Parameter arrays (ip, fp, block mask): a ring of buffers.
   static constexpr int kRing = 4;
   mutable std::mutex mu_;
