@@ -11,6 +11,21 @@ import numpy as np
 #: .device/run-gpu-session.sh): what only the emulator reports is skipped.
 ON_DEVICE = os.environ.get("ATTNC_CONFORMANCE_ON_DEVICE") == "1"
 
+#: The driver the tests load: $ATTNC_EMUCUDA, else the build tree's emulator.
+LIB = os.environ.get("ATTNC_EMUCUDA", os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "build", "lib", "libattnc-emucuda.so"))
+
+
+def require_triton():
+    """Triton, which the tests compile kernels with: the set-up installs it
+    (with ATTNC_TEST_REQUIRE_TRITON=1 a missing one fails the test), else
+    the calling module is skipped."""
+    import pytest
+    if os.environ.get("ATTNC_TEST_REQUIRE_TRITON") == "1":
+        import triton  # noqa: F401
+    else:
+        pytest.importorskip("triton")
+
 
 class DriverError(RuntimeError):
     pass

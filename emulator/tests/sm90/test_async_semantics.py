@@ -9,22 +9,14 @@ subsets and test_wait polling must make progress.
 
 ctest `emucuda-sm90a-conformance` runs this with ATTNC_EMUCUDA set."""
 import ctypes
-import os
-import sys
 
 import numpy as np
 import pytest
 
-os.environ["ATTNC_EMU_CC"] = "90"
-os.environ.setdefault("ATTNC_EMU_QUIET", "1")
-sys.path.insert(0, os.path.dirname(__file__))
 import tma_probe  # noqa: E402
-from emudriver import ON_DEVICE, Driver, DriverError  # noqa: E402
+from emudriver import LIB, Driver, DriverError  # noqa: E402
 
-emulator_only = pytest.mark.skipif(ON_DEVICE, reason="what only the emulator reports")
-
-LIB = os.environ.get("ATTNC_EMUCUDA", os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "build", "lib", "libattnc-emucuda.so"))
+emulator_only = pytest.mark.emulator_only
 
 
 @pytest.fixture(scope="module")

@@ -8,29 +8,19 @@ Mutations of the same PTX (a fence or a wait removed) must fault.
 ctest `emucuda-sm90a-conformance` runs this with ATTNC_EMUCUDA set to the
 built library; compiling needs no GPU."""
 import ctypes
-import os
 import re
-import sys
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")
-os.environ["ATTNC_EMU_CC"] = "90"
-os.environ.setdefault("ATTNC_EMU_QUIET", "1")
-if os.environ.get("ATTNC_TEST_REQUIRE_TRITON") == "1":
-    import triton  # noqa: F401  (the set-up installs it: missing, the test fails)
-else:
-    pytest.importorskip("triton")
+from emudriver import LIB, ON_DEVICE, Driver, DriverError, require_triton  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
+require_triton()
+
 import triton_kernels as tk  # noqa: E402
-from emudriver import ON_DEVICE, Driver, DriverError  # noqa: E402
 
-emulator_only = pytest.mark.skipif(ON_DEVICE, reason="what only the emulator reports")
+emulator_only = pytest.mark.emulator_only
 
-LIB = os.environ.get("ATTNC_EMUCUDA", os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "build", "lib", "libattnc-emucuda.so"))
 
 # attnc_emu_wgmma_layouts bits: operand (0 A, 8 B) + 4 if MN-major + swizzle
 # (0 none, 1 32B, 2 64B, 3 128B); bit 16: A from registers.
