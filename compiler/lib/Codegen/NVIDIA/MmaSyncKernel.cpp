@@ -1,8 +1,8 @@
 //===- MmaSyncKernel.cpp - The tensor-core forward: mma.sync and wgmma ----===//
 //
 // The builder of the tensor-core forward kernels: the mma.sync form
-// (MmaSyncForm below) and, with TensorCoreLayout::wgmma, the sm_90a form
-// (WgmmaForm.cpp): the same loop, copies, softmax and epilogue on the same
+// (MmaSyncForm.cpp) and, with TensorCoreLayout::wgmma, the sm_90a form
+// (WgmmaForm.cpp); their threads and shared memory are TensorCoreLayout.h's: the same loop, copies, softmax and epilogue on the same
 // accumulator fragments (a wgmma m64nNk16 accumulator is, per warp, the
 // mma.sync m16n8 fragments of its N / 8 n-tiles), with S = QK^T by wgmma
 // from shared-memory descriptors and O += PV by wgmma with P from
@@ -27,6 +27,7 @@
 #include "MmaFragments.h"
 #include "ProgramBuilder.h"
 #include "TensorCoreForward.h"
+#include "TensorCoreLayout.h"
 #include "Tma.h"
 #include "Wgmma.h"
 
@@ -35,107 +36,6 @@
 using namespace mlir;
 
 namespace attnc {
-namespace {
-
-/// The form's threads and shared-memory layout for a spec. Offsets and
-/// pitches are in elements of the input dtype (2 bytes). Stage s holds K
-/// rows at s * stageElems and V rows after them; shared rows are
-/// XOR-swizzled by 16-byte chunk (conflict-free ldmatrix and cp.async)
-/// where the row has 2, 4 or a multiple of 8 chunks, else padded by one
-/// chunk.
-struct TensorCoreLayout {
-  int64_t warps = 0, mTiles = 0, stages = 2;
-  /// The sm_90a form: Q, K and V in 128-byte swizzled atoms of 8 rows x 64
-  /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
-  /// in shared memory (wgmma reads it there), 1 KB to align the base.
-  bool wgmma = false;
-  int64_t atomQ = 0, atomK = 0, atomV = 0;
-  int64_t vOffset = 0; // V's rows after K's, within a stage (elements)
-  /// Q fragments loaded once per work item and held in registers; else
-  /// re-read from shared memory for every KV tile (fewer registers).
-  bool qInRegisters = true;
-  int64_t ldQ = 0, ldK = 0, ldV = 0;
-  bool swizzleQ = false, swizzleK = false, swizzleV = false;
-  int64_t stageElems = 0, qOffset = 0, totalElems = 0;
-  /// wgmma, after Q (from the aligned base): a stage's mbarrier (8 bytes
-  /// each), then what the issuing thread keeps for its TMA loads (the maps'
-  /// addresses, the item's coordinates: 32 bytes) in shared memory rather
-  /// than in registers every thread would hold across the loop.
-  int64_t tmaBytes() const { return wgmma ? stages * 8 + 32 : 0; }
-  int64_t sharedBytes() const {
-    return totalElems * 2 + (wgmma ? 1024 + tmaBytes() : 0);
-  }
-};
-
-TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma = false) {
-  TensorCoreLayout L;
-  if (wgmma) {
-    L.wgmma = true;
-    L.warps = s.blockM / 16;
-    L.mTiles = 1;
-    L.qInRegisters = false;
-    L.ldQ = L.ldK = L.ldV = 64;
-    L.swizzleQ = L.swizzleK = L.swizzleV = true;
-    L.atomQ = s.blockM * 64;
-    L.atomK = L.atomV = s.blockN * 64;
-    L.vOffset = s.blockN * s.headDim;
-    L.stageElems = s.blockN * (s.headDim + s.vHeadDim);
-    L.qOffset = L.stages * L.stageElems;
-    L.totalElems = L.qOffset + s.blockM * s.headDim;
-    return L;
-  }
-  L.warps = s.warps > 0 ? s.warps : std::clamp<int64_t>(s.blockM / 16, 1, 8);
-  L.mTiles = s.blockM / (16 * L.warps);
-  // Q in registers costs 2 x D / 16 x 4 x m-tiles of them per thread.
-  L.qInRegisters = L.mTiles == 1 && s.headDim <= 128;
-  auto pitch = [](int64_t d, bool &swizzle) {
-    int64_t chunks = d / 8;
-    swizzle = chunks == 2 || chunks == 4 || chunks % 8 == 0;
-    return swizzle ? d : d + 8;
-  };
-  L.ldQ = pitch(s.headDim, L.swizzleQ);
-  L.ldK = pitch(s.headDim, L.swizzleK);
-  L.ldV = pitch(s.vHeadDim, L.swizzleV);
-  L.stageElems = s.blockN * (L.ldK + L.ldV);
-  L.vOffset = s.blockN * L.ldK;
-  int64_t kv = L.stages * L.stageElems, q = s.blockM * L.ldQ;
-  // Q held in registers is dead in shared memory once loaded: it borrows
-  // stage 1, which the first prefetch fills only after every warp has
-  // read its Q fragments (the loop's first barrier).
-  if (L.qInRegisters && L.stages >= 2 && q <= L.stageElems) {
-    L.qOffset = L.stageElems;
-    L.totalElems = kv;
-  } else {
-    L.qOffset = kv;
-    L.totalElems = kv + q;
-  }
-  return L;
-}
-
-rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false) {
-  TensorCoreLayout L = tensorCoreLayout(s, wgmma);
-  const int64_t threads = L.warps * 32;
-  auto perThread = [&](int64_t chunks) { return (chunks + threads - 1) / threads; };
-  rt::TileWork w;
-  // QK^T: (block_n / 8) n-tiles x (D / 16) k-steps; PV: (block_n / 16)
-  // k-steps x (Dv / 8) n-tiles; each for every m-tile of the warp.
-  // wgmma: one HGMMA per 16 of Dqk (S) and per 16 keys (PV), issued by
-  // every warp of the warpgroup.
-  w.mma = L.wgmma ? s.headDim / 16 + s.blockN / 16
-                  : L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
-                                s.blockN / 16 * (s.vHeadDim / 8));
-  w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
-                  perThread(s.blockN * s.vHeadDim / 8);
-  if (L.wgmma) {
-    // A full tile's copies are TMA loads: one box of K and one of V,
-    // issued by one thread (the model follows its warp).
-    w.asyncCopies = 0;
-    w.tmaLoads = 2;
-  }
-  return w;
-}
-
-} // namespace
 
 namespace codegen {
 namespace {
@@ -1527,167 +1427,6 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
 } // namespace
 
 } // namespace codegen
-
-namespace {
-
-/// The configuration table of the mma.sync form: block_m, block_n and warps
-/// per head-dim class, the first row that matches. Up to D=128, 64-row
-/// tiles of 4 warps, block_n 128 up to D=64 and 64 up to D=128: on an H100
-/// (bf16, prefill 2k/8k and decode 8k; docs/performance.md, "Tile tuning")
-/// they took 1.00-1.16x the best candidate's time but for document_mask's
-/// 2k prefill at D=64 (1.44x), where the previous rows (128x64 with 8
-/// warps up to D=64, 128x32 with 8 warps above) took up to 1.95x and 1.52x;
-/// the static model counts 715 and 890 MMA-FLOP per instruction for full
-/// (sm_89) against 662 and 771. ptxas keeps their tile loops spill-free
-/// for every example; score_mods that read captured tensors (relative_bias,
-/// synaptic) spill a few loop-invariant values once per work item
-/// (docs/kernels.md). Above D=128, 128-row tiles of 8
-/// warps x 16 rows: the largest that ptxas assembles with no spills for
-/// every example (block_n 16 above D=192 before sm_90, where softcap and
-/// synaptic spill at 32 at D=256, and above D=224 on sm_90, where
-/// relative_bias spills at 32 at D=240).
-struct TileChoice {
-  int64_t maxDim, blockM, blockN, warps;
-  bool sm90Only;
-};
-constexpr TileChoice kTable[] = {
-    {64, 64, 128, 4, false},
-    {128, 64, 64, 4, false},
-    {192, 128, 32, 8, false},
-    {224, 128, 32, 8, true},
-    {256, 128, 16, 8, false},
-};
-
-/// The tuner's candidates besides the table's: (block_m, warps) x block_n.
-constexpr std::pair<int64_t, int64_t> kCandidateRows[] = {{64, 4}, {128, 8}, {128, 4}};
-constexpr int64_t kCandidateBlockN[] = {32, 64, 128};
-
-/// Up to 256: the O accumulator is Dv / 2 registers per thread and m-tile
-/// (128 at 256); above 128, Q is re-read from shared memory per KV tile.
-constexpr int64_t kMaxDim = 256;
-
-/// f16/bf16, head dims multiples of 16 up to 256, block_m = 16 x warps x
-/// m-tiles per warp with 1 or 2 m-tiles, block_n a multiple of 16.
-bool isMmaSyncShape(const rt::KernelSpec &s) {
-  if ((s.dtype != rt::DType::F16 && s.dtype != rt::DType::BF16) ||
-      s.headDim % 16 || s.vHeadDim % 16 || s.headDim > kMaxDim ||
-      s.vHeadDim > kMaxDim || s.blockN % 16 || s.blockN < 16 ||
-      s.blockM < 16 || s.warps < 0 || s.warps > 16)
-    return false;
-  TensorCoreLayout L = tensorCoreLayout(s);
-  return (L.mTiles == 1 || L.mTiles == 2) && L.warps * 16 * L.mTiles == s.blockM;
-}
-
-/// The mma.sync form (tensor cores, sm_80+): f16/bf16 with mma.sync
-/// m16n8k16, ldmatrix operands, Q, K and V through dynamic shared memory
-/// with cp.async, two stages.
-class MmaSyncForm final : public KernelForm {
-public:
-  StringRef name() const override { return "mma-sync"; }
-  Direction direction() const override { return Direction::Forward; }
-  bool runsOn(StringRef target) const override {
-    return isGpuTarget(target.str());
-  }
-  std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
-                                          StringRef target) const override {
-    rt::KernelSpec tc = request;
-    if (requestsDefaultTiles(request)) {
-      int64_t d = std::max(request.headDim, request.vHeadDim);
-      for (const TileChoice &c : kTable)
-        if (d <= c.maxDim && (!c.sm90Only || gpuArch(target.str()) == 90)) {
-          tc.blockM = c.blockM;
-          tc.blockN = c.blockN;
-          tc.warps = c.warps;
-          break;
-        }
-    }
-    // The largest KV tile (a multiple of 16, at most the request) whose
-    // stages fit the target's shared memory.
-    tc.blockN = tc.blockN / 16 * 16;
-    while (tc.blockN > 16 && tensorCoreLayout(tc).sharedBytes() >
-                                 gpuSharedOptIn(target.str()))
-      tc.blockN -= 16;
-    if (accepts(tc, target))
-      return tc;
-    return std::nullopt;
-  }
-  bool accepts(const rt::KernelSpec &s, StringRef target) const override {
-    return isMmaSyncShape(s) &&
-           tensorCoreLayout(s).sharedBytes() <= gpuSharedOptIn(target.str());
-  }
-  rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
-    TensorCoreLayout L = tensorCoreLayout(s);
-    return rt::TileConfig{s.blockM, s.blockN, L.warps, L.stages};
-  }
-  std::vector<KernelEntry> entries(const rt::KernelSpec &s,
-                                   attn::VariantOp) const override {
-    TensorCoreLayout L = tensorCoreLayout(s);
-    LaunchFacts l;
-    l.threads = L.warps * 32;
-    l.dynamicSharedBytes = L.sharedBytes();
-    return {KernelEntry{"", l, tensorCoreTileWork(s)}};
-  }
-  /// Q held in registers takes its sign once per work item.
-  bool takesScaleInExponent(const rt::KernelSpec &s) const override {
-    return tensorCoreLayout(s).qInRegisters;
-  }
-  std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,
-                                             StringRef target) const override {
-    std::vector<rt::KernelSpec> out;
-    auto add = [&](const rt::KernelSpec &r) {
-      std::optional<rt::KernelSpec> s = configure(r, target);
-      if (!s)
-        return;
-      s->warps = tensorCoreLayout(*s).warps;
-      for (const rt::KernelSpec &o : out)
-        if (o.blockM == s->blockM && o.blockN == s->blockN && o.warps == s->warps)
-          return;
-      out.push_back(*s);
-    };
-    rt::KernelSpec defaults = request;
-    defaults.blockM = rt::KernelSpec().blockM;
-    defaults.blockN = rt::KernelSpec().blockN;
-    defaults.warps = rt::KernelSpec().warps;
-    add(defaults);
-    if (out.empty())
-      return out; // not a tensor-core shape
-    for (auto [blockM, warps] : kCandidateRows)
-      for (int64_t blockN : kCandidateBlockN) {
-        rt::KernelSpec s = request;
-        s.blockM = blockM;
-        s.blockN = blockN;
-        s.warps = warps;
-        // Only configurations that fit whole (configure would shrink
-        // block_n into another candidate).
-        if (tensorCoreLayout(s).sharedBytes() <= gpuSharedOptIn(target.str()))
-          add(s);
-      }
-    return out;
-  }
-  LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
-                      Operation *container) const override {
-    return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/false);
-  }
-};
-
-} // namespace
-
-const KernelForm &mmaSyncForm() {
-  static const MmaSyncForm form;
-  return form;
-}
-
-int64_t tensorCoreSharedBytes(const rt::KernelSpec &s, bool wgmma) {
-  return tensorCoreLayout(s, wgmma).sharedBytes();
-}
-
-int64_t tensorCoreWarps(const rt::KernelSpec &s, bool wgmma) {
-  return tensorCoreLayout(s, wgmma).warps;
-}
-
-rt::TileWork tensorCoreWork(const rt::KernelSpec &s, bool wgmma) {
-  return tensorCoreTileWork(s, wgmma);
-}
 
 LogicalResult lowerTensorCoreForward(flash::KernelOp kernel,
                                      const MaskAnalysis &mask,

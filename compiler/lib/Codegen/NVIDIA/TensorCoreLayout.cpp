@@ -1,0 +1,89 @@
+//===- TensorCoreLayout.cpp - The tensor-core forward's threads and memory -===//
+#include "TensorCoreLayout.h"
+#include "TensorCoreForward.h"
+
+#include <algorithm>
+
+namespace attnc {
+
+TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
+  TensorCoreLayout L;
+  if (wgmma) {
+    L.wgmma = true;
+    L.warps = s.blockM / 16;
+    L.mTiles = 1;
+    L.qInRegisters = false;
+    L.ldQ = L.ldK = L.ldV = 64;
+    L.swizzleQ = L.swizzleK = L.swizzleV = true;
+    L.atomQ = s.blockM * 64;
+    L.atomK = L.atomV = s.blockN * 64;
+    L.vOffset = s.blockN * s.headDim;
+    L.stageElems = s.blockN * (s.headDim + s.vHeadDim);
+    L.qOffset = L.stages * L.stageElems;
+    L.totalElems = L.qOffset + s.blockM * s.headDim;
+    return L;
+  }
+  L.warps = s.warps > 0 ? s.warps : std::clamp<int64_t>(s.blockM / 16, 1, 8);
+  L.mTiles = s.blockM / (16 * L.warps);
+  // Q in registers costs 2 x D / 16 x 4 x m-tiles of them per thread.
+  L.qInRegisters = L.mTiles == 1 && s.headDim <= 128;
+  auto pitch = [](int64_t d, bool &swizzle) {
+    int64_t chunks = d / 8;
+    swizzle = chunks == 2 || chunks == 4 || chunks % 8 == 0;
+    return swizzle ? d : d + 8;
+  };
+  L.ldQ = pitch(s.headDim, L.swizzleQ);
+  L.ldK = pitch(s.headDim, L.swizzleK);
+  L.ldV = pitch(s.vHeadDim, L.swizzleV);
+  L.stageElems = s.blockN * (L.ldK + L.ldV);
+  L.vOffset = s.blockN * L.ldK;
+  int64_t kv = L.stages * L.stageElems, q = s.blockM * L.ldQ;
+  // Q held in registers is dead in shared memory once loaded: it borrows
+  // stage 1, which the first prefetch fills only after every warp has
+  // read its Q fragments (the loop's first barrier).
+  if (L.qInRegisters && L.stages >= 2 && q <= L.stageElems) {
+    L.qOffset = L.stageElems;
+    L.totalElems = kv;
+  } else {
+    L.qOffset = kv;
+    L.totalElems = kv + q;
+  }
+  return L;
+}
+
+rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma) {
+  TensorCoreLayout L = tensorCoreLayout(s, wgmma);
+  const int64_t threads = L.warps * 32;
+  auto perThread = [&](int64_t chunks) { return (chunks + threads - 1) / threads; };
+  rt::TileWork w;
+  // QK^T: (block_n / 8) n-tiles x (D / 16) k-steps; PV: (block_n / 16)
+  // k-steps x (Dv / 8) n-tiles; each for every m-tile of the warp.
+  // wgmma: one HGMMA per 16 of Dqk (S) and per 16 keys (PV), issued by
+  // every warp of the warpgroup.
+  w.mma = L.wgmma ? s.headDim / 16 + s.blockN / 16
+                  : L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
+                                s.blockN / 16 * (s.vHeadDim / 8));
+  w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
+                  perThread(s.blockN * s.vHeadDim / 8);
+  if (L.wgmma) {
+    // A full tile's copies are TMA loads: one box of K and one of V,
+    // issued by one thread (the model follows its warp).
+    w.asyncCopies = 0;
+    w.tmaLoads = 2;
+  }
+  return w;
+}
+
+int64_t tensorCoreSharedBytes(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreLayout(s, wgmma).sharedBytes();
+}
+
+int64_t tensorCoreWarps(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreLayout(s, wgmma).warps;
+}
+
+rt::TileWork tensorCoreWork(const rt::KernelSpec &s, bool wgmma) {
+  return tensorCoreTileWork(s, wgmma);
+}
+
+} // namespace attnc

@@ -1,0 +1,57 @@
+//===- TensorCoreLayout.h - Tensor-core forward: threads, memory -*- C++ -*-===//
+//
+// What the tensor-core forward's builder (MmaSyncKernel.cpp) and its forms
+// (MmaSyncForm.cpp, WgmmaForm.cpp) agree on for a spec: warps and m-tiles,
+// where Q, K and V live in dynamic shared memory (pitches, swizzle, the
+// wgmma form's atoms, stages, its mbarriers), and the work of one full
+// tile as the static SASS model checks it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_NVIDIA_TENSORCORELAYOUT_H
+#define ATTNC_CODEGEN_NVIDIA_TENSORCORELAYOUT_H
+
+#include "attnc/runtime/Attention.h"
+
+#include <cstdint>
+
+namespace attnc {
+
+/// The form's threads and shared-memory layout for a spec. Offsets and
+/// pitches are in elements of the input dtype (2 bytes). Stage s holds K
+/// rows at s * stageElems and V rows after them; shared rows are
+/// XOR-swizzled by 16-byte chunk (conflict-free ldmatrix and cp.async)
+/// where the row has 2, 4 or a multiple of 8 chunks, else padded by one
+/// chunk.
+struct TensorCoreLayout {
+  int64_t warps = 0, mTiles = 0, stages = 2;
+  /// The sm_90a form: Q, K and V in 128-byte swizzled atoms of 8 rows x 64
+  /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
+  /// in shared memory (wgmma reads it there), 1 KB to align the base.
+  bool wgmma = false;
+  int64_t atomQ = 0, atomK = 0, atomV = 0;
+  int64_t vOffset = 0; // V's rows after K's, within a stage (elements)
+  /// Q fragments loaded once per work item and held in registers; else
+  /// re-read from shared memory for every KV tile (fewer registers).
+  bool qInRegisters = true;
+  int64_t ldQ = 0, ldK = 0, ldV = 0;
+  bool swizzleQ = false, swizzleK = false, swizzleV = false;
+  int64_t stageElems = 0, qOffset = 0, totalElems = 0;
+  /// wgmma, after Q (from the aligned base): a stage's mbarrier (8 bytes
+  /// each), then what the issuing thread keeps for its TMA loads (the maps'
+  /// addresses, the item's coordinates: 32 bytes) in shared memory rather
+  /// than in registers every thread would hold across the loop.
+  int64_t tmaBytes() const { return wgmma ? stages * 8 + 32 : 0; }
+  int64_t sharedBytes() const {
+    return totalElems * 2 + (wgmma ? 1024 + tmaBytes() : 0);
+  }
+};
+
+/// The layout of `s` (wgmma: the sm_90a form's).
+TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma = false);
+/// One full tile's work: MMAs per warp, 16-byte cp.async per thread, TMA
+/// loads per CTA.
+rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false);
+
+} // namespace attnc
+
+#endif
