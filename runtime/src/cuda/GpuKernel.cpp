@@ -366,7 +366,7 @@ Status GpuKernel::run(const AttentionArgs &a, CUstream stream) const {
       return s;
     KvTensorMaps maps;
     if (kvMaps_)
-      maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, c.ops,
+      maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, c.ops.ip.data(),
                            image_.spec.dtype, image_.spec.headDim,
                            image_.spec.vHeadDim, image_.spec.blockN);
     if (Status s = launch(kernel_, ops.descs, ops.items, stream,

@@ -109,13 +109,10 @@ Status GpuKernel::run(const GpuPlan &plan, const AttentionArgs &a,
       detail::memrefOf(base + plan.bmAt_, plan.bmBytes_)};
   d.insert(d.end(), captures.begin(), captures.end());
   KvTensorMaps maps;
-  if (kvMaps_) {
-    detail::Operands fixed;
-    fixed.ip = plan.kvIp_;
-    maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, fixed, image_.spec.dtype,
-                         image_.spec.headDim, image_.spec.vHeadDim,
-                         image_.spec.blockN);
-  }
+  if (kvMaps_)
+    maps = kvCache_->get(ctx_->driver().api(), a.k, a.v, plan.kvIp_.data(),
+                         image_.spec.dtype, image_.spec.headDim,
+                         image_.spec.vHeadDim, image_.spec.blockN);
   if (Status s = launch(kernel_, d, plan.items_, stream, kvMaps_ ? &maps : nullptr);
       !s)
     return s;

@@ -19,9 +19,8 @@ bool takesKvTensorMaps(const std::vector<int> &sizes) {
 }
 
 KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
-                          const TensorView &v, const detail::Operands &ops,
-                          DType dtype, int64_t headDim, int64_t vHeadDim,
-                          int64_t boxRows) {
+                          const TensorView &v, const int64_t *ip, DType dtype,
+                          int64_t headDim, int64_t vHeadDim, int64_t boxRows) {
   KvTensorMaps out;
   auto no = [&](std::string why) {
     out.usable = 0;
@@ -30,18 +29,18 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
   };
   if (!api.cuTensorMapEncodeTiled)
     return no("the driver has no cuTensorMapEncodeTiled");
-  if (ops.ip[abi::kPageSize] != 0)
+  if (ip[abi::kPageSize] != 0)
     return no("K and V are paged");
   if (dtype != DType::F16 && dtype != DType::BF16)
     return no("not a 16-bit element type");
   if (headDim % kBoxCols || vHeadDim % kBoxCols || boxRows < 1 || boxRows > 256)
     return no("head dims or the KV tile do not fit 64 x block_n boxes");
-  const int64_t B = ops.ip[abi::kB], H = ops.ip[abi::kHkv];
+  const int64_t B = ip[abi::kB], H = ip[abi::kHkv];
   for (auto [name, t, slot, d, map] :
        {std::tuple{"K", &k, abi::kKStride, headDim, out.k},
         std::tuple{"V", &v, abi::kVStride, vHeadDim, out.v}}) {
-    const int64_t s0 = ops.ip[slot], s1 = ops.ip[slot + 1], P = ops.ip[slot + 2],
-                  s3 = ops.ip[slot + 3];
+    const int64_t s0 = ip[slot], s1 = ip[slot + 1], P = ip[slot + 2],
+                  s3 = ip[slot + 3];
     const int64_t eb = 2;
     if (s3 != 1 || P <= 0 || s0 < 0 || s1 < 0 || P < d)
       return no(fmt::format("{}'s rows are not contiguous along D", name));
@@ -80,23 +79,22 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
 }
 
 KvTensorMaps KvTensorMapCache::get(const DriverApi &api, const TensorView &k,
-                                   const TensorView &v, const detail::Operands &ops,
+                                   const TensorView &v, const int64_t *ip,
                                    DType dtype, int64_t headDim, int64_t vHeadDim,
                                    int64_t boxRows) {
-  // Everything the maps are made from (dtype, head dims and box are the
-  // kernel's own).
-  std::vector<int64_t> key = {
-      int64_t(reinterpret_cast<uintptr_t>(k.data)), int64_t(reinterpret_cast<uintptr_t>(v.data)),
-      detail::extent(k), detail::extent(v), ops.ip[abi::kPageSize], ops.ip[abi::kB],
-      ops.ip[abi::kHkv]};
+  Key key = {int64_t(reinterpret_cast<uintptr_t>(k.data)),
+             int64_t(reinterpret_cast<uintptr_t>(v.data)),
+             detail::extent(k), detail::extent(v), ip[abi::kPageSize], ip[abi::kB],
+             ip[abi::kHkv]};
   for (int64_t i = 0; i < 4; ++i) {
-    key.push_back(ops.ip[abi::kKStride + i]);
-    key.push_back(ops.ip[abi::kVStride + i]);
+    key[size_t(7 + 2 * i)] = ip[abi::kKStride + i];
+    key[size_t(8 + 2 * i)] = ip[abi::kVStride + i];
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (key != key_) {
-    maps_ = kvTensorMaps(api, k, v, ops, dtype, headDim, vHeadDim, boxRows);
-    key_ = maps_.driverRefused ? std::vector<int64_t>() : std::move(key);
+  if (!valid_ || key != key_) {
+    maps_ = kvTensorMaps(api, k, v, ip, dtype, headDim, vHeadDim, boxRows);
+    key_ = key;
+    valid_ = !maps_.driverRefused; // a refusal is asked about again
   }
   return maps_;
 }

@@ -14,6 +14,7 @@
 #include "../KernelOperands.h"
 #include "attnc/runtime/cuda/CudaDriver.h"
 
+#include <array>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,10 +45,11 @@ bool takesKvTensorMaps(const std::vector<int> &sizes);
 /// columns. Each (batch, KV head)'s first row is row kBase / P, chunk
 /// (kBase % P) / 64. Never an error: a call the maps cannot serve gets
 /// usable = 0.
+/// `ip`: the call's integer parameters (KernelABI.h; the fixed words are
+/// all they read).
 KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
-                          const TensorView &v, const detail::Operands &ops,
-                          DType dtype, int64_t headDim, int64_t vHeadDim,
-                          int64_t boxRows);
+                          const TensorView &v, const int64_t *ip, DType dtype,
+                          int64_t headDim, int64_t vHeadDim, int64_t boxRows);
 
 /// The last call's maps, made again only when K, V or their geometry
 /// change (a decode loop calls with the same cache every step: two driver
@@ -55,12 +57,16 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
 class KvTensorMapCache {
 public:
   KvTensorMaps get(const DriverApi &api, const TensorView &k, const TensorView &v,
-                   const detail::Operands &ops, DType dtype, int64_t headDim,
+                   const int64_t *ip, DType dtype, int64_t headDim,
                    int64_t vHeadDim, int64_t boxRows);
 
 private:
+  /// What the maps are made from besides the kernel's own dtype, head dims
+  /// and box: the pointers, extents, page size, B, Hkv and both strides.
+  using Key = std::array<int64_t, 15>;
   std::mutex mu_;
-  std::vector<int64_t> key_;
+  Key key_{};
+  bool valid_ = false;
   KvTensorMaps maps_;
 };
 
