@@ -375,7 +375,8 @@ bool bindControl(Decoder &d, const SynInstr &s, Instr &in, std::string &err,
     return true;
   }
   bool arrive = (op == "bar" || op == "barrier") && hasPart(p, "arrive");
-  if ((op == "bar" || op == "barrier") &&
+  // (bar.warp.sync is the warp's, decoded with the other warp operations.)
+  if ((op == "bar" || op == "barrier") && !(p.size() >= 2 && p[1] == "warp") &&
       (hasPart(p, "sync") || arrive || p.size() == 1 ||
        (p.size() == 2 && p[1] == "aligned") || (p.size() == 2 && p[1] == "cta"))) {
     // bar.sync a{, b} / bar.arrive a, b: barrier a; b threads (default: the

@@ -135,7 +135,8 @@ def cmd_analyze(args) -> int:
     try:
         m, walk = tile_metrics(g, TileWork(args.mma, args.copies, args.atomics,
                                            tma_loads=args.tma_loads,
-                                           waits=1 if args.tma_loads else 0),
+                                           waits=(args.waits if args.waits is not None
+                                                  else 1 if args.tma_loads else 0)),
                                args.warps)
     except UnsupportedCode as e:
         print(f"FAIL: structure not recognized: {e}")
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copies", type=int, default=0)
     p.add_argument("--atomics", type=int, default=0)
     p.add_argument("--tma-loads", type=int, default=0)
+    p.add_argument("--waits", type=int, default=None,
+                   help="mbarrier waits per tile and warp (default: 1 with --tma-loads)")
     p.add_argument("--warps", type=int, default=1,
                    help="warps per CTA (averages the TMA-issuing warp with the others)")
     p.add_argument("--path", action="store_true")

@@ -245,6 +245,42 @@ TEST_CASE("shfl.sync: bfly, up, down, idx, segments and the predicate", "[emucud
   }
 }
 
+TEST_CASE("bar.warp.sync: lanes reconverge after one lane's branch", "[emucuda]") {
+  // Lane 0's block lies after the join, so the other lanes reach the join
+  // first; bar.warp.sync holds them until lane 0 arrives, and activemask
+  // after it sees the whole warp. (bar.warp.sync was once decoded as a CTA
+  // barrier numbered -1, and no kernel with it loaded.)
+  const std::string k = std::string(kHeader) + R"(
+.visible .entry ws(.param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra JOIN;
+  bra.uni LANE0;
+JOIN:
+  bar.warp.sync -1;
+  activemask.b32 %r2;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.b32 [%rd3], %r2;
+  ret;
+LANE0:
+  mov.u32 %r3, 1;
+  bra.uni JOIN;
+}
+)";
+  Buf out(32 * 4);
+  Ptx m(k);
+  REQUIRE(m.status == 0);
+  REQUIRE(m.run("ws", 1, 32, {out.p}) == 0);
+  for (uint32_t mask : out.get<uint32_t>())
+    CHECK(mask == 0xffffffffu);
+}
+
 namespace {
 // Thread 0 copies 16 bytes with cp.async of which only 8 come from global
 // (src-size 8): the other 8 are zero-filled.

@@ -99,7 +99,7 @@ inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
 }
 
 /// An optional tile-work object {"mma": N, "async_copies": M, "atomics":
-/// A, "tma_loads": T} ("atomics" and "tma_loads" optional); absent, `out`
+/// A, "tma_loads": T, "mbarrier_waits": W} (the last three optional); absent, `out`
 /// stays unstated (zero).
 inline bool tileWorkField(const json &j, const char *key, TileWork &out,
                           std::string &why) {
@@ -116,7 +116,9 @@ inline bool tileWorkField(const json &j, const char *key, TileWork &out,
       (it->contains("atomics") &&
        !intField(*it, "atomics", 0, kMax, out.atomics, why)) ||
       (it->contains("tma_loads") &&
-       !intField(*it, "tma_loads", 0, kMax, out.tmaLoads, why))) {
+       !intField(*it, "tma_loads", 0, kMax, out.tmaLoads, why)) ||
+      (it->contains("mbarrier_waits") &&
+       !intField(*it, "mbarrier_waits", 0, kMax, out.mbarrierWaits, why))) {
     why = fmt::format("\"{}\": {}", key, why);
     return false;
   }
@@ -129,6 +131,8 @@ inline json tileWorkToJson(const TileWork &w) {
     j["atomics"] = w.atomics;
   if (w.tmaLoads)
     j["tma_loads"] = w.tmaLoads;
+  if (w.mbarrierWaits)
+    j["mbarrier_waits"] = w.mbarrierWaits;
   return j;
 }
 

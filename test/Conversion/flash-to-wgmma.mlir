@@ -1,18 +1,26 @@
 // RUN: attn-opt %s -convert-flash-to-wgmma | FileCheck %s
 // -convert-flash-to-wgmma: the sm_90a form lowers an ALiBi variant's
 // forward kernel (bf16, D=64: attnc compile --emit=tiled --target=sm_90a
-// --dtype bf16) to a gpu.func of 8 warps (2 warpgroups) issuing wgmma as
-// inline PTX: S = QK^T as 4 m64n128k16 from shared-memory descriptors (Dqk
-// 64 = 4 k-steps), O += PV as 8 m64n64k16 with A from registers (block_n
-// 128 = 8 k-steps); each group fenced before, committed and waited with
-// the accumulators tied through the wait. K and V tiles land by TMA (a
-// box of K's 64 columns and one of V's per tile, 32 KB, through the tensor
-// maps the kernel takes after its first item, whose addresses the issuing
-// thread keeps in shared memory) on an mbarrier per stage,
-// initialized before a barrier, or by cp.async where the call's maps are
-// not usable; a tile's rows past the sequence are zeroed after its wait,
-// fenced for the async proxy before the barrier that publishes them; the
-// shared memory's base is aligned to 1024 bytes for the 128-byte swizzle.
+// --dtype bf16) to a warp-specialized gpu.func of 12 warps: two consumer
+// warpgroups issuing wgmma as inline PTX (S = QK^T as 4 m64n128k16 from
+// shared-memory descriptors, Dqk 64 = 4 k-steps; O += PV as 8 m64n64k16
+// with A from registers, block_n 128 = 8 k-steps; each group fenced
+// before, committed and waited with the accumulators tied through the
+// wait) and a producer warpgroup that fills the two stages. The launch
+// gives every thread 168 registers; the producer lowers its budget to 48
+// and the consumers raise theirs to 232 (setmaxnreg). Per stage a `full`
+// mbarrier (one arrival) and an `empty` one (a consumer warp's arrival
+// each) are initialized before the CTA's one barrier. The producer waits
+// for `empty` and either issues a tile's two TMA boxes (K's 64 columns and
+// V's, 32 KB, through the tensor maps the kernel takes after its first
+// item) with one expect-tx arrival, or, where the call's maps are not
+// usable, copies by cp.async, fences for the async proxy, meets its own
+// barrier (id 2) and arrives once. The consumers load Q, wait for `full`
+// per tile, zero a tail tile's rows past the sequence (fenced for the
+// async proxy and published by their own barrier, id 1), and release the
+// stage (a lane per warp arrives on `empty`, then the warp reconverges):
+// no CTA-wide barrier in their loop. The shared memory's base is aligned
+// to 1024 bytes for the 128-byte swizzle.
 
 module {
   attn.variant @alibi(slope: f32[H])
@@ -33,7 +41,7 @@ module {
     attn.accumulate @slope[%h], %2 : f32
     attn.yield %dy : f32
   }
-  flash.kernel @attnc_alibi_bf16_d64v64_m128n128w8s2 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 8 : i64} {
+  flash.kernel @attnc_alibi_bf16_d64v64_m128n128w12s2 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 12 : i64} {
     %0 = flash.work_item
     %1 = flash.load_query "q" of %0
     %2 = flash.zero_acc "v"
@@ -111,26 +119,49 @@ module {
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK-NOT: flash.kernel
-// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 256, 1, 1>, nvvm.maxnreg = 255 : i32}
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 384, 1, 1>, nvvm.maxnreg = 168 : i32}
 // CHECK: %[[RAW:.*]] = gpu.dynamic_shared_memory
-// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81968]
-// CHECK-COUNT-2: "mbarrier.init.shared::cta.b64 [$0], 1;"
-// CHECK: %[[K:.*]] = llvm.ptrtoint %[[KMAP]]
-// CHECK: memref.store %[[K]]
-// CHECK: %[[V:.*]] = llvm.ptrtoint %[[VMAP]]
-// CHECK: memref.store %[[V]]
+// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81952]
+// CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
+// CHECK: "mbarrier.init.shared::cta.b64 [$0], 8;"
+// CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
+// CHECK: "mbarrier.init.shared::cta.b64 [$0], 8;"
 // CHECK: gpu.barrier
-// CHECK: nvgpu.device_async_copy
+// The producer.
+// CHECK: "setmaxnreg.dec.sync.aligned.u32 48;"
+// CHECK: llvm.ptrtoint %[[KMAP]]
+// CHECK: llvm.ptrtoint %[[VMAP]]
+// CHECK: scf.while
+// CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;"
 // CHECK-COUNT-2: "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4}], [$5];", "r,l,r,r,r,r,~{memory}"
+// CHECK: nvvm.bar.warp.sync
+// CHECK: scf.while
+// CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.cp.async.wait.group 0
+// CHECK-NEXT: "fence.proxy.async.shared::cta;"
+// CHECK-NEXT: "bar.sync 2, 128;"
+// CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
+// CHECK: nvvm.bar.warp.sync
+// The consumers: no CTA-wide barrier from here on.
+// CHECK: "setmaxnreg.inc.sync.aligned.u32 232;"
+// CHECK-NOT: gpu.barrier
+// CHECK: nvgpu.device_async_copy
+// CHECK-NOT: gpu.barrier
+// CHECK: "fence.proxy.async.shared::cta;"
+// CHECK-NEXT: "bar.sync 1, 256;"
+// CHECK-NOT: gpu.barrier
+// CHECK: scf.while
+// CHECK-NOT: gpu.barrier
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
+// CHECK-NOT: gpu.barrier
 // CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<40960xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
-// CHECK: llvm.inline_asm has_side_effects {{.*}} "fence.proxy.async.shared::cta;"
-// CHECK-NEXT: gpu.barrier
-// CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;
-// CHECK: llvm.inline_asm has_side_effects {{.*}} "wgmma.fence.sync.aligned;"
+// CHECK-NOT: gpu.barrier
+// CHECK: "fence.proxy.async.shared::cta;"
+// CHECK-NEXT: "bar.sync 1, 256;"
+// CHECK-NOT: gpu.barrier
+// CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
 // CHECK-NEXT: llvm.extractvalue
 // CHECK: "wgmma.commit_group.sync.aligned;"
@@ -140,4 +171,8 @@ module {
 // CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
-// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w8s2_merge(
+// CHECK-NOT: gpu.barrier
+// CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
+// CHECK: nvvm.bar.warp.sync
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2_merge(

@@ -126,7 +126,10 @@ private:
   /// every element's sign bit flipped where the scale is negative.
   void signSharedQ();
   bool qSigned = false;
-  void loadTile(Value j, Value base);
+  /// Tile j's K and V rows into the stage at element `base` by the
+  /// `threads` threads numbered from `thread` (default: the CTA's TH
+  /// threads by tid).
+  void loadTile(Value j, Value base, Value thread = {}, int64_t threads = 0);
   /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
   /// kernel: per copy, its row, its element offset in the stage and in the
   /// tile's first row of K or V, and (where the copies do not divide evenly
@@ -151,20 +154,38 @@ private:
   void copyContiguous(Value j, Value base);
   /// The item's tiles with no row past the sequence (i32).
   Value fullTiles;
-  // ---- the wgmma form's TMA loads (Tma.h) ----
-  /// Tile j (i32) into the stage at element `base` (i32), stage index
-  /// `stageIdx` (i32): by TMA on the stage's mbarrier where the call's maps
-  /// are usable, else by loadTile.
-  void fetchTile(Value j, Value base, Value stageIdx);
+  // ---- the wgmma form's warp roles and TMA loads (Tma.h) ----
+  /// The producer warpgroup (threads TH..TH+127): lowers its register
+  /// budget, then walks the item's visited tiles as the consumers do and
+  /// fills stage after stage once the consumers have released it (its
+  /// `empty` mbarrier): two TMA boxes issued by one lane where the call's
+  /// maps are usable, else every producer thread's cp.async copies,
+  /// completed on the stage's `full` mbarrier.
+  void produce(ArrayRef<Value> maps);
+  /// A role's kernel after the shared prologue: the call's values, the
+  /// work item, then the producer's loop or the flash ops (the consumers,
+  /// or every warp of a form without roles).
+  LogicalResult lowerRole(gpu::GPUFuncOp fn, bool producer, Block &body);
+  gpu::GPUFuncOp fn_;
+  Value item_; // the work item's index
+  void produceTiles(bool byTma, ArrayRef<Value> maps);
   /// After the stage's TMA loads landed: rows past the sequence of tile j
   /// (rows of other heads, or zeros past the tensor) set to zero, as
   /// cp.async's zero-fill leaves them.
   void zeroTail(Value j, Value base);
-  Value useTma;     // i1: the maps are usable and K/V contiguous
-  Value mbarBase;   // the stages' mbarriers (shared address, i32)
-  /// The issuing thread's: the maps' generic addresses (i64 x 2), the
-  /// item's first chunk and row in K's and V's views (i32 x 4).
-  Value tmaMaps, tmaCoords;
+  Value useTma;   // i1: the maps are usable and K/V contiguous
+  Value mbarBase; // the stages' `full` mbarriers, then their `empty` ones
+                  // (shared address, i32)
+  Value fullBar(Value stageIdx) {
+    return arith::AddIOp::create(b_, mbarBase,
+                                 arith::MulIOp::create(b_, stageIdx, cI32(8)));
+  }
+  Value emptyBar(Value stageIdx) {
+    return arith::AddIOp::create(b_, fullBar(stageIdx), cI32(8 * L.stages));
+  }
+  /// The consumers' own barrier (id 1 over their TH threads): the
+  /// producer never takes part in it.
+  void consumerBarrier() { tma.namedBarrier(1, TH); }
   TmaEmitter tma{b_};
   /// The first tile from `from` on that the item visits, or nKT (i32:
   /// tile indices and their loop stay 32-bit), and its class (i8).
@@ -484,7 +505,12 @@ void TensorCoreKernel::copyContiguous(Value j32, Value base) {
   ifThenElse(full, [&] { copies(false); }, [&] { copies(true); });
 }
 
-void TensorCoreKernel::loadTile(Value j, Value base) {
+void TensorCoreKernel::loadTile(Value j, Value base, Value thread,
+                                int64_t threads) {
+  if (!thread) {
+    thread = tid;
+    threads = TH;
+  }
   Value c0 = cIdx(0);
   Value kv0 = mul(j, cIdx(BN));
   Value last = sub(it.kvLen, cIdx(1));
@@ -510,7 +536,7 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
                    : add(p.itemBase, mul(row, (*p.st)[2]));
     };
     auto fastLoop = [&](bool paged) {
-      loop0(tid, cIdx(BN * chunks), cIdx(TH), [&](Value c) {
+      loop0(thread, cIdx(BN * chunks), cIdx(threads), [&](Value c) {
         Value row = divu(c, chunks), ch = remu(c, chunks);
         Value key = add(kv0, row);
         Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
@@ -524,7 +550,7 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
       });
     };
     auto slowLoop = [&](bool paged) {
-      loop0(tid, cIdx(BN * p.n), cIdx(TH), [&](Value x) {
+      loop0(thread, cIdx(BN * p.n), cIdx(threads), [&](Value x) {
         Value row = divu(x, p.n), d = remu(x, p.n);
         Value key = add(kv0, row);
         Value valid = cmp(arith::CmpIPredicate::slt, key, it.kvLen);
@@ -548,32 +574,98 @@ void TensorCoreKernel::loadTile(Value j, Value base) {
   }
 }
 
-void TensorCoreKernel::fetchTile(Value j32, Value base32, Value stageIdx) {
-  auto toIdx32 = [&](Value x) {
-    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
-  };
+void TensorCoreKernel::produce(ArrayRef<Value> maps) {
+  // TMA: the first producer warp (its lanes search the data mask's tiles
+  // together), one lane issuing; the other three warps have nothing to do.
   ifThenElse(
       useTma,
       [&] {
-        ifThen(cmp(arith::CmpIPredicate::eq, tid, cIdx(0)), [&] {
-          Value bar = arith::AddIOp::create(
-              b_, mbarBase, arith::MulIOp::create(b_, stageIdx, cI32(8)));
-          tma.arriveExpectTx(bar, BN * (D + DV) * 2);
-          Value dst = arith::AddIOp::create(
-              b_, smemAddr, arith::MulIOp::create(b_, base32, cI32(2)));
-          Value row = arith::MulIOp::create(b_, j32, cI32(BN));
-          auto at4 = [&](Value m, int64_t i) { return load(m, cIdx(i)); };
-          // K's tile, then V's, each one box: its 64-element chunks land as
-          // the stage's atom columns (BN rows of 128 bytes, swizzled).
-          for (auto [m, at] : {std::pair{int64_t(0), int64_t(0)},
-                               std::pair{int64_t(1), L.vOffset * 2}}) {
-            Value y = arith::AddIOp::create(b_, at4(tmaCoords, 2 * m + 1), row);
-            tma.load3d(arith::AddIOp::create(b_, dst, cI32(at)), at4(tmaMaps, m),
-                       cI32(0), y, at4(tmaCoords, 2 * m), bar);
-          }
-        });
+        ifThen(cmp(arith::CmpIPredicate::eq, warp, cIdx(L.warps)),
+               [&] { produceTiles(true, maps); });
       },
-      [&] { loadTile(toIdx32(j32), toIdx32(base32)); });
+      [&] { produceTiles(false, maps); });
+}
+
+void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  Value nKT32 = arith::IndexCastUIOp::create(b_, i32_, nKT);
+  // The item's first row in each map's view: chunk (base % P) / 64, row
+  // base / P, P the sequence stride.
+  SmallVector<Value> chunk, row0;
+  if (byTma)
+    for (int64_t m = 0; m < 2; ++m) {
+      Value base = m ? it.vBase : it.kBase;
+      Value p = (m ? e.vs : e.ks)[2];
+      chunk.push_back(arith::IndexCastUIOp::create(
+          b_, i32_, divu(arith::RemUIOp::create(b_, base, p), 64)));
+      row0.push_back(arith::IndexCastUIOp::create(
+          b_, i32_, arith::DivUIOp::create(b_, base, p)));
+    }
+  Value first = nextVisited(
+      arith::IndexCastUIOp::create(b_, i32_, it.jlo), nKT32, inv).first;
+  // (j, the stage's index, the `empty` phases' parities: a bit per stage)
+  SmallVector<Type> types(3, i32_);
+  auto w = scf::WhileOp::create(b_, types, ValueRange{first, cI32(0), cI32(0)});
+  OpBuilder::InsertionGuard guard(b_);
+  SmallVector<Location> locs(3, b_.getLoc());
+  Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+  scf::ConditionOp::create(
+      b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
+      before->getArguments());
+  Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+  Value j32 = after->getArgument(0), s = after->getArgument(1),
+        ph = after->getArgument(2);
+  // The stage's previous tile is released (its first use waits for the
+  // phase before the barrier's first, which counts as complete).
+  Value bit = arith::AndIOp::create(b_, arith::ShRUIOp::create(b_, ph, s), cI32(1));
+  tma.waitParity(emptyBar(s), arith::XOrIOp::create(b_, bit, cI32(1)));
+  Value base32 = arith::MulIOp::create(b_, s, cI32(L.stageElems));
+  if (byTma) {
+    ifThen(cmp(arith::CmpIPredicate::eq, lane, cIdx(0)), [&] {
+      Value bar = fullBar(s);
+      tma.arriveExpectTx(bar, BN * (D + DV) * 2);
+      Value dst = arith::AddIOp::create(
+          b_, smemAddr, arith::MulIOp::create(b_, base32, cI32(2)));
+      Value row = arith::MulIOp::create(b_, j32, cI32(BN));
+      // K's tile, then V's, each one box: its 64-element chunks land as
+      // the stage's atom columns (BN rows of 128 bytes, swizzled).
+      for (int64_t m = 0; m < 2; ++m)
+        tma.load3d(arith::AddIOp::create(b_, dst, cI32(m ? L.vOffset * 2 : 0)),
+                   maps[m], cI32(0), arith::AddIOp::create(b_, row0[m], row),
+                   chunk[m], bar);
+    });
+    tma.syncWarp();
+  } else {
+    // Every producer thread's copies, landed and fenced for the async
+    // proxy (wgmma reads them there) before the producers' own barrier;
+    // then one arrival for them all.
+    // The call's strides, bases and page table are read again per tile
+    // (the asm statements around them keep LLVM from hoisting the loads):
+    // held across the loop they would not fit the producer's registers.
+    Entry outerE = e;
+    Item outerIt = it;
+    e = loadEntry(fn_.getArguments());
+    it = decodeItem(e, item_, /*heavyFirst=*/true);
+    loadTile(toIdx32(j32), toIdx32(base32), sub(tid, cIdx(TH)),
+             L.producerWarps * 32);
+    e = outerE;
+    it = outerIt;
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    wg.proxyFence();
+    tma.namedBarrier(2, L.producerWarps * 32);
+    ifThen(cmp(arith::CmpIPredicate::eq, tid, cIdx(TH)),
+           [&] { tma.arrive(fullBar(s)); });
+    tma.syncWarp();
+  }
+  Value next = nextVisited(nextTile(j32), nKT32, inv).first;
+  scf::YieldOp::create(
+      b_, ValueRange{next,
+                     arith::SubIOp::create(b_, cI32(1), s),
+                     arith::XOrIOp::create(b_, ph, arith::ShLIOp::create(
+                                                       b_, cI32(1), s))});
 }
 
 void TensorCoreKernel::zeroTail(Value j32, Value base32) {
@@ -1165,15 +1257,14 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   // bound and the next tile's search need no 64-bit arithmetic.
   Value nKT32 = toI32(nKT);
   // Prologue: the first visited tile into stage 0 (Q's copy is already
-  // committed), then Q's fragments once it has landed.
+  // committed; the wgmma form's producer fills the stages), then Q's
+  // fragments once it has landed.
   auto [first, firstClass] = nextVisited(toI32(it.jlo), nKT32, inv);
-  ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
-    if (L.wgmma)
-      fetchTile(first, cI32(0), cI32(0));
-    else
+  if (!L.wgmma)
+    ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
       ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
                  [&] { loadTile(toIdx32(first), c0); });
-  });
+    });
   NVVM::CpAsyncCommitGroupOp::create(b_);
   if (L.qInRegisters) {
     NVVM::CpAsyncWaitGroupOp::create(b_, 1);
@@ -1184,13 +1275,18 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
         qf[mt].push_back(qFragment(mt, ks));
     if (qSigned)
       signQ();
-  } else if (L.wgmma && qSigned) {
-    // Q's group (the older of the two) has landed for every thread once
-    // they pass the barrier; the flipped elements are published by the
-    // loop's proxy fence and barrier.
-    NVVM::CpAsyncWaitGroupOp::create(b_, 1);
-    gpu::BarrierOp::create(b_);
-    signSharedQ();
+  } else if (L.wgmma) {
+    // Q has landed for every consumer once they pass the barrier (signed
+    // where the scale is negative, after a barrier of its own: a thread
+    // flips elements others copied); wgmma reads it through the async
+    // proxy.
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    if (qSigned) {
+      consumerBarrier();
+      signSharedQ();
+    }
+    wg.proxyFence();
+    consumerBarrier();
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,
@@ -1221,49 +1317,46 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
     Value j32 = after->getArgument(0), stage = after->getArgument(1),
           cls = after->getArgument(2);
-    // Tile j has arrived (its group is the only one pending) and every warp
-    // is past the previous tile, whose stage the prefetch now refills.
-    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
-    Value stageIdx, phases;
+    Value stageIdx, phases, next, nextClass, other;
     if (L.wgmma) {
-      // Or its TMA loads have: this stage's phase, by parity; then its rows
-      // past the sequence zeroed on the tail tile.
+      // The producer's loads into this stage have landed: its `full`
+      // phase, by parity; then its rows past the sequence zeroed on the
+      // tail tile where TMA brought them (the consumers' writes, fenced
+      // for the async proxy and published by their barrier; cp.async
+      // zero-filled them).
       stageIdx = arith::ExtUIOp::create(
           b_, i32_, cmp(arith::CmpIPredicate::ne, stage, cI32(0)));
       Value ph = after->getArgument(3);
-      ifThen(useTma, [&] {
-        Value bar = arith::AddIOp::create(
-            b_, mbarBase, arith::MulIOp::create(b_, stageIdx, cI32(8)));
-        tma.waitParity(bar, arith::AndIOp::create(
-                                b_, arith::ShRUIOp::create(b_, ph, stageIdx),
-                                cI32(1)));
-        // The tail: (j + 1) BN > kvLen (kvLen is live anyway; a full-tile
-        // count would be one more register across the loop).
-        Value end = arith::IndexCastUIOp::create(
-            b_, b_.getIndexType(),
-            arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
-        ifThen(cmp(arith::CmpIPredicate::ugt, end, it.kvLen),
-               [&] { zeroTail(j32, stage); });
+      tma.waitParity(fullBar(stageIdx),
+                     arith::AndIOp::create(
+                         b_, arith::ShRUIOp::create(b_, ph, stageIdx), cI32(1)));
+      // The tail: (j + 1) BN > kvLen (kvLen is live anyway; a full-tile
+      // count would be one more register across the loop).
+      Value end = arith::IndexCastUIOp::create(
+          b_, b_.getIndexType(), arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
+      ifThen(andI(useTma, cmp(arith::CmpIPredicate::ugt, end, it.kvLen)), [&] {
+        zeroTail(j32, stage);
+        wg.proxyFence();
+        consumerBarrier();
       });
       phases = arith::XOrIOp::create(b_, ph,
                                      arith::ShLIOp::create(b_, cI32(1), stageIdx));
-    }
-    // wgmma reads shared memory through the async proxy: each thread's
-    // cp.async (and zeroing) writes are fenced before the barrier that
-    // publishes them.
-    if (L.wgmma)
-      wg.proxyFence();
-    gpu::BarrierOp::create(b_);
-    auto [next, nextClass] = nextVisited(nextTile(j32), nKT32, inv);
-    Value other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
-    ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
-      if (L.wgmma)
-        fetchTile(next, other, arith::SubIOp::create(b_, cI32(1), stageIdx));
-      else
+      std::tie(next, nextClass) = nextVisited(nextTile(j32), nKT32, inv);
+      other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
+    } else {
+      // Tile j has arrived (its group is the only one pending) and every
+      // warp is past the previous tile, whose stage the prefetch now
+      // refills.
+      NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+      gpu::BarrierOp::create(b_);
+      std::tie(next, nextClass) = nextVisited(nextTile(j32), nKT32, inv);
+      other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
+      ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
         ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
                    [&] { loadTile(toIdx32(next), toIdx32(other)); });
-    });
-    NVVM::CpAsyncCommitGroupOp::create(b_);
+      });
+      NVVM::CpAsyncCommitGroupOp::create(b_);
+    }
     // The class the search found and the tail from the item's full-tile
     // count, where registers allow: with Q read from shared memory per
     // tile (Dqk > 128, or two m-tiles) the kernel is at the register
@@ -1281,6 +1374,13 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     }
     if (failed(lowerOps(body.begin(), Block::iterator(yield))))
       result = failure();
+    // The wgmma form: the tile's products have completed (both wait for
+    // their group), so the warp releases the stage to the producer.
+    if (L.wgmma) {
+      ifThen(cmp(arith::CmpIPredicate::eq, lane, cIdx(0)),
+             [&] { tma.arrive(emptyBar(stageIdx)); });
+      tma.syncWarp();
+    }
     SmallVector<Value> out = {next, other, nextClass};
     if (L.wgmma)
       out.push_back(phases);
@@ -1316,13 +1416,17 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       fn.setArgAttr(a, "llvm.align", b_.getI64IntegerAttr(64));
     fn->setAttr(kKvTensorMapsAttr, b_.getUnitAttr());
   }
-  const unsigned itemArg = fn.getNumArguments() - (L.wgmma ? 4 : 1);
   fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b_.getUnitAttr());
-  fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
+  const int64_t threads = L.launchWarps() * 32;
+  fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
   // The whole register file is the budget (one CTA per SM by design): left
   // to itself, ptxas caps some small-D kernels at 128 registers and spills.
+  // The warp-specialized form launches with an even share (a multiple of
+  // 8); its warpgroups then trade registers (setmaxnreg).
   fn->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
-              b_.getI32IntegerAttr(255));
+              b_.getI32IntegerAttr(
+                  L.producerWarps ? std::min<int64_t>(255, 65536 / threads / 8 * 8)
+                                  : 255));
   b_.setInsertionPointToStart(&fn.getBody().front());
   auto wg = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
   Value raw = gpu::DynamicSharedMemoryOp::create(
@@ -1346,20 +1450,66 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   smem = memref::ViewOp::create(
       b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
       raw, viewAt, ValueRange{});
+  Value c0 = cIdx(0);
+  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+  lane = remu(tid, 32);
+  warp = divu(tid, 32);
+  if (L.wgmma) {
+    // Per stage a `full` mbarrier (one arrival: the TMA issuer's with the
+    // bytes it expects, or the producer's after its copies) and an `empty`
+    // one (a consumer warp's arrival each), initialized before any thread
+    // waits on them.
+    mbarBase = arith::AddIOp::create(b_, smemAddr, cI32(L.totalElems * 2));
+    ifThen(cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
+      for (int64_t s = 0; s < L.stages; ++s) {
+        tma.init(fullBar(cI32(s)), 1);
+        tma.init(emptyBar(cI32(s)), L.warps);
+      }
+    });
+    gpu::BarrierOp::create(b_);
+  }
+  Block &body = kernel.getBlock();
+  if (!L.producerWarps) {
+    if (failed(lowerRole(fn, /*producer=*/false, body)))
+      return failure();
+    gpu::ReturnOp::create(b_);
+    return success();
+  }
+  // Warp-specialized: the producer warpgroup after the consumers'. Each
+  // role reads the call's values for itself after taking its register
+  // budget, so that nothing one role keeps is live in the other's.
+  LogicalResult result = success();
+  ifThenElse(
+      cmp(arith::CmpIPredicate::uge, tid, cIdx(TH)),
+      [&] {
+        tma.setMaxRegisters(false, TensorCoreLayout::kProducerRegisters);
+        (void)lowerRole(fn, /*producer=*/true, body);
+      },
+      [&] {
+        tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
+        result = lowerRole(fn, /*producer=*/false, body);
+      });
+  gpu::ReturnOp::create(b_);
+  return result;
+}
+
+LogicalResult TensorCoreKernel::lowerRole(gpu::GPUFuncOp fn, bool producer,
+                                          Block &body) {
+  const unsigned itemArg = fn.getNumArguments() - (L.wgmma ? 4 : 1);
   e = loadEntry(fn.getArguments());
   Value c0 = cIdx(0);
   Value item = add(toIdx(fn.getArgument(itemArg)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
-  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
-  lane = remu(tid, 32);
-  warp = divu(tid, 32);
+  fn_ = fn;
+  item_ = item;
   g = divu(lane, 4);
   tig = remu(lane, 4);
   mat = divu(lane, 8);
   r8 = remu(lane, 8);
   zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
   it = decodeItem(e, item, /*heavyFirst=*/true);
-  computeRows();
+  if (!producer)
+    computeRows();
 
   // 16-byte cp.async needs unit stride along D, the other strides in
   // multiples of 8 elements and 16-byte aligned bases; otherwise the same
@@ -1372,6 +1522,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   contiguous = andI(fastKV, arith::XOrIOp::create(
                                 b_, paged, arith::ConstantOp::create(
                                                b_, b_.getBoolAttr(true))));
+  SmallVector<Value> maps;
   if (!L.wgmma) {
     planCopies();
   } else {
@@ -1379,49 +1530,23 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
     useTma = andI(cmp(arith::CmpIPredicate::ne,
                       toIdx(fn.getArgument(n - 1)), c0),
                   contiguous);
-    auto scratch = [&](int64_t byte, int64_t count, Type t) {
-      return memref::ViewOp::create(
-          b_, MemRefType::get({count}, t, MemRefLayoutAttrInterface(), wg),
-          smemBytes, cIdx(L.totalElems * 2 + L.stages * 8 + byte), ValueRange{});
-    };
-    tmaMaps = scratch(0, 2, i64_);
-    tmaCoords = scratch(16, 4, i32_);
-    // One mbarrier per stage, initialized before any thread waits on it;
-    // the issuing thread's maps and coordinates (the item's first row in
-    // each view: chunk (base % P) / 64, row base / P, P the sequence
-    // stride).
-    mbarBase = arith::AddIOp::create(b_, smemAddr, cI32(L.totalElems * 2));
-    ifThen(cmp(arith::CmpIPredicate::eq, tid, c0), [&] {
-      for (int64_t s = 0; s < L.stages; ++s)
-        tma.init(arith::AddIOp::create(b_, mbarBase, cI32(8 * s)), 1);
-      ifThen(useTma, [&] {
-        for (int64_t m = 0; m < 2; ++m) {
-          store(LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)),
-                tmaMaps, cIdx(m));
-          Value base = m ? it.vBase : it.kBase;
-          Value p = (m ? e.vs : e.ks)[2];
-          store(arith::IndexCastUIOp::create(
-                    b_, i32_, divu(arith::RemUIOp::create(b_, base, p), 64)),
-                tmaCoords, cIdx(2 * m));
-          store(arith::IndexCastUIOp::create(b_, i32_,
-                                             arith::DivUIOp::create(b_, base, p)),
-                tmaCoords, cIdx(2 * m + 1));
-        }
-      });
-    });
-    gpu::BarrierOp::create(b_);
+    if (producer)
+      for (unsigned m = 0; m < 2; ++m)
+        maps.push_back(
+            LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));
   }
 
+  inv.clear();
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
   nKT = it.jhi; // the end of the item's KV split
 
-  Block &body = kernel.getBlock();
-  if (failed(lowerOps(body.begin(), body.end())))
-    return failure();
-  gpu::ReturnOp::create(b_);
-  return success();
+  if (producer) {
+    produce(maps);
+    return success();
+  }
+  return lowerOps(body.begin(), body.end());
 }
 
 } // namespace

@@ -11,6 +11,7 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
   if (wgmma) {
     L.wgmma = true;
     L.warps = s.blockM / 16;
+    L.producerWarps = 4;
     L.mTiles = 1;
     L.qInRegisters = false;
     L.ldQ = L.ldK = L.ldV = 64;
@@ -66,10 +67,11 @@ rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma) {
   w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
                   perThread(s.blockN * s.vHeadDim / 8);
   if (L.wgmma) {
-    // A full tile's copies are TMA loads: one box of K and one of V,
-    // issued by one thread (the model follows its warp).
+    // A full tile's copies are the producer warpgroup's (two TMA loads,
+    // outside the consumers' loop): a consumer warp waits for the stage
+    // once per tile.
     w.asyncCopies = 0;
-    w.tmaLoads = 2;
+    w.mbarrierWaits = 1;
   }
   return w;
 }
@@ -79,7 +81,7 @@ int64_t tensorCoreSharedBytes(const rt::KernelSpec &s, bool wgmma) {
 }
 
 int64_t tensorCoreWarps(const rt::KernelSpec &s, bool wgmma) {
-  return tensorCoreLayout(s, wgmma).warps;
+  return tensorCoreLayout(s, wgmma).launchWarps();
 }
 
 rt::TileWork tensorCoreWork(const rt::KernelSpec &s, bool wgmma) {

@@ -24,6 +24,13 @@ namespace attnc {
 /// chunk.
 struct TensorCoreLayout {
   int64_t warps = 0, mTiles = 0, stages = 2;
+  /// The sm_90a form is warp-specialized: after the `warps` consumer warps
+  /// (two warpgroups computing), a producer warpgroup that fills the
+  /// stages (TMA, or cp.async where the maps cannot serve) and lowers its
+  /// register budget so the consumers can raise theirs (setmaxnreg).
+  int64_t producerWarps = 0;
+  static constexpr int64_t kProducerRegisters = 48, kConsumerRegisters = 232;
+  int64_t launchWarps() const { return warps + producerWarps; }
   /// The sm_90a form: Q, K and V in 128-byte swizzled atoms of 8 rows x 64
   /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
   /// in shared memory (wgmma reads it there), 1 KB to align the base.
@@ -36,11 +43,10 @@ struct TensorCoreLayout {
   int64_t ldQ = 0, ldK = 0, ldV = 0;
   bool swizzleQ = false, swizzleK = false, swizzleV = false;
   int64_t stageElems = 0, qOffset = 0, totalElems = 0;
-  /// wgmma, after Q (from the aligned base): a stage's mbarrier (8 bytes
-  /// each), then what the issuing thread keeps for its TMA loads (the maps'
-  /// addresses, the item's coordinates: 32 bytes) in shared memory rather
-  /// than in registers every thread would hold across the loop.
-  int64_t tmaBytes() const { return wgmma ? stages * 8 + 32 : 0; }
+  /// wgmma, after Q (from the aligned base): per stage two mbarriers (8
+  /// bytes each): `full` (the producer's loads landed) and `empty` (every
+  /// consumer warp is done reading the stage).
+  int64_t tmaBytes() const { return wgmma ? stages * 16 : 0; }
   int64_t sharedBytes() const {
     return totalElems * 2 + (wgmma ? 1024 + tmaBytes() : 0);
   }

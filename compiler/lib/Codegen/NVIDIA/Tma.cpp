@@ -1,6 +1,9 @@
-//===- Tma.cpp - TMA loads completed on mbarriers, as inline PTX ----------===//
+//===- Tma.cpp - TMA loads, mbarriers and warp roles, as inline PTX -------===//
 #include "Tma.h"
 #include "InlinePtx.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 #include <string>
 
@@ -19,6 +22,32 @@ void TmaEmitter::arriveExpectTx(Value bar, int64_t bytes) {
             "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], " +
                 std::to_string(bytes) + ";",
             "r,~{memory}");
+}
+
+void TmaEmitter::arrive(Value bar) {
+  inlinePtx(b_, {}, {bar}, "mbarrier.arrive.shared::cta.b64 _, [$0];",
+            "r,~{memory}");
+}
+
+void TmaEmitter::namedBarrier(int64_t id, int64_t threads) {
+  inlinePtx(b_, {}, {},
+            "bar.sync " + std::to_string(id) + ", " + std::to_string(threads) + ";",
+            "~{memory}");
+}
+
+void TmaEmitter::syncWarp() {
+  // The intrinsic, not an asm statement: LLVM knows it is convergent and
+  // never duplicates it into the branches before it (each lane would then
+  // meet a different instruction).
+  NVVM::SyncWarpOp::create(
+      b_, arith::ConstantOp::create(b_, b_.getI32IntegerAttr(-1)));
+}
+
+void TmaEmitter::setMaxRegisters(bool increase, int64_t count) {
+  inlinePtx(b_, {}, {},
+            std::string("setmaxnreg.") + (increase ? "inc" : "dec") +
+                ".sync.aligned.u32 " + std::to_string(count) + ";",
+            "~{memory}");
 }
 
 void TmaEmitter::waitParity(Value bar, Value parity) {

@@ -33,6 +33,12 @@ struct WgmmaTile {
 };
 constexpr WgmmaTile kTable[] = {{64, 128, 128}, {128, 128, 128}, {256, 128, 64}};
 
+/// A warp per 16 query rows (two consumer warpgroups at block_m 128) and
+/// the producer warpgroup: the warps its configuration name states.
+int64_t launchWarps(const rt::KernelSpec &s) {
+  return tensorCoreWarps(s, /*wgmma=*/true);
+}
+
 bool isWgmmaShape(const rt::KernelSpec &s) {
   return (s.dtype == rt::DType::F16 || s.dtype == rt::DType::BF16) &&
          s.headDim % 64 == 0 && s.vHeadDim % 64 == 0 && s.headDim > 0 &&
@@ -57,7 +63,7 @@ public:
           s.blockN = t.blockN;
           break;
         }
-      s.warps = s.blockM / 16;
+      s.warps = launchWarps(s);
     }
     while (s.blockN > 16 &&
            tensorCoreSharedBytes(s, true) > gpuSharedOptIn(target.str()))
@@ -68,12 +74,12 @@ public:
   }
   bool accepts(const rt::KernelSpec &s, StringRef target) const override {
     return isWgmmaShape(s) && s.blockM % 64 == 0 && s.blockM >= 64 &&
-           s.blockM <= 256 && s.warps == s.blockM / 16 && s.blockN % 16 == 0 &&
+           s.blockM <= 256 && s.warps == launchWarps(s) && s.blockN % 16 == 0 &&
            s.blockN >= 16 && s.blockN <= 256 &&
            tensorCoreSharedBytes(s, true) <= gpuSharedOptIn(target.str());
   }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
-    return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, 2};
+    return rt::TileConfig{s.blockM, s.blockN, launchWarps(s), 2};
   }
   std::vector<KernelEntry> entries(const rt::KernelSpec &s,
                                    attn::VariantOp) const override {

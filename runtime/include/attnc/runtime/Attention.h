@@ -68,6 +68,7 @@ struct TileWork {
   int64_t asyncCopies = 0;
   int64_t atomics = 0;
   int64_t tmaLoads = 0; // issued by one thread of the CTA (UTMALDG)
+  int64_t mbarrierWaits = 0; // per tile and warp (mbarrier.try_wait)
 };
 
 class BlockMask;
