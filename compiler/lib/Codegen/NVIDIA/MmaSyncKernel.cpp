@@ -162,12 +162,10 @@ private:
   /// maps are usable, else every producer thread's cp.async copies,
   /// completed on the stage's `full` mbarrier.
   void produce(ArrayRef<Value> maps);
-  /// A role's kernel after the shared prologue: the call's values, the
-  /// work item, then the producer's loop or the flash ops (the consumers,
-  /// or every warp of a form without roles).
-  LogicalResult lowerRole(gpu::GPUFuncOp fn, bool producer, Block &body);
-  gpu::GPUFuncOp fn_;
-  Value item_; // the work item's index
+  /// What every warp reads of the call before any role: the problem's
+  /// values, the work item, the copies' case, the mask's invariants; the
+  /// wgmma form's tensor maps (their generic addresses) as the result.
+  SmallVector<Value> readCall(gpu::GPUFuncOp fn);
   void produceTiles(bool byTma, ArrayRef<Value> maps);
   /// After the stage's TMA loads landed: rows past the sequence of tile j
   /// (rows of other heads, or zeros past the tensor) set to zero, as
@@ -641,17 +639,8 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
     // Every producer thread's copies, landed and fenced for the async
     // proxy (wgmma reads them there) before the producers' own barrier;
     // then one arrival for them all.
-    // The call's strides, bases and page table are read again per tile
-    // (the asm statements around them keep LLVM from hoisting the loads):
-    // held across the loop they would not fit the producer's registers.
-    Entry outerE = e;
-    Item outerIt = it;
-    e = loadEntry(fn_.getArguments());
-    it = decodeItem(e, item_, /*heavyFirst=*/true);
     loadTile(toIdx32(j32), toIdx32(base32), sub(tid, cIdx(TH)),
              L.producerWarps * 32);
-    e = outerE;
-    it = outerIt;
     NVVM::CpAsyncCommitGroupOp::create(b_);
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
     wg.proxyFence();
@@ -1451,10 +1440,10 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       b_, MemRefType::get({L.totalElems}, elem_, MemRefLayoutAttrInterface(), wg),
       raw, viewAt, ValueRange{});
   Value c0 = cIdx(0);
-  tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
-  lane = remu(tid, 32);
-  warp = divu(tid, 32);
   if (L.wgmma) {
+    tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+    lane = remu(tid, 32);
+    warp = divu(tid, 32);
     // Per stage a `full` mbarrier (one arrival: the TMA issuer's with the
     // bytes it expects, or the producer's after its copies) and an `empty`
     // one (a consumer warp's arrival each), initialized before any thread
@@ -1468,48 +1457,53 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
     });
     gpu::BarrierOp::create(b_);
   }
+  SmallVector<Value> maps = readCall(fn);
   Block &body = kernel.getBlock();
   if (!L.producerWarps) {
-    if (failed(lowerRole(fn, /*producer=*/false, body)))
+    if (failed(lowerOps(body.begin(), body.end())))
       return failure();
     gpu::ReturnOp::create(b_);
     return success();
   }
-  // Warp-specialized: the producer warpgroup after the consumers'. Each
-  // role reads the call's values for itself after taking its register
-  // budget, so that nothing one role keeps is live in the other's.
+  // Warp-specialized: the producer warpgroup after the consumers'. What
+  // both read of the call is read before they part, at the launch's even
+  // register share (ptxas keeps each role's loop spill-free that way;
+  // reading it again in each role after setmaxnreg spilled in both).
   LogicalResult result = success();
   ifThenElse(
       cmp(arith::CmpIPredicate::uge, tid, cIdx(TH)),
       [&] {
         tma.setMaxRegisters(false, TensorCoreLayout::kProducerRegisters);
-        (void)lowerRole(fn, /*producer=*/true, body);
+        produce(maps);
       },
       [&] {
         tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
-        result = lowerRole(fn, /*producer=*/false, body);
+        computeRows();
+        result = lowerOps(body.begin(), body.end());
       });
   gpu::ReturnOp::create(b_);
   return result;
 }
 
-LogicalResult TensorCoreKernel::lowerRole(gpu::GPUFuncOp fn, bool producer,
-                                          Block &body) {
+SmallVector<Value> TensorCoreKernel::readCall(gpu::GPUFuncOp fn) {
   const unsigned itemArg = fn.getNumArguments() - (L.wgmma ? 4 : 1);
   e = loadEntry(fn.getArguments());
   Value c0 = cIdx(0);
   Value item = add(toIdx(fn.getArgument(itemArg)),
                    gpu::BlockIdOp::create(b_, gpu::Dimension::x));
-  fn_ = fn;
-  item_ = item;
+  if (!tid) {
+    tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
+    lane = remu(tid, 32);
+    warp = divu(tid, 32);
+  }
   g = divu(lane, 4);
   tig = remu(lane, 4);
   mat = divu(lane, 8);
   r8 = remu(lane, 8);
   zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
   it = decodeItem(e, item, /*heavyFirst=*/true);
-  if (!producer)
-    computeRows();
+  if (!L.producerWarps)
+    computeRows(); // (the warp-specialized form's consumers compute theirs)
 
   // 16-byte cp.async needs unit stride along D, the other strides in
   // multiples of 8 elements and 16-byte aligned bases; otherwise the same
@@ -1530,23 +1524,16 @@ LogicalResult TensorCoreKernel::lowerRole(gpu::GPUFuncOp fn, bool producer,
     useTma = andI(cmp(arith::CmpIPredicate::ne,
                       toIdx(fn.getArgument(n - 1)), c0),
                   contiguous);
-    if (producer)
-      for (unsigned m = 0; m < 2; ++m)
-        maps.push_back(
-            LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));
+    for (unsigned m = 0; m < 2; ++m)
+      maps.push_back(
+          LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));
   }
 
-  inv.clear();
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
   nKT = it.jhi; // the end of the item's KV split
-
-  if (producer) {
-    produce(maps);
-    return success();
-  }
-  return lowerOps(body.begin(), body.end());
+  return maps;
 }
 
 } // namespace
