@@ -7,8 +7,9 @@
 // mma.sync m16n8 fragments of its N / 8 n-tiles), with S = QK^T by wgmma
 // from shared-memory descriptors and O += PV by wgmma with P from
 // registers, operands in 128-byte swizzled atoms (Wgmma.h), and K and V
-// tiles brought in by TMA loads completed on an mbarrier per stage (Tma.h)
-// where the call's tensor maps are usable (KernelABI.h), else by cp.async.
+// tiles brought in by a producer warpgroup (TensorCoreLayout::producerWarps)
+// behind per-stage `full`/`empty` mbarriers: TMA loads (Tma.h) where the
+// call's tensor maps are usable (KernelABI.h), else cp.async.
 //
 // f16/bf16 on sm_80+: a CTA of `warps` warps takes block_m query rows, each
 // warp 16 x m-tiles of them. Q, K and V go through dynamic shared memory

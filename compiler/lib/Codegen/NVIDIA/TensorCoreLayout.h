@@ -54,8 +54,8 @@ struct TensorCoreLayout {
 
 /// The layout of `s` (wgmma: the sm_90a form's).
 TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma = false);
-/// One full tile's work: MMAs per warp, 16-byte cp.async per thread, TMA
-/// loads per CTA.
+/// One full tile's work in the tile loop: MMAs per warp, 16-byte cp.async
+/// per thread (the wgmma form's consumers: none, one mbarrier wait).
 rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma = false);
 
 } // namespace attnc

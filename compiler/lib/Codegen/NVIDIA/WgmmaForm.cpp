@@ -2,15 +2,19 @@
 //
 // f16/bf16 on sm_90a (Hopper's architecture-specific target) with head dims
 // that are multiples of 64 up to 256: the tensor-core forward's loop
-// (MmaSyncKernel.cpp) with both products on wgmma (Wgmma.h). A CTA is
-// block_m / 64 warpgroups; each issues S = Q K^T for its 64 rows as one
-// m64n{block_n}k16 per 16 of Dqk from shared-memory descriptors (Q stays
-// in shared memory), and O += P V with P from registers. K and V tiles come
-// in by cp.async into 128-byte swizzled atoms, two stages, fenced for the
-// async proxy before the barrier that publishes them.
+// (MmaSyncKernel.cpp) with both products on wgmma (Wgmma.h), warp-
+// specialized. A CTA is block_m / 64 consumer warpgroups and one producer
+// warpgroup: each consumer warpgroup issues S = Q K^T for its 64 rows as
+// one m64n{block_n}k16 per 16 of Dqk from shared-memory descriptors (Q
+// stays in shared memory), and O += P V with P from registers; the
+// producer fills two stages of K and V in 128-byte swizzled atoms by TMA
+// (Tma.h), or by cp.async where the call's tensor maps cannot serve,
+// behind a `full` and an `empty` mbarrier per stage, and gives the
+// consumers its registers (setmaxnreg).
 //
-// This is step (a) of issue #30's Hopper form, without TMA, mbarriers or
-// warp specialization yet. Other shapes take the mma.sync form on sm_90a.
+// Issue #30's steps (a) and (b), without the consumers' ping-pong or the
+// overlap of one tile's softmax with the next tile's QK^T yet. Other
+// shapes take the mma.sync form on sm_90a.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/KernelForm.h"
