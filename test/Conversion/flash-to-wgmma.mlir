@@ -15,7 +15,8 @@
 // V's, 32 KB, through the tensor maps the kernel takes after its first
 // item) with one expect-tx arrival, or, where the call's maps are not
 // usable, copies by cp.async, fences for the async proxy, meets its own
-// barrier (id 2) and arrives once. The consumers load Q, wait for `full`
+// barrier (id 2) and arrives once. What both roles read of the call (the
+// maps' addresses among it) is read before they part. The consumers load Q, wait for `full`
 // per tile, zero a tail tile's rows past the sequence (fenced for the
 // async proxy and published by their own barrier, id 1), and release the
 // stage (a lane per warp arrives on `empty`, then the warp reconverges):
@@ -127,10 +128,11 @@ module {
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 8;"
 // CHECK: gpu.barrier
-// The producer.
-// CHECK: "setmaxnreg.dec.sync.aligned.u32 48;"
+// What both roles read of the call, before they part.
 // CHECK: llvm.ptrtoint %[[KMAP]]
 // CHECK: llvm.ptrtoint %[[VMAP]]
+// The producer.
+// CHECK: "setmaxnreg.dec.sync.aligned.u32 48;"
 // CHECK: scf.while
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;"
