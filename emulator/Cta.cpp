@@ -176,9 +176,24 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
 }
 
 void Cta::arriveBarrier(Warp &w, const Instr &in, uint32_t m) {
-  uint32_t id = in.aux & 15;
-  NamedBarrier &b = barriers[id];
   int lane = __builtin_ctz(m);
+  uint32_t id = in.aux & 15;
+  if (in.aux & kBarrierIdInRegister) {
+    uint64_t v = slot(w, in.op[0].r[0], lane);
+    for (uint32_t r = m; r; r &= r - 1)
+      if (slot(w, in.op[0].r[0], __builtin_ctz(r)) != v)
+        fault(w, in, __builtin_ctz(r), kErrIllegalInstruction,
+              "the barrier id differs across the warp (" + std::to_string(v) +
+                  " in lane " + std::to_string(lane) + ")");
+    if (v > 15)
+      fault(w, in, lane, kErrIllegalInstruction,
+            "barrier number " + std::to_string(v) + " out of range (0..15)");
+    id = uint32_t(v);
+  }
+  if (in.ctl == Ctl::Barrier)
+    for (uint32_t r = m; r; r &= r - 1)
+      w.barrierId[__builtin_ctz(r)] = uint8_t(id);
+  NamedBarrier &b = barriers[id];
   uint32_t expected = in.aux2 ? in.aux2 : uint32_t(numThreads);
   if (in.aux2 && (in.aux2 % 32 || in.aux2 > uint32_t(numThreads)))
     fault(w, in, lane, kErrIllegalInstruction,
@@ -220,7 +235,7 @@ void Cta::releaseBarrier(uint32_t id) {
   for (Warp &w : warps) {
     for (uint32_t r = w.atBarrier; r; r &= r - 1) {
       int l = __builtin_ctz(r);
-      if ((k->code[static_cast<size_t>(w.pc[l])].aux & 15) != id)
+      if (w.barrierId[l] != id)
         continue;
       ++w.pc[l];
       w.atBarrier &= ~(1u << l);
@@ -270,8 +285,8 @@ void Cta::deadlock() const {
                                                   : "wait for their warp at") +
                " PTX line " + std::to_string(in.line) + ": " + text;
         if ((w.atBarrier >> l) & 1) {
-          const NamedBarrier &b = barriers[in.aux & 15];
-          what += " (barrier " + std::to_string(in.aux & 15) + ": " +
+          const NamedBarrier &b = barriers[w.barrierId[l]];
+          what += " (barrier " + std::to_string(w.barrierId[l]) + ": " +
                   std::to_string(b.arrived) + " of " + std::to_string(b.expected) +
                   " threads arrived)";
         } else if ((w.parked >> l) & 1) {

@@ -391,13 +391,17 @@ bool bindControl(Decoder &d, const SynInstr &s, Instr &in, std::string &err,
       return true;
     }
     if (s.ops[0].kind != SynOperand::Int) {
-      err = "the emulator supports bar.sync with an immediate barrier number";
-      return true;
-    }
-    in.aux = static_cast<uint32_t>(s.ops[0].ival);
-    if (in.aux > 15) {
-      err = "barrier number out of range (0..15)";
-      return true;
+      // A register id (LLVM merges bar.sync 3 / bar.sync 4 on two paths
+      // into one with a select): read per warp when it arrives.
+      if (!d.value(s.ops[0], Ty::U32, in.op[0], err))
+        return true;
+      in.aux = kBarrierIdInRegister;
+    } else {
+      in.aux = static_cast<uint32_t>(s.ops[0].ival);
+      if (in.aux > 15) {
+        err = "barrier number out of range (0..15)";
+        return true;
+      }
     }
     // bar.sync is barrier.sync.aligned: every thread at the same instruction.
     if (op == "bar" || hasPart(p, "aligned"))

@@ -129,6 +129,7 @@ struct Warp {
   uint32_t atBarrier = 0; // waiting at bar.sync (pc at the barrier)
   uint32_t waiting = 0;   // waiting at a collective (pc at it)
   uint32_t parked = 0;    // waiting at mbarrier.try_wait (pc at it)
+  uint8_t barrierId[32] = {}; // the barrier a lane in atBarrier waits at
   int32_t pc[32] = {};
   uint64_t *regs = nullptr; // slots * 32
   uint8_t *local = nullptr; // 32 * localBytes

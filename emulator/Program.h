@@ -43,6 +43,9 @@ enum class Ctl : uint8_t {
 /// Instr::aux of a Barrier/BarArrive: the barrier id (0..15), with this bit
 /// for the .aligned forms (bar.sync, barrier.sync.aligned).
 constexpr uint32_t kBarrierAligned = 0x100;
+/// ... and this bit where the id is a register (Instr::op[0], uniform
+/// over the warp) rather than the immediate in the low bits.
+constexpr uint32_t kBarrierIdInRegister = 0x200;
 
 struct Operand {
   enum Kind : uint8_t { None, Reg, Addr, Vec, Sink };

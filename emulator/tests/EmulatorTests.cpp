@@ -425,6 +425,39 @@ TEST_CASE("a barrier that not every thread reaches is a deadlock, not a hang", "
   CHECK_THAT(report(), Catch::Contains("threads 0-15 wait for their warp at PTX line 14"));
 }
 
+TEST_CASE("a barrier id in a register: read per warp, uniform, in range", "[emucuda]") {
+  Quiet q;
+  // Warp 0 waits on barrier %r2 = 3 (LLVM merges `bar.sync 3` and
+  // `bar.sync 4` on two paths into one such instruction), warp 1 arrives
+  // on 3: both pass. Warp 1 writes first, warp 0 reads after the barrier
+  // (no race).
+  const std::string decl = "  .shared .align 16 .b8 s[64];\n";
+  Ptx m(kernel("  mov.u32 %r2, 3;\n"
+               "  mov.u64 %rd3, s;\n"
+               "  setp.lt.u32 %p1, %r1, 32;\n"
+               "  @!%p1 bra ARRIVE;\n"
+               "  bar.sync %r2, 64;\n"
+               "  ld.shared.b32 %r3, [%rd3];\n"
+               "  bra.uni DONE;\n"
+               "ARRIVE:\n"
+               "  st.shared.b32 [%rd3], %r1;\n"
+               "  bar.arrive 3, 64;\n"
+               "DONE:\n", decl));
+  REQUIRE(m.status == 0);
+  CHECK(m.run("k", 1, 64, {0, 0}) == 0);
+  // Lanes that disagree on the id, and an id past 15, are faults.
+  Ptx split(kernel("  and.b32 %r2, %r1, 1;\n"
+                   "  bar.sync %r2, 32;\n"));
+  REQUIRE(split.status == 0);
+  CHECK(split.run("k", 1, 32, {0, 0}) == 715);
+  CHECK_THAT(report(), Catch::Contains("the barrier id differs across the warp"));
+  Ptx far(kernel("  mov.u32 %r2, 16;\n"
+                 "  bar.sync %r2, 32;\n"));
+  REQUIRE(far.status == 0);
+  CHECK(far.run("k", 1, 32, {0, 0}) == 715);
+  CHECK_THAT(report(), Catch::Contains("barrier number 16 out of range"));
+}
+
 TEST_CASE("racecheck: shared accesses of two warps with no barrier between", "[emucuda]") {
   Quiet q;
   const std::string decl = "  .shared .align 16 .b8 s[512];\n";

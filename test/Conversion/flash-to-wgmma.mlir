@@ -20,7 +20,8 @@
 // per tile, zero a tail tile's rows past the sequence (fenced for the
 // async proxy and published by their own barrier, id 1), and release the
 // stage (a lane per warp arrives on `empty`, then the warp reconverges):
-// no CTA-wide barrier in their loop. The shared memory's base is aligned
+// no CTA-wide barrier in their loop. The two consumer warpgroups take
+// turns issuing their product groups (ping-pong on barriers 3 and 4). The shared memory's base is aligned
 // to 1024 bytes for the 128-byte swizzle.
 
 module {
@@ -143,7 +144,7 @@ module {
 // CHECK: nvgpu.device_async_copy
 // CHECK: nvvm.cp.async.wait.group 0
 // CHECK-NEXT: "fence.proxy.async.shared::cta;"
-// CHECK-NEXT: "bar.sync 2, 128;"
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c128_i32
 // CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
 // CHECK: nvvm.bar.warp.sync
 // The consumers: no CTA-wide barrier from here on.
@@ -152,7 +153,10 @@ module {
 // CHECK: nvgpu.device_async_copy
 // CHECK-NOT: gpu.barrier
 // CHECK: "fence.proxy.async.shared::cta;"
-// CHECK-NEXT: "bar.sync 1, 256;"
+// CHECK: nvvm.barrier id = %c1_i32 number_of_threads = %c256_i32
+// CHECK-NOT: gpu.barrier
+// The second warpgroup hands the first its first turn.
+// CHECK: "bar.arrive 3, 256;"
 // CHECK-NOT: gpu.barrier
 // CHECK: scf.while
 // CHECK-NOT: gpu.barrier
@@ -161,20 +165,33 @@ module {
 // CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<40960xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
 // CHECK-NOT: gpu.barrier
 // CHECK: "fence.proxy.async.shared::cta;"
-// CHECK-NEXT: "bar.sync 1, 256;"
+// CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
+// Each product group in the warpgroup's turn (barrier 3 for the first,
+// 4 for the second), the turn passed once it is issued.
+// CHECK: nvvm.barrier id = %c3_i32 number_of_threads = %[[T:.*]]
+// CHECK: nvvm.barrier id = %c4_i32{{.*}} number_of_threads = %[[T]]
 // CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
 // CHECK-NEXT: llvm.extractvalue
 // CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK: "bar.arrive 4, 256;"
+// CHECK: "bar.arrive 3, 256;"
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: llvm.nvvm.ex2.approx.ftz.f32
+// CHECK: nvvm.barrier id = %c3_i32
+// CHECK: nvvm.barrier id = %c4_i32
 // CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK: "bar.arrive 4, 256;"
+// CHECK: "bar.arrive 3, 256;"
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK-NOT: gpu.barrier
 // CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
 // CHECK: nvvm.bar.warp.sync
+// CHECK-NOT: gpu.barrier
+// After the loop the first warpgroup takes back the turn left over.
+// CHECK: nvvm.barrier id = %c3_i32
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2_merge(

@@ -185,6 +185,25 @@ private:
   /// The consumers' own barrier (id 1 over their TH threads): the
   /// producer never takes part in it.
   void consumerBarrier() { tma.namedBarrier(1, TH); }
+  /// Ping-pong of two consumer warpgroups (FlashAttention-3's warp
+  /// scheduler barriers): each issues its products only in its turn and
+  /// passes the turn once they are issued, so that one warpgroup's softmax
+  /// runs while the other's products occupy the tensor cores. Warpgroup w
+  /// waits on barrier 3 + w (its 128 threads and the other's 128 arriving);
+  /// the second warpgroup hands the first its first turn before the loop,
+  /// and the first takes back the one turn left over after it.
+  bool pingPong() const { return L.producerWarps && L.warps == 8; }
+  Value firstWarpgroup; // i1: a consumer warp of warpgroup 0
+  void awaitTurn() {
+    if (pingPong())
+      ifThenElse(firstWarpgroup, [&] { tma.namedBarrier(3, TH); },
+                 [&] { tma.namedBarrier(4, TH); });
+  }
+  void passTurn() {
+    if (pingPong())
+      ifThenElse(firstWarpgroup, [&] { tma.namedArrive(4, TH); },
+                 [&] { tma.namedArrive(3, TH); });
+  }
   TmaEmitter tma{b_};
   /// The first tile from `from` on that the item visits, or nKT (i32:
   /// tile indices and their loop stay 32-bit), and its class (i8).
@@ -921,11 +940,13 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
         aDescs.push_back(wg.descriptor(qAt, atom * L.atomQ * 2 + within, 16, 1024));
         bDescs.push_back(wg.descriptor(kAt, atom * L.atomK * 2 + within, 16, 1024));
       }
+      awaitTurn();
       wg.fence();
       for (int64_t ks = 0; ks < KS; ++ks)
         acc = wg.mma(acc, aDescs[ks], {}, bDescs[ks], NT * 4, elem_.isBF16(),
                      /*transB=*/false, /*accumulate=*/ks > 0);
       wg.commit();
+      passTurn();
       regs[p] = wg.wait(0, acc);
       return success();
     }
@@ -1134,11 +1155,13 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
                          pack(2 * kk + 1, 2)});
         bDescs.push_back(wg.descriptor(vAt, kk * 16 * 128, L.atomV * 2, 1024));
       }
+      awaitTurn();
       wg.fence(); // P and O were written by the warps' own code
       for (int64_t kk = 0; kk < KP; ++kk)
         acc = wg.mma(acc, Value(), aRegs[kk], bDescs[kk], DT * 4,
                      elem_.isBF16(), /*transB=*/true, /*accumulate=*/true);
       wg.commit();
+      passTurn();
       regs[a] = wg.wait(0, acc);
       return success();
     }
@@ -1277,6 +1300,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     }
     wg.proxyFence();
     consumerBarrier();
+    if (pingPong())
+      ifThen(arith::XOrIOp::create(b_, firstWarpgroup,
+                                   arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
+             [&] { tma.namedArrive(3, TH); });
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,
@@ -1379,6 +1406,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     scf::YieldOp::create(b_, out);
   }
   NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+  if (pingPong())
+    ifThen(firstWarpgroup, [&] { tma.namedBarrier(3, TH); });
   size_t at = kLoopState;
   for (auto [res, n] : llvm::zip(loopOp.getResults(), widths)) {
     regs[res] = SmallVector<Value>(w.getResults().slice(at, n));
@@ -1479,6 +1508,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       },
       [&] {
         tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
+        firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
         computeRows();
         result = lowerOps(body.begin(), body.end());
       });

@@ -40,8 +40,12 @@ public:
               mlir::Value z, mlir::Value bar);
 
   /// bar.sync `id`, `threads`: a hardware barrier over `threads` threads
-  /// (a multiple of 32; id 0 is the CTA's __syncthreads).
+  /// (a multiple of 32; id 0 is the CTA's __syncthreads). NVVM's
+  /// convergent intrinsic: LLVM never duplicates it into branches.
   void namedBarrier(int64_t id, int64_t threads);
+  /// bar.arrive `id`, `threads`: counts the calling warp's threads on the
+  /// barrier without waiting (a producer's half of a handshake).
+  void namedArrive(int64_t id, int64_t threads);
   /// bar.warp.sync: the warp's lanes reconverge (after one lane's
   /// arrival or loads, before the warp's next .aligned instruction).
   void syncWarp();
