@@ -149,6 +149,9 @@ module {
 // CHECK: nvvm.bar.warp.sync
 // The consumers: no CTA-wide barrier from here on.
 // CHECK: "setmaxnreg.inc.sync.aligned.u32 232;"
+// The turns: barrier 3 for the first warpgroup, 4 for the second.
+// CHECK: %[[MINE:.*]] = arith.select %{{.*}}, %c3_i32, %c4_i32 : i32
+// CHECK: %[[THEIRS:.*]] = arith.subi %c7_i32, %[[MINE]] : i32
 // CHECK-NOT: gpu.barrier
 // CHECK: nvgpu.device_async_copy
 // CHECK-NOT: gpu.barrier
@@ -156,7 +159,7 @@ module {
 // CHECK: nvvm.barrier id = %c1_i32 number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
 // The second warpgroup hands the first its first turn.
-// CHECK: "bar.arrive 3, 256;"
+// CHECK: "bar.arrive $0, 256;", "r,~{memory}" %c3_i32
 // CHECK-NOT: gpu.barrier
 // CHECK: scf.while
 // CHECK-NOT: gpu.barrier
@@ -167,31 +170,27 @@ module {
 // CHECK: "fence.proxy.async.shared::cta;"
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
-// Each product group in the warpgroup's turn (barrier 3 for the first,
-// 4 for the second), the turn passed once it is issued.
-// CHECK: nvvm.barrier id = %c3_i32 number_of_threads = %[[T:.*]]
-// CHECK: nvvm.barrier id = %c4_i32{{.*}} number_of_threads = %[[T]]
+// Each product group in the warpgroup's turn, the turn passed once it is
+// issued.
+// CHECK: nvvm.barrier id = %[[MINE]] number_of_threads = %c256_i32
 // CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
 // CHECK-NEXT: llvm.extractvalue
 // CHECK: "wgmma.commit_group.sync.aligned;"
-// CHECK: "bar.arrive 4, 256;"
-// CHECK: "bar.arrive 3, 256;"
+// CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: llvm.nvvm.ex2.approx.ftz.f32
-// CHECK: nvvm.barrier id = %c3_i32
-// CHECK: nvvm.barrier id = %c4_i32
+// CHECK: nvvm.barrier id = %[[MINE]] number_of_threads = %c256_i32
 // CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
-// CHECK: "bar.arrive 4, 256;"
-// CHECK: "bar.arrive 3, 256;"
+// CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK-NOT: gpu.barrier
 // CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
 // CHECK: nvvm.bar.warp.sync
 // CHECK-NOT: gpu.barrier
 // After the loop the first warpgroup takes back the turn left over.
-// CHECK: nvvm.barrier id = %c3_i32
+// CHECK: nvvm.barrier id = %c3_i32{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2_merge(

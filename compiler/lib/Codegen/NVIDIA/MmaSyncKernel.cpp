@@ -193,16 +193,15 @@ private:
   /// the second warpgroup hands the first its first turn before the loop,
   /// and the first takes back the one turn left over after it.
   bool pingPong() const { return L.producerWarps && L.warps == 8; }
-  Value firstWarpgroup; // i1: a consumer warp of warpgroup 0
+  Value firstWarpgroup;   // i1: a consumer warp of warpgroup 0
+  Value myTurn, theirTurn; // i32: barrier 3 + w and the other's
   void awaitTurn() {
     if (pingPong())
-      ifThenElse(firstWarpgroup, [&] { tma.namedBarrier(3, TH); },
-                 [&] { tma.namedBarrier(4, TH); });
+      tma.namedBarrier(myTurn, TH);
   }
   void passTurn() {
     if (pingPong())
-      ifThenElse(firstWarpgroup, [&] { tma.namedArrive(4, TH); },
-                 [&] { tma.namedArrive(3, TH); });
+      tma.namedArrive(theirTurn, TH);
   }
   TmaEmitter tma{b_};
   /// The first tile from `from` on that the item visits, or nKT (i32:
@@ -1303,7 +1302,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     if (pingPong())
       ifThen(arith::XOrIOp::create(b_, firstWarpgroup,
                                    arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
-             [&] { tma.namedArrive(3, TH); });
+             [&] { tma.namedArrive(cI32(3), TH); });
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,
@@ -1509,6 +1508,8 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       [&] {
         tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
         firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
+        myTurn = select(firstWarpgroup, cI32(3), cI32(4));
+        theirTurn = arith::SubIOp::create(b_, cI32(7), myTurn);
         computeRows();
         result = lowerOps(body.begin(), body.end());
       });

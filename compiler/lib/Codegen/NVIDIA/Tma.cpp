@@ -30,19 +30,22 @@ void TmaEmitter::arrive(Value bar) {
 }
 
 void TmaEmitter::namedBarrier(int64_t id, int64_t threads) {
-  auto i32 = [&](int64_t v) {
-    return arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(v)));
-  };
-  NVVM::BarrierOp::create(b_, TypeRange{}, i32(id), i32(threads),
-                          NVVM::BarrierReductionAttr(), Value());
+  namedBarrier(arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(id))),
+               threads);
 }
 
-void TmaEmitter::namedArrive(int64_t id, int64_t threads) {
+void TmaEmitter::namedBarrier(Value id, int64_t threads) {
+  NVVM::BarrierOp::create(
+      b_, TypeRange{}, id,
+      arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(threads))),
+      NVVM::BarrierReductionAttr(), Value());
+}
+
+void TmaEmitter::namedArrive(Value id, int64_t threads) {
   // (NVVM's barrier.arrive is built from PTX by a pass this pipeline does
-  // not run; a duplicated bar.arrive is harmless: each warp runs one.)
-  inlinePtx(b_, {}, {},
-            "bar.arrive " + std::to_string(id) + ", " + std::to_string(threads) + ";",
-            "~{memory}");
+  // not run.)
+  inlinePtx(b_, {}, {id}, "bar.arrive $0, " + std::to_string(threads) + ";",
+            "r,~{memory}");
 }
 
 void TmaEmitter::syncWarp() {

@@ -43,9 +43,12 @@ public:
   /// (a multiple of 32; id 0 is the CTA's __syncthreads). NVVM's
   /// convergent intrinsic: LLVM never duplicates it into branches.
   void namedBarrier(int64_t id, int64_t threads);
-  /// bar.arrive `id`, `threads`: counts the calling warp's threads on the
-  /// barrier without waiting (a producer's half of a handshake).
-  void namedArrive(int64_t id, int64_t threads);
+  /// The same with the id in a register (i32, uniform over the warp).
+  void namedBarrier(mlir::Value id, int64_t threads);
+  /// bar.arrive `id` (i32, uniform over the warp), `threads`: counts the
+  /// calling warp's threads on the barrier without waiting (a producer's
+  /// half of a handshake).
+  void namedArrive(mlir::Value id, int64_t threads);
   /// bar.warp.sync: the warp's lanes reconverge (after one lane's
   /// arrival or loads, before the warp's next .aligned instruction).
   void syncWarp();
