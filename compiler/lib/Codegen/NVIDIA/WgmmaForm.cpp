@@ -10,11 +10,12 @@
 // producer fills two stages of K and V in 128-byte swizzled atoms by TMA
 // (Tma.h), or by cp.async where the call's tensor maps cannot serve,
 // behind a `full` and an `empty` mbarrier per stage, and gives the
-// consumers its registers (setmaxnreg).
+// consumers its registers (setmaxnreg); the two consumer warpgroups take
+// turns issuing their products (ping-pong).
 //
-// Issue #30's steps (a) and (b), without the consumers' ping-pong or the
-// overlap of one tile's softmax with the next tile's QK^T yet. Other
-// shapes take the mma.sync form on sm_90a.
+// Issue #30's steps (a) and (b), without the overlap of one tile's softmax
+// with the next tile's QK^T within a warpgroup yet. Other shapes take the
+// mma.sync form on sm_90a.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/KernelForm.h"
