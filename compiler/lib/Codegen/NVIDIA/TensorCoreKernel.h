@@ -1,0 +1,253 @@
+//===- TensorCoreKernel.h - The tensor-core forward's builder -*- C++ -*-===//
+//
+// The builder shared by the mma.sync form and the sm_90a wgmma form
+// (TensorCoreLayout.h says which): its state and stages. The loop, copies,
+// softmax and epilogue are MmaSyncKernel.cpp's; the visited-tile search
+// TensorCoreTileSearch.cpp's; the warp-specialized form's producer
+// warpgroup WgmmaProducer.cpp's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ATTNC_CODEGEN_NVIDIA_TENSORCOREKERNEL_H
+#define ATTNC_CODEGEN_NVIDIA_TENSORCOREKERNEL_H
+
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/TileConfigTable.h"
+#include "MmaFragments.h"
+#include "ProgramBuilder.h"
+#include "TensorCoreForward.h"
+#include "TensorCoreLayout.h"
+#include "Tma.h"
+#include "Wgmma.h"
+
+namespace attnc::codegen {
+
+class TensorCoreKernel : public ProgramBuilder {
+public:
+  TensorCoreKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+                   const FlashConfig &cfg, bool wgmma = false)
+      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)) {
+    MT = L.mTiles;
+    NT = BN / 8;
+    KS = D / 16;
+    DT = DV / 8;
+    KP = BN / 16;
+    TH = L.warps * 32;
+  }
+  LogicalResult lower(flash::KernelOp kernel, gpu::GPUModuleOp module);
+
+private:
+  /// This thread's query rows: m-tile mt, half k (row g or g + 8).
+  /// (h, i) are kept as i32 (the epilogue widens them again): two
+  /// registers per row across the KV loop instead of four.
+  struct Row {
+    Value live, hI32, iI32, qpos; // hI32: the model's head (offset added)
+  };
+  /// The loop state: O fragments [mt][dt][4], then m and l per row.
+  struct State {
+    SmallVector<Value> o, m, l;
+  };
+
+  // ---- index arithmetic ----
+  Value divu(Value a, int64_t d) { return arith::DivUIOp::create(b_, a, cIdx(d)); }
+  Value remu(Value a, int64_t d) { return arith::RemUIOp::create(b_, a, cIdx(d)); }
+  Value cmp(arith::CmpIPredicate p, Value a, Value c) {
+    return arith::CmpIOp::create(b_, p, a, c);
+  }
+  Value andI(Value a, Value c) { return arith::AndIOp::create(b_, a, c); }
+  /// Element index of 16-byte chunk `chunk + chunkC` of shared row `row +
+  /// rowC` in a region at `base` with pitch `ld`, XOR-swizzled when
+  /// `swizzle`. The constant parts (rowC a multiple of 8, chunkC even and
+  /// chunk 0 or 1 when chunkC is not 0) leave the swizzle key unchanged and
+  /// become one constant offset, which folds into the instruction's
+  /// immediate: a warp keeps a few shared addresses live, not one per
+  /// fragment.
+  Value sharedIndex(Value base, int64_t ld, bool swizzle, int64_t chunks,
+                    Value row, Value chunk, int64_t rowC = 0,
+                    int64_t chunkC = 0, int64_t atom = 0);
+  /// The shared byte address (i32) of element `at` (wgmma's descriptors).
+  Value byteAddress(Value at);
+  /// sharedIndex as (the part computed at run time, the constant the
+  /// tile row and k-step add): for an address the constant is an
+  /// instruction's immediate offset (sharedAt).
+  struct SharedPlace {
+    Value at;
+    int64_t offset;
+  };
+  SharedPlace sharedPlace(Value base, int64_t ld, bool swizzle, int64_t chunks,
+                          Value row, Value chunk, int64_t rowC = 0,
+                          int64_t chunkC = 0, int64_t atom = 0);
+  /// Shared memory seen from element `at` on, and the index of element
+  /// `at + offset` in it: the address is (base + 2 at) + 2 offset, whose
+  /// constant PTX and ptxas keep as an immediate (an index `at + offset`
+  /// becomes `at | offset` in LLVM, an instruction per access).
+  std::pair<Value, Value> sharedAt(SharedPlace p);
+
+  // ---- fragments (the mma helpers are ProgramBuilder's) ----
+  using Frag = MmaFragments::Frag;
+  Frag mma(ArrayRef<Value> a, ArrayRef<Value> b, ArrayRef<Value> c) {
+    return mf.mma(a, b, c);
+  }
+  Frag ldmatrix(Value idx, bool trans) { return mf.ldMatrix(smem, idx, trans); }
+  Frag ldmatrix(SharedPlace p, bool trans) {
+    auto [view, idx] = sharedAt(p);
+    return mf.ldMatrix(view, idx, trans);
+  }
+  Value shfl(Value x, int64_t off) { return mf.shflXor(x, off); }
+  Value packF32Pair(Value x0, Value x1) { return mf.packF32Pair(x0, x1); }
+  Value ex2(Value x);
+
+  // ---- stages of the kernel ----
+  void computeRows();
+  void loadQ();
+  Frag qFragment(int64_t mt, int64_t ks);
+  /// Q's fragments negated where the scale is negative (load_query
+  /// signed_by_scale): a sign-bit xor of every element, once per item.
+  void signQ();
+  /// The same for Q in shared memory (the wgmma form), once it has landed:
+  /// every element's sign bit flipped where the scale is negative.
+  void signSharedQ();
+  bool qSigned = false;
+  /// Tile j's K and V rows into the stage at element `base` by the
+  /// `threads` threads numbered from `thread` (default: the CTA's TH
+  /// threads by tid).
+  void loadTile(Value j, Value base, Value thread = {}, int64_t threads = 0);
+  /// A thread's share of a tile's contiguous 16-byte copies, fixed for the
+  /// kernel: per copy, its row, its element offset in the stage and in the
+  /// tile's first row of K or V, and (where the copies do not divide evenly
+  /// over the threads) whether the thread has it. When the threads cover
+  /// whole rows a multiple of 8 at a time (every head dimension the table
+  /// has), copy i is copy 0 moved down i * rowStep rows: same chunk, same
+  /// swizzle, so the plan keeps copy 0 alone and each copy adds a constant
+  /// in shared memory and a multiple of the row stride in global (register
+  /// pressure: one offset pair, not one per copy).
+  struct CopyPlan {
+    int64_t count = 0, rowStep = 0, ld = 0;
+    Value stepGlobal; // rowStep rows of global memory, when rowStep
+    Value tileStride; // BN rows of global memory
+    Value first;      // the item's tile 0: copy 0's element (strided plans)
+                      // or the item's first (the others add `global`)
+    SmallVector<Value> row, shared, global, has;
+  };
+  void planCopies();
+  /// The unrolled copies of a contiguous tile at `j` (i32) into the stage
+  /// at `base`: straight-line, no page arithmetic; rows past the sequence
+  /// are zero-filled only on the tile that has them.
+  void copyContiguous(Value j, Value base);
+  /// The item's tiles with no row past the sequence (i32).
+  Value fullTiles;
+  // ---- the wgmma form's warp roles and TMA loads (Tma.h) ----
+  /// The producer warpgroup (threads TH..TH+127): lowers its register
+  /// budget, then walks the item's visited tiles as the consumers do and
+  /// fills stage after stage once the consumers have released it (its
+  /// `empty` mbarrier): two TMA boxes issued by one lane where the call's
+  /// maps are usable, else every producer thread's cp.async copies,
+  /// completed on the stage's `full` mbarrier.
+  void produce(ArrayRef<Value> maps);
+  /// What every warp reads of the call before any role: the problem's
+  /// values, the work item, the copies' case, the mask's invariants; the
+  /// wgmma form's tensor maps (their generic addresses) as the result.
+  SmallVector<Value> readCall(gpu::GPUFuncOp fn);
+  void produceTiles(bool byTma, ArrayRef<Value> maps);
+  /// After the stage's TMA loads landed: rows past the sequence of tile j
+  /// (rows of other heads, or zeros past the tensor) set to zero, as
+  /// cp.async's zero-fill leaves them.
+  void zeroTail(Value j, Value base);
+  Value useTma;   // i1: the maps are usable and K/V contiguous
+  Value mbarBase; // the stages' `full` mbarriers, then their `empty` ones
+                  // (shared address, i32)
+  Value fullBar(Value stageIdx) {
+    return arith::AddIOp::create(b_, mbarBase,
+                                 arith::MulIOp::create(b_, stageIdx, cI32(8)));
+  }
+  Value emptyBar(Value stageIdx) {
+    return arith::AddIOp::create(b_, fullBar(stageIdx), cI32(8 * L.stages));
+  }
+  /// The consumers' own barrier (id 1 over their TH threads): the
+  /// producer never takes part in it.
+  void consumerBarrier() { tma.namedBarrier(1, TH); }
+  /// Ping-pong of two consumer warpgroups (FlashAttention-3's warp
+  /// scheduler barriers): each issues its products only in its turn and
+  /// passes the turn once they are issued, so that one warpgroup's softmax
+  /// runs while the other's products occupy the tensor cores. Warpgroup w
+  /// waits on barrier 3 + w (its 128 threads and the other's 128 arriving);
+  /// the second warpgroup hands the first its first turn before the loop,
+  /// and the first takes back the one turn left over after it.
+  bool pingPong() const { return L.producerWarps && L.warps == 8; }
+  Value firstWarpgroup;   // i1: a consumer warp of warpgroup 0
+  Value myTurn, theirTurn; // i32: barrier 3 + w and the other's
+  void awaitTurn() {
+    if (pingPong())
+      tma.namedBarrier(myTurn, TH);
+  }
+  void passTurn() {
+    if (pingPong())
+      tma.namedArrive(theirTurn, TH);
+  }
+  TmaEmitter tma{b_};
+  /// The first tile from `from` on that the item visits, or nKT (i32:
+  /// tile indices and their loop stay 32-bit), and its class (i8).
+  std::pair<Value, Value> nextVisited(Value from, Value nKT, IRMapping &inv);
+  /// The same for a data-dependent mask, 32 tiles per step of the warp.
+  std::pair<Value, Value> nextVisitedByWarp(Value from, Value nKT,
+                                            IRMapping &inv);
+  /// Tile j's class from the block mask where `inRange` (j < nKT), else
+  /// empty (the mask has no entry past nKT).
+  Value blockMaskClass(Value j, Value inRange, IRMapping &inv) {
+    Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
+    return ifYield(inRange, ValueRange{empty}, [&] {
+      return SmallVector<Value>{
+          tileAt(it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv)
+              .cls};
+    })[0];
+  }
+  /// j + 1 for an i32 tile index below nKT (no wrap).
+  Value nextTile(Value j) {
+    return arith::AddIOp::create(b_, j, cI32(1),
+                                 arith::IntegerOverflowFlags::nuw |
+                                     arith::IntegerOverflowFlags::nsw);
+  }
+  /// The flash ops of a kernel body, in order.
+  LogicalResult lowerOps(Block::iterator from, Block::iterator to);
+  LogicalResult lowerOp(Operation &op);
+  /// The pipelined loop over visited tiles (flash.for_tiles).
+  LogicalResult lowerTileLoop(flash::ForTilesOp loop);
+  /// The probabilities' map, exp2((s - m) c) with a score s and the rows' m
+  /// and c: c, or nothing when the map is not that.
+  std::optional<Value> exp2OfDifferenceFactor(flash::ScoresMapOp m);
+  /// exp2((s - m) c) per score, as one FMA, s c - m c, where every row of
+  /// the warp has |m c| < 2^10 (m c's rounding then moves an exponent by
+  /// at most 2^-14: a relative 4e-5 in a probability that f16/bf16 round
+  /// to 5e-4 or 4e-3), else as the map states it (exact at any |m|: a row
+  /// of scores near -1e30 needs it).
+  SmallVector<Value> probabilities(flash::ScoresMapOp m, Value factor);
+  /// A map body per register: exp2 on the special-function unit.
+  Value mapBody(Block &body, ValueRange args);
+  void storeOutput(flash::StoreOutputOp op);
+
+  /// Per flash value: a thread's registers (tiles: element (mt, nt, c) at
+  /// (mt * NT + nt) * 4 + c; accumulators: (mt * DT + dt) * 4 + c; per-row
+  /// values: one per row mt * 2 + k).
+  DenseMap<Value, SmallVector<Value>> regs;
+  IRMapping inv;
+  Value nKT;
+  Tile tile;
+  Value stageBase;
+
+  TensorCoreLayout L;
+  MmaFragments mf{b_, elem_};
+  int64_t MT, NT, KS, DT, KP, TH;
+  Entry e;
+  Item it;
+  Value smem, smemBytes, tid, lane, warp, g, tig, mat, r8, zeroE;
+  Value smemAddr; // the aligned base's shared address (wgmma), i32
+  WgmmaEmitter wg{b_};
+  Value fastQ, fastKV, fastO, paged, contiguous;
+  CopyPlan planK, planV;
+  SmallVector<Row> rows;                 // [mt * 2 + k]
+  SmallVector<IRMapping> scoreRow, maskRow;
+  SmallVector<SmallVector<Frag>> qf;     // [mt][ks] when in registers
+};
+
+} // namespace attnc::codegen
+
+#endif

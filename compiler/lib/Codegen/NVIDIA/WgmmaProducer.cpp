@@ -1,0 +1,125 @@
+//===- WgmmaProducer.cpp - The warp-specialized form's producer warpgroup ===//
+//
+// The sm_90a form's producer (TensorCoreLayout::producerWarps): after
+// lowering its register budget it walks the item's visited tiles with the
+// consumers' own search and fills stage after stage once the consumers
+// have released it (`empty`): one lane issues K's and V's TMA boxes with an
+// expect-tx arrival on `full` where the call's tensor maps are usable, else
+// the warpgroup copies by cp.async, fences for the async proxy, meets its
+// own barrier and arrives once. And the consumers' zeroing of a TMA-fed
+// tail tile's rows past the sequence.
+//
+//===----------------------------------------------------------------------===//
+#include "TensorCoreKernel.h"
+
+using namespace mlir;
+
+namespace attnc::codegen {
+
+void TensorCoreKernel::produce(ArrayRef<Value> maps) {
+  // TMA: the first producer warp (its lanes search the data mask's tiles
+  // together), one lane issuing; the other three warps have nothing to do.
+  ifThenElse(
+      useTma,
+      [&] {
+        ifThen(cmp(arith::CmpIPredicate::eq, warp, cIdx(L.warps)),
+               [&] { produceTiles(true, maps); });
+      },
+      [&] { produceTiles(false, maps); });
+}
+
+void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
+  auto toIdx32 = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  Value nKT32 = arith::IndexCastUIOp::create(b_, i32_, nKT);
+  // The item's first row in each map's view: chunk (base % P) / 64, row
+  // base / P, P the sequence stride.
+  SmallVector<Value> chunk, row0;
+  if (byTma)
+    for (int64_t m = 0; m < 2; ++m) {
+      Value base = m ? it.vBase : it.kBase;
+      Value p = (m ? e.vs : e.ks)[2];
+      chunk.push_back(arith::IndexCastUIOp::create(
+          b_, i32_, divu(arith::RemUIOp::create(b_, base, p), 64)));
+      row0.push_back(arith::IndexCastUIOp::create(
+          b_, i32_, arith::DivUIOp::create(b_, base, p)));
+    }
+  Value first = nextVisited(
+      arith::IndexCastUIOp::create(b_, i32_, it.jlo), nKT32, inv).first;
+  // (j, the stage's index, the `empty` phases' parities: a bit per stage)
+  SmallVector<Type> types(3, i32_);
+  auto w = scf::WhileOp::create(b_, types, ValueRange{first, cI32(0), cI32(0)});
+  OpBuilder::InsertionGuard guard(b_);
+  SmallVector<Location> locs(3, b_.getLoc());
+  Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+  scf::ConditionOp::create(
+      b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
+      before->getArguments());
+  Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+  Value j32 = after->getArgument(0), s = after->getArgument(1),
+        ph = after->getArgument(2);
+  // The stage's previous tile is released (its first use waits for the
+  // phase before the barrier's first, which counts as complete).
+  Value bit = arith::AndIOp::create(b_, arith::ShRUIOp::create(b_, ph, s), cI32(1));
+  tma.waitParity(emptyBar(s), arith::XOrIOp::create(b_, bit, cI32(1)));
+  Value base32 = arith::MulIOp::create(b_, s, cI32(L.stageElems));
+  if (byTma) {
+    ifThen(cmp(arith::CmpIPredicate::eq, lane, cIdx(0)), [&] {
+      Value bar = fullBar(s);
+      tma.arriveExpectTx(bar, BN * (D + DV) * 2);
+      Value dst = arith::AddIOp::create(
+          b_, smemAddr, arith::MulIOp::create(b_, base32, cI32(2)));
+      Value row = arith::MulIOp::create(b_, j32, cI32(BN));
+      // K's tile, then V's, each one box: its 64-element chunks land as
+      // the stage's atom columns (BN rows of 128 bytes, swizzled).
+      for (int64_t m = 0; m < 2; ++m)
+        tma.load3d(arith::AddIOp::create(b_, dst, cI32(m ? L.vOffset * 2 : 0)),
+                   maps[m], cI32(0), arith::AddIOp::create(b_, row0[m], row),
+                   chunk[m], bar);
+    });
+    tma.syncWarp();
+  } else {
+    // Every producer thread's copies, landed and fenced for the async
+    // proxy (wgmma reads them there) before the producers' own barrier;
+    // then one arrival for them all.
+    loadTile(toIdx32(j32), toIdx32(base32), sub(tid, cIdx(TH)),
+             L.producerWarps * 32);
+    NVVM::CpAsyncCommitGroupOp::create(b_);
+    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
+    wg.proxyFence();
+    tma.namedBarrier(2, L.producerWarps * 32);
+    ifThen(cmp(arith::CmpIPredicate::eq, tid, cIdx(TH)),
+           [&] { tma.arrive(fullBar(s)); });
+    tma.syncWarp();
+  }
+  Value next = nextVisited(nextTile(j32), nKT32, inv).first;
+  scf::YieldOp::create(
+      b_, ValueRange{next,
+                     arith::SubIOp::create(b_, cI32(1), s),
+                     arith::XOrIOp::create(b_, ph, arith::ShLIOp::create(
+                                                       b_, cI32(1), s))});
+}
+
+void TensorCoreKernel::zeroTail(Value j32, Value base32) {
+  // The stage is (Dqk + Dv) / 64 atom columns of BN rows of 64 elements;
+  // a row past the sequence is zeroed in each, 16 bytes at a time (a whole
+  // row: the swizzle only permutes chunks within it).
+  Value j = arith::IndexCastUIOp::create(b_, b_.getIndexType(), j32);
+  Value live = sub(it.kvLen, mul(j, cIdx(BN)));
+  Value base = arith::IndexCastUIOp::create(b_, b_.getIndexType(), base32);
+  auto vec = VectorType::get({8}, elem_);
+  Value zeros = arith::ConstantOp::create(b_, vec, b_.getZeroAttr(vec));
+  const int64_t units = (D + DV) / 64 * BN * 8;
+  loop0(tid, cIdx(units), cIdx(TH), [&](Value u) {
+    Value row = remu(divu(u, 8), BN);
+    ifThen(cmp(arith::CmpIPredicate::uge, row, live), [&] {
+      Value at = add(base, add(mul(divu(u, BN * 8), cIdx(BN * 64)),
+                               add(mul(row, cIdx(64)), mul(remu(u, 8), cIdx(8)))));
+      vector::StoreOp::create(b_, zeros, smem, ValueRange{at},
+                              /*nontemporal=*/false, llvm::Align(16));
+    });
+  });
+}
+
+} // namespace attnc::codegen
