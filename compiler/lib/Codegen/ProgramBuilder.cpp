@@ -13,12 +13,6 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 
 void ProgramBuilder::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
-  // A kernel whose warp roles each read the call's values binds them
-  // again in its own region.
-  captures_.clear();
-  capDims_.clear();
-  capStrides_.clear();
-  scalars_.clear();
   unsigned argNo = firstCapture;
   for (size_t i = 0; i < info_.params.size(); ++i) {
     const rt::ParamSpec &p = info_.params[i];

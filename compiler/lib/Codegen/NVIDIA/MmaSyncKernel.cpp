@@ -77,8 +77,7 @@ Value TensorCoreKernel::sharedIndex(Value base, int64_t ld, bool swizzle,
 }
 
 Value TensorCoreKernel::byteAddress(Value at) {
-  Value off = arith::IndexCastUIOp::create(
-      b_, i32_, mul(at, cIdx(elem_.getIntOrFloatBitWidth() / 8)));
+  Value off = u32OfIdx(mul(at, cIdx(elem_.getIntOrFloatBitWidth() / 8)));
   return arith::AddIOp::create(b_, smemAddr, off);
 }
 
@@ -237,12 +236,12 @@ void TensorCoreKernel::planCopies() {
     Value itemBase = plan == &planK ? it.kBase : it.vBase;
     plan->first = strided ? add(itemBase, plan->global[0]) : itemBase;
   }
-  fullTiles = arith::IndexCastUIOp::create(b_, i32_, divu(it.kvLen, BN));
+  fullTiles = u32OfIdx(divu(it.kvLen, BN));
 }
 
 void TensorCoreKernel::copyContiguous(Value j32, Value base) {
   // j < 2^32: its products with the strides are one wide multiply each.
-  Value j = arith::IndexCastUIOp::create(b_, b_.getIndexType(), j32);
+  Value j = idxOfU32(j32);
   Value full = cmp(arith::CmpIPredicate::ult, j32, fullTiles);
   auto copies = [&](bool tail) {
     Value cols = tail ? sub(it.kvLen, mul(j, cIdx(BN))) : Value();
@@ -778,10 +777,9 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
     ifThen(row.live, [&] {
       // The call's head: the model's less the head offset (recomputed here
       // rather than kept live across the KV loop).
-      Value h = sub(arith::IndexCastUIOp::create(b_, b_.getIndexType(),
-                                                 row.hI32),
+      Value h = sub(idxOfU32(row.hI32),
                     ipAt(abi::kHeadPos0));
-      Value i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), row.iI32);
+      Value i = idxOfU32(row.iI32);
       Value oRow = add(add(mul(it.oB, e.os[0]), mul(h, e.os[1])),
                        mul(i, e.os[2]));
       auto value = [&](int64_t dt, int64_t c) {
@@ -817,21 +815,17 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 
 LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   Value c0 = cIdx(0);
-  auto toI32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
-  auto toIdx32 = [&](Value x) {
-    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
-  };
   // Tile indices are i32 (fewer than 2^31 tiles): the loop's counter, its
   // bound and the next tile's search need no 64-bit arithmetic.
-  Value nKT32 = toI32(nKT);
+  Value nKT32 = u32OfIdx(nKT);
   // Prologue: the first visited tile into stage 0 (Q's copy is already
   // committed; the wgmma form's producer fills the stages), then Q's
   // fragments once it has landed.
-  auto [first, firstClass] = nextVisited(toI32(it.jlo), nKT32, inv);
+  auto [first, firstClass] = nextVisited(u32OfIdx(it.jlo), nKT32, inv);
   if (!L.wgmma)
     ifThen(cmp(arith::CmpIPredicate::ult, first, nKT32), [&] {
       ifThenElse(contiguous, [&] { copyContiguous(first, c0); },
-                 [&] { loadTile(toIdx32(first), c0); });
+                 [&] { loadTile(idxOfU32(first), c0); });
     });
   NVVM::CpAsyncCommitGroupOp::create(b_);
   if (L.qInRegisters) {
@@ -858,7 +852,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     if (pingPong())
       ifThen(arith::XOrIOp::create(b_, firstWarpgroup,
                                    arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
-             [&] { tma.namedArrive(cI32(3), TH); });
+             [&] { tma.namedArrive(cI32(kTurnBarrier), TH); });
   }
 
   // The loop over visited tiles: (j, the stage's first element, j's class,
@@ -904,8 +898,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
                          b_, arith::ShRUIOp::create(b_, ph, stageIdx), cI32(1)));
       // The tail: (j + 1) BN > kvLen (kvLen is live anyway; a full-tile
       // count would be one more register across the loop).
-      Value end = arith::IndexCastUIOp::create(
-          b_, b_.getIndexType(), arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
+      Value end = idxOfU32(arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
       ifThen(andI(useTma, cmp(arith::CmpIPredicate::ugt, end, it.kvLen)), [&] {
         zeroTail(j32, stage);
         wg.proxyFence();
@@ -924,8 +917,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
       std::tie(next, nextClass) = nextVisited(nextTile(j32), nKT32, inv);
       other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
       ifThen(cmp(arith::CmpIPredicate::ult, next, nKT32), [&] {
-        ifThenElse(contiguous, [&] { copyContiguous(next, toIdx32(other)); },
-                   [&] { loadTile(toIdx32(next), toIdx32(other)); });
+        ifThenElse(contiguous, [&] { copyContiguous(next, idxOfU32(other)); },
+                   [&] { loadTile(idxOfU32(next), idxOfU32(other)); });
       });
       NVVM::CpAsyncCommitGroupOp::create(b_);
     }
@@ -935,10 +928,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     // file's limit and either value live across the loop spills (synaptic
     // at D=256); the tile is classified again there, its tail from kvLen.
     tile = L.qInRegisters
-               ? tileAt(it, toIdx32(j32), inv,
+               ? tileAt(it, idxOfU32(j32), inv,
                         cmp(arith::CmpIPredicate::ult, j32, fullTiles), cls)
-               : tileAt(it, toIdx32(j32), inv);
-    stageBase = toIdx32(stage);
+               : tileAt(it, idxOfU32(j32), inv);
+    stageBase = idxOfU32(stage);
     size_t at = kLoopState;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
       regs[arg] = SmallVector<Value>(after->getArguments().slice(at, n));
@@ -962,7 +955,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   }
   NVVM::CpAsyncWaitGroupOp::create(b_, 0);
   if (pingPong())
-    ifThen(firstWarpgroup, [&] { tma.namedBarrier(3, TH); });
+    ifThen(firstWarpgroup, [&] { tma.namedBarrier(kTurnBarrier, TH); });
   size_t at = kLoopState;
   for (auto [res, n] : llvm::zip(loopOp.getResults(), widths)) {
     regs[res] = SmallVector<Value>(w.getResults().slice(at, n));
@@ -1016,8 +1009,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
         b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                             MemRefLayoutAttrInterface(), wg),
         raw, viewAt, ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes())});
-    smemAddr = arith::IndexCastUIOp::create(
-        b_, i32_, memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
+    smemAddr = u32OfIdx(memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
     viewAt = cIdx(0);
   }
   smemBytes = raw;
@@ -1064,8 +1056,8 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       [&] {
         tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
         firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
-        myTurn = select(firstWarpgroup, cI32(3), cI32(4));
-        theirTurn = arith::SubIOp::create(b_, cI32(7), myTurn);
+        myTurn = select(firstWarpgroup, cI32(kTurnBarrier), cI32(kTurnBarrier + 1));
+        theirTurn = arith::SubIOp::create(b_, cI32(2 * kTurnBarrier + 1), myTurn);
         computeRows();
         result = lowerOps(body.begin(), body.end());
       });

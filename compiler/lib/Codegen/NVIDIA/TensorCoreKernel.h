@@ -54,6 +54,12 @@ private:
     return arith::CmpIOp::create(b_, p, a, c);
   }
   Value andI(Value a, Value c) { return arith::AndIOp::create(b_, a, c); }
+  /// A 32-bit tile index or offset as an index, and back (unsigned: both
+  /// are below 2^31).
+  Value idxOfU32(Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  }
+  Value u32OfIdx(Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); }
   /// Element index of 16-byte chunk `chunk + chunkC` of shared row `row +
   /// rowC` in a region at `base` with pitch `ld`, XOR-swizzled when
   /// `swizzle`. The constant parts (rowC a multiple of 8, chunkC even and
@@ -162,19 +168,26 @@ private:
   Value emptyBar(Value stageIdx) {
     return arith::AddIOp::create(b_, fullBar(stageIdx), cI32(8 * L.stages));
   }
-  /// The consumers' own barrier (id 1 over their TH threads): the
-  /// producer never takes part in it.
-  void consumerBarrier() { tma.namedBarrier(1, TH); }
+  /// The hardware barriers of the warp-specialized form: the CTA's (0,
+  /// before the roles part), the consumers' own, the producers' own (its
+  /// cp.async fallback), and the first of the two consumer warpgroups'
+  /// turns (kTurnBarrier + w).
+  static constexpr int64_t kConsumerBarrier = 1, kProducerBarrier = 2,
+                           kTurnBarrier = 3;
+  /// The consumers' own barrier over their TH threads: the producer never
+  /// takes part in it.
+  void consumerBarrier() { tma.namedBarrier(kConsumerBarrier, TH); }
   /// Ping-pong of two consumer warpgroups (FlashAttention-3's warp
   /// scheduler barriers): each issues its products only in its turn and
   /// passes the turn once they are issued, so that one warpgroup's softmax
   /// runs while the other's products occupy the tensor cores. Warpgroup w
-  /// waits on barrier 3 + w (its 128 threads and the other's 128 arriving);
+  /// waits on barrier kTurnBarrier + w (its 128 threads and the other's 128
+  /// arriving);
   /// the second warpgroup hands the first its first turn before the loop,
   /// and the first takes back the one turn left over after it.
   bool pingPong() const { return L.producerWarps && L.warps == 8; }
   Value firstWarpgroup;   // i1: a consumer warp of warpgroup 0
-  Value myTurn, theirTurn; // i32: barrier 3 + w and the other's
+  Value myTurn, theirTurn; // i32: barrier kTurnBarrier + w and the other's
   void awaitTurn() {
     if (pingPong())
       tma.namedBarrier(myTurn, TH);

@@ -51,7 +51,7 @@ std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
     // Classify only tiles that exist (a block mask has no entry past nKT).
     auto found = ifYield(inRange, ValueRange{inRange, none}, [&] {
       Tile t = tileAt(
-          it, arith::IndexCastUIOp::create(b_, b_.getIndexType(), j), inv);
+          it, idxOfU32(j), inv);
       return SmallVector<Value>{
           arith::XOrIOp::create(
               b_, t.visit, arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
@@ -74,7 +74,7 @@ std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
 std::pair<Value, Value> TensorCoreKernel::nextVisitedByWarp(Value from, Value nKT,
                                                             IRMapping &inv) {
   Type i8 = b_.getI8Type();
-  Value lane32 = arith::IndexCastUIOp::create(b_, i32_, lane);
+  Value lane32 = u32OfIdx(lane);
   Value all = cI32(-1);
   auto w = scf::WhileOp::create(b_, TypeRange{i32_, i32_, i32_},
                                 ValueRange{from, cI32(0), cI32(0)});

@@ -29,10 +29,7 @@ void TensorCoreKernel::produce(ArrayRef<Value> maps) {
 }
 
 void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
-  auto toIdx32 = [&](Value x) {
-    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
-  };
-  Value nKT32 = arith::IndexCastUIOp::create(b_, i32_, nKT);
+  Value nKT32 = u32OfIdx(nKT);
   // The item's first row in each map's view: chunk (base % P) / 64, row
   // base / P, P the sequence stride.
   SmallVector<Value> chunk, row0;
@@ -40,13 +37,11 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
     for (int64_t m = 0; m < 2; ++m) {
       Value base = m ? it.vBase : it.kBase;
       Value p = (m ? e.vs : e.ks)[2];
-      chunk.push_back(arith::IndexCastUIOp::create(
-          b_, i32_, divu(arith::RemUIOp::create(b_, base, p), 64)));
-      row0.push_back(arith::IndexCastUIOp::create(
-          b_, i32_, arith::DivUIOp::create(b_, base, p)));
+      chunk.push_back(u32OfIdx(divu(arith::RemUIOp::create(b_, base, p), 64)));
+      row0.push_back(u32OfIdx(arith::DivUIOp::create(b_, base, p)));
     }
   Value first = nextVisited(
-      arith::IndexCastUIOp::create(b_, i32_, it.jlo), nKT32, inv).first;
+      u32OfIdx(it.jlo), nKT32, inv).first;
   // (j, the stage's index, the `empty` phases' parities: a bit per stage)
   SmallVector<Type> types(3, i32_);
   auto w = scf::WhileOp::create(b_, types, ValueRange{first, cI32(0), cI32(0)});
@@ -83,12 +78,12 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
     // Every producer thread's copies, landed and fenced for the async
     // proxy (wgmma reads them there) before the producers' own barrier;
     // then one arrival for them all.
-    loadTile(toIdx32(j32), toIdx32(base32), sub(tid, cIdx(TH)),
+    loadTile(idxOfU32(j32), idxOfU32(base32), sub(tid, cIdx(TH)),
              L.producerWarps * 32);
     NVVM::CpAsyncCommitGroupOp::create(b_);
     NVVM::CpAsyncWaitGroupOp::create(b_, 0);
     wg.proxyFence();
-    tma.namedBarrier(2, L.producerWarps * 32);
+    tma.namedBarrier(kProducerBarrier, L.producerWarps * 32);
     ifThen(cmp(arith::CmpIPredicate::eq, tid, cIdx(TH)),
            [&] { tma.arrive(fullBar(s)); });
     tma.syncWarp();
@@ -105,9 +100,9 @@ void TensorCoreKernel::zeroTail(Value j32, Value base32) {
   // The stage is (Dqk + Dv) / 64 atom columns of BN rows of 64 elements;
   // a row past the sequence is zeroed in each, 16 bytes at a time (a whole
   // row: the swizzle only permutes chunks within it).
-  Value j = arith::IndexCastUIOp::create(b_, b_.getIndexType(), j32);
+  Value j = idxOfU32(j32);
   Value live = sub(it.kvLen, mul(j, cIdx(BN)));
-  Value base = arith::IndexCastUIOp::create(b_, b_.getIndexType(), base32);
+  Value base = idxOfU32(base32);
   auto vec = VectorType::get({8}, elem_);
   Value zeros = arith::ConstantOp::create(b_, vec, b_.getZeroAttr(vec));
   const int64_t units = (D + DV) / 64 * BN * 8;
