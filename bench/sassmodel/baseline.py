@@ -1,7 +1,9 @@
 """Committed baselines, one file per ptxas version, and the gate: a kernel
 whose MMA-FLOP per instruction falls more than the tolerance below its
 baseline, that has more spill traffic in its tile loop than it had, or
-whose structure is no longer recognized fails; a kernel the baseline has
+whose structure is no longer recognized fails, as does a wgmma kernel that
+loses the overlap its baseline had (fewer groups left in flight by its
+wgmma.wait_group); a kernel the baseline has
 and the run lacks fails too (coverage is never dropped silently). Spills
 outside the tile loop (values that live across it, stored once before it
 and loaded once after, per work item) are noted, not failed: the model
@@ -21,7 +23,7 @@ KEPT = ("entry", "config", "instructions", "mma", "mma_flop_per_instruction",
         "instructions_per_mma", "async_copies", "instructions_per_async_copy",
         "int64_ops", "global_loads", "constant_loads", "loop_invariant_registers",
         "registers", "spill_store_bytes", "spill_load_bytes",
-        "loop_local_memory", "predicted_tensor_busy")
+        "loop_local_memory", "predicted_tensor_busy", "mma_in_flight")
 
 
 def path_for(ptxas_version: str) -> Path:
@@ -91,6 +93,11 @@ def compare(records: list[dict], base: dict, tolerance: float = TOLERANCE,
         elif spills(r) > spills(b):
             notes.append(f"{kid}: spills {spills(r)} bytes, the baseline {spills(b)}; "
                          f"none in the tile loop (once per work item)")
+        if r.get("mma_in_flight", 0) < b.get("mma_in_flight", 0):
+            failures.append(
+                f"{kid}: its wgmma.wait_group leaves {r.get('mma_in_flight', 0)} groups in "
+                f"flight, the baseline {b['mma_in_flight']}: the products no longer overlap "
+                f"the softmax")
         if r.get("entry") != b.get("entry"):
             notes.append(f"{kid}: entry {r.get('entry')} (baseline {b.get('entry')})")
     for kid in sorted(set(by_id) - set(base["kernels"])):

@@ -120,6 +120,10 @@ class PathMetrics:
     calls: int
     loop_invariant_registers: int
     mix: dict
+    #: wgmma: the most groups a WARPGROUP.DEPBAR on the path leaves in
+    #: flight (wgmma.wait_group N): 1 where a tile's softmax overlaps the
+    #: previous tile's P V; 0 without the overlap or without wgmma.
+    mma_in_flight: int = 0
     #: A kernel fed by TMA: the issuing warp's instructions per tile (the
     #: figures above are the CTA's average warp); 0 otherwise.
     issuing_warp_instructions: int = 0
@@ -205,7 +209,19 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
         calls=len(walk.calls),
         loop_invariant_registers=_invariant_registers(cfg, walk),
         mix=dict(sorted(mix.items())),
+        mma_in_flight=max((_depbar_pending(x) for x in seq
+                           if x.opcode.startswith("WARPGROUP.DEPBAR")), default=0),
     )
+
+
+def _depbar_pending(x: Instruction) -> int:
+    """N of `WARPGROUP.DEPBAR.LE gsb0, 0xN`."""
+    for op in reversed(x.operands):
+        try:
+            return int(op, 0)
+        except ValueError:
+            continue
+    raise ValueError(f"no group count in {x.text()}")
 
 
 def warps_of(config: str) -> int:

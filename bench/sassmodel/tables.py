@@ -9,7 +9,7 @@ COLUMNS = (
     ("spills", "spill B"), ("instructions", "instr/tile"), ("mma", "MMA"),
     ("instructions_per_mma", "instr/MMA"), ("mma_flop_per_instruction", "MMA-FLOP/instr"),
     ("async_copies", "LDGSTS"), ("instructions_per_async_copy", "instr/LDGSTS"),
-    ("tma_loads", "TMA"),
+    ("tma_loads", "TMA"), ("mma_in_flight", "wgmma in flight"),
     ("int64_ops", "64-bit int"), ("global_loads", "LDG"), ("constant_loads", "LDC"),
     ("loop_invariant_registers", "invariant regs"), ("sfu_per_mma", "MUFU/MMA"),
     ("predicted_tensor_busy", "tensor busy (pred.)"),
@@ -24,7 +24,7 @@ def _cell(r: dict, key: str) -> str:
     v = r.get(key, "")
     if key == "instructions_per_async_copy" and not r.get("async_copies"):
         return "–"
-    if key == "tma_loads" and not v:
+    if key in ("tma_loads", "mma_in_flight") and not v:
         return "–"
     if key == "instructions" and r.get("issuing_warp_instructions"):
         # the CTA's average warp (the issuing warp's count after it)

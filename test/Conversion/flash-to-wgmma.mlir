@@ -6,7 +6,8 @@
 // shared-memory descriptors, Dqk 64 = 4 k-steps; O += PV as 8 m64n64k16
 // with A from registers, block_n 128 = 8 k-steps; each group fenced
 // before, committed and waited with the accumulators tied through the
-// wait) and a producer warpgroup that fills the two stages. The launch
+// wait) and a producer warpgroup that fills three stages (what 227 KB
+// hold at D=64). The launch
 // gives every thread 168 registers; the producer lowers its budget to 48
 // and the consumers raise theirs to 232 (setmaxnreg). Per stage a `full`
 // mbarrier (one arrival) and an `empty` one (a consumer warp's arrival
@@ -21,8 +22,14 @@
 // async proxy and published by their own barrier, id 1), and release the
 // stage (a lane per warp arrives on `empty`, then the warp reconverges):
 // no CTA-wide barrier in their loop. The two consumer warpgroups take
-// turns issuing their product groups (ping-pong on barriers 3 and 4). The shared memory's base is aligned
-// to 1024 bytes for the 128-byte swizzle.
+// turns issuing their product groups (ping-pong on barriers 3 and 4).
+// The loop is overlapped: the first visited tile's S is waited for alone;
+// then per tile S = QK^T and the previous tile's O += PV are issued in one
+// turn as two groups, the softmax runs after a wait that leaves the PV in
+// flight (wait_group 1), and O's rescale waits for it (wait_group 0) and
+// releases the previous tile's stage; the last tile's PV follows the loop.
+// The shared memory's base is aligned to 1024 bytes for the 128-byte
+// swizzle.
 
 module {
   attn.variant @alibi(slope: f32[H])
@@ -43,7 +50,7 @@ module {
     attn.accumulate @slope[%h], %2 : f32
     attn.yield %dy : f32
   }
-  flash.kernel @attnc_alibi_bf16_d64v64_m128n128w12s2 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 12 : i64} {
+  flash.kernel @attnc_alibi_bf16_d64v64_m128n128w12s3 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 12 : i64} {
     %0 = flash.work_item
     %1 = flash.load_query "q" of %0
     %2 = flash.zero_acc "v"
@@ -121,9 +128,9 @@ module {
 
 // CHECK: module attributes {gpu.container_module}
 // CHECK-NOT: flash.kernel
-// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 384, 1, 1>, nvvm.maxnreg = 168 : i32}
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s3({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 384, 1, 1>, nvvm.maxnreg = 168 : i32}
 // CHECK: %[[RAW:.*]] = gpu.dynamic_shared_memory
-// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c81952]
+// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c114736]
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 8;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
@@ -161,17 +168,18 @@ module {
 // The second warpgroup hands the first its first turn.
 // CHECK: "bar.arrive $0, 256;", "r,~{memory}" %c3_i32
 // CHECK-NOT: gpu.barrier
-// CHECK: scf.while
+// The first visited tile (peeled): its stage waited for, a tail's rows
+// zeroed; S alone, in the warpgroup's turn, the turn passed once it is
+// issued.
+// CHECK: scf.if
 // CHECK-NOT: gpu.barrier
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK-NOT: gpu.barrier
-// CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<40960xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
+// CHECK: vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<57344xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
 // CHECK-NOT: gpu.barrier
 // CHECK: "fence.proxy.async.shared::cta;"
 // CHECK: nvvm.barrier id = %{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
-// Each product group in the warpgroup's turn, the turn passed once it is
-// issued.
 // CHECK: nvvm.barrier id = %[[MINE]] number_of_threads = %c256_i32
 // CHECK: "wgmma.fence.sync.aligned;"
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
@@ -180,17 +188,42 @@ module {
 // CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
 // CHECK: "wgmma.wait_group.sync.aligned 0;"
 // CHECK: llvm.nvvm.ex2.approx.ftz.f32
+// CHECK-NOT: wgmma.mma_async
+// CHECK: scf.yield
+// The loop: S and the previous tile's PV in one turn, two groups.
+// CHECK: scf.while
+// CHECK-NOT: gpu.barrier
+// CHECK: mbarrier.try_wait.parity.shared::cta.b64
+// CHECK-NOT: gpu.barrier
 // CHECK: nvvm.barrier id = %[[MINE]] number_of_threads = %c256_i32
 // CHECK: "wgmma.fence.sync.aligned;"
+// CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
+// CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK-NOT: wgmma.fence
 // CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
 // CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
-// CHECK: "wgmma.wait_group.sync.aligned 0;"
+// S waited for, PV left in flight through the softmax; O's rescale waits
+// for it with P's registers tied through (held until the wait), then the
+// previous tile's stage is released.
+// CHECK: "wgmma.wait_group.sync.aligned 1;"
+// CHECK: llvm.nvvm.ex2.approx.ftz.f32
+// CHECK: "wgmma.wait_group.sync.aligned 0;", "=f,{{.*}}=f,=r,{{.*}}=r,0,1,
 // CHECK-NOT: gpu.barrier
 // CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
 // CHECK: nvvm.bar.warp.sync
 // CHECK-NOT: gpu.barrier
+// CHECK: scf.yield
+// The last tile's PV, in its turn.
+// CHECK: nvvm.barrier id = %[[MINE]] number_of_threads = %c256_i32
+// CHECK: "wgmma.fence.sync.aligned;"
+// CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16
+// CHECK: "wgmma.commit_group.sync.aligned;"
+// CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
+// CHECK: "wgmma.wait_group.sync.aligned 0;"
+// CHECK: "mbarrier.arrive.shared::cta.b64 _, [$0];"
+// CHECK-NOT: gpu.barrier
 // After the loop the first warpgroup takes back the turn left over.
 // CHECK: nvvm.barrier id = %c3_i32{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
-// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s2_merge(
+// CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s3_merge(

@@ -320,6 +320,24 @@ def test_wgmma_operands_and_flop():
     assert m.mma_flop_per_instruction == round(flop / m.instructions, 1)
 
 
+def test_groups_left_in_flight():
+    # Without the overlap every wait drains; with it the softmax runs after
+    # a wait that leaves the newer group (the previous tile's P V) in flight.
+    g = Cfg(func(WGMMA_LOOP))
+    assert path_metrics(g, steady_state(g, TileWork(3, 1))).mma_in_flight == 0
+    overlapped = WGMMA_LOOP.replace("WARPGROUP.DEPBAR.LE gsb0, 0x0\n    FMNMX",
+                                    "WARPGROUP.DEPBAR.LE gsb0, 0x1\n    FMNMX")
+    g = Cfg(func(overlapped))
+    assert path_metrics(g, steady_state(g, TileWork(3, 1))).mma_in_flight == 1
+
+
+def test_baseline_gate_fails_a_lost_overlap():
+    base = {"kernels": {"a": dict(_rec("a", 500.0), mma_in_flight=1)}}
+    assert baseline.compare([dict(_rec("a", 500.0), mma_in_flight=1)], base)[0] == []
+    bad, _ = baseline.compare([dict(_rec("a", 500.0), mma_in_flight=0)], base)
+    assert len(bad) == 1 and "no longer overlap" in bad[0]
+
+
 def test_sm90a_has_no_borrowed_constant():
     cal = {"targets": {"sm_90": {"k": 2.0}}}
     g = Cfg(func(WGMMA_LOOP))

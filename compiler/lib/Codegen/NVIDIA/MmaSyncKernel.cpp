@@ -483,25 +483,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
       return op.emitOpError("the mma.sync forward form takes Q K^T only");
     Value kBase = regs[p.getKv()][0];
     if (L.wgmma) {
-      // S = Q K^T for the warpgroup's 64 rows: one m64n{BN}k16 per 16 of
-      // Dqk, both operands K-major from their atoms (32 bytes a k-step).
-      // The warpgroup's first row: 64 rows of 64 elements into each atom.
-      Value qRows = add(cIdx(L.qOffset), mul(divu(warp, 4), cIdx(64 * 64)));
-      SmallVector<Value> acc(NT * 4, e.zeroF), aDescs, bDescs;
-      Value qAt = byteAddress(qRows), kAt = byteAddress(kBase);
-      for (int64_t ks = 0; ks < KS; ++ks) {
-        int64_t atom = ks / 4, within = (ks % 4) * 32;
-        aDescs.push_back(wg.descriptor(qAt, atom * L.atomQ * 2 + within, 16, 1024));
-        bDescs.push_back(wg.descriptor(kAt, atom * L.atomK * 2 + within, 16, 1024));
-      }
-      awaitTurn();
-      wg.fence();
-      for (int64_t ks = 0; ks < KS; ++ks)
-        acc = wg.mma(acc, aDescs[ks], {}, bDescs[ks], NT * 4, elem_.isBF16(),
-                     /*transB=*/false, /*accumulate=*/ks > 0);
-      wg.commit();
-      passTurn();
-      regs[p] = wg.wait(0, acc);
+      regs[p] = wgmmaScores(kBase);
       return success();
     }
     // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
@@ -673,6 +655,13 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     return success();
   }
   if (auto s = dyn_cast<flash::ScaleAccOp>(op)) {
+    // The overlapped loop: the previous tile's P V completes here (its
+    // group is the only one left), and its stage is free.
+    if (pendingPv && s.getAcc() == pendingPv->accArg) {
+      regs[s.getAcc()] = wg.wait(0, pendingPv->acc, pendingPv->aRegs);
+      releaseStage(pendingPv->stage);
+      pendingPv.reset();
+    }
     const SmallVector<Value> &o = regs[s.getAcc()];
     const SmallVector<Value> &alpha = rowsOf(s.getScale());
     SmallVector<Value> out;
@@ -691,32 +680,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     const SmallVector<Value> &o = regs[a.getAcc()];
     Value vBase = add(regs[a.getWith()][0], cIdx(L.vOffset));
     if (L.wgmma) {
-      // O += P V: P's accumulator fragments as the register A operand (the
-      // mma.sync A layout, per warp), V MN-major from its atoms: 16 keys a
-      // k-step (2048 bytes), atoms along Dv `lbo` apart.
-      auto pack = [&](int64_t nt, int64_t c) {
-        return packF32Pair(P[nt * 4 + c], P[nt * 4 + c + 1]);
-      };
-      SmallVector<Value> acc(o.begin(), o.end());
-      // Every A register is packed and every descriptor formed before the
-      // one fence: registers written between it and a wgmma that reads
-      // them would make ptxas insert a warpgroup.arrive per k-step.
-      SmallVector<SmallVector<Value>> aRegs;
-      SmallVector<Value> bDescs;
-      Value vAt = byteAddress(vBase);
-      for (int64_t kk = 0; kk < KP; ++kk) {
-        aRegs.push_back({pack(2 * kk, 0), pack(2 * kk, 2), pack(2 * kk + 1, 0),
-                         pack(2 * kk + 1, 2)});
-        bDescs.push_back(wg.descriptor(vAt, kk * 16 * 128, L.atomV * 2, 1024));
-      }
-      awaitTurn();
-      wg.fence(); // P and O were written by the warps' own code
-      for (int64_t kk = 0; kk < KP; ++kk)
-        acc = wg.mma(acc, Value(), aRegs[kk], bDescs[kk], DT * 4,
-                     elem_.isBF16(), /*transB=*/true, /*accumulate=*/true);
-      wg.commit();
-      passTurn();
-      regs[a] = wg.wait(0, acc);
+      regs[a] = wgmmaPv(P, o, vBase);
       return success();
     }
     SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
@@ -814,6 +778,9 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 }
 
 LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
+  if (L.overlap)
+    if (auto plan = overlappable(loopOp))
+      return lowerOverlappedLoop(loopOp, plan->first, plan->second);
   Value c0 = cIdx(0);
   // Tile indices are i32 (fewer than 2^31 tiles): the loop's counter, its
   // bound and the next tile's search need no 64-bit arithmetic.
@@ -838,25 +805,12 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     if (qSigned)
       signQ();
   } else if (L.wgmma) {
-    // Q has landed for every consumer once they pass the barrier (signed
-    // where the scale is negative, after a barrier of its own: a thread
-    // flips elements others copied); wgmma reads it through the async
-    // proxy.
-    NVVM::CpAsyncWaitGroupOp::create(b_, 0);
-    if (qSigned) {
-      consumerBarrier();
-      signSharedQ();
-    }
-    wg.proxyFence();
-    consumerBarrier();
-    if (pingPong())
-      ifThen(arith::XOrIOp::create(b_, firstWarpgroup,
-                                   arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
-             [&] { tma.namedArrive(cI32(kTurnBarrier), TH); });
+    consumersStart();
   }
 
-  // The loop over visited tiles: (j, the stage's first element, j's class,
-  // [wgmma: the stages' mbarrier phase parities, a bit each,] the
+  // The loop over visited tiles: (j, the stage (mma.sync: its first
+  // element; wgmma: its index in the ring), j's class, [wgmma: the
+  // stages' mbarrier phase parities, a bit each,] the
   // iteration values' registers), j and the stage as i32 (one register
   // each across the loop).
   const size_t kLoopState = L.wgmma ? 4 : 3;
@@ -885,29 +839,11 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
           cls = after->getArgument(2);
     Value stageIdx, phases, next, nextClass, other;
     if (L.wgmma) {
-      // The producer's loads into this stage have landed: its `full`
-      // phase, by parity; then its rows past the sequence zeroed on the
-      // tail tile where TMA brought them (the consumers' writes, fenced
-      // for the async proxy and published by their barrier; cp.async
-      // zero-filled them).
-      stageIdx = arith::ExtUIOp::create(
-          b_, i32_, cmp(arith::CmpIPredicate::ne, stage, cI32(0)));
-      Value ph = after->getArgument(3);
-      tma.waitParity(fullBar(stageIdx),
-                     arith::AndIOp::create(
-                         b_, arith::ShRUIOp::create(b_, ph, stageIdx), cI32(1)));
-      // The tail: (j + 1) BN > kvLen (kvLen is live anyway; a full-tile
-      // count would be one more register across the loop).
-      Value end = idxOfU32(arith::MulIOp::create(b_, nextTile(j32), cI32(BN)));
-      ifThen(andI(useTma, cmp(arith::CmpIPredicate::ugt, end, it.kvLen)), [&] {
-        zeroTail(j32, stage);
-        wg.proxyFence();
-        consumerBarrier();
-      });
-      phases = arith::XOrIOp::create(b_, ph,
-                                     arith::ShLIOp::create(b_, cI32(1), stageIdx));
+      // (the stage as its index: the ring may have more than two)
+      stageIdx = stage;
+      phases = awaitStage(j32, stage, after->getArgument(3));
       std::tie(next, nextClass) = nextVisited(nextTile(j32), nKT32, inv);
-      other = arith::SubIOp::create(b_, cI32(L.stageElems), stage);
+      other = nextStage(stage);
     } else {
       // Tile j has arrived (its group is the only one pending) and every
       // warp is past the previous tile, whose stage the prefetch now
@@ -931,7 +867,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
                ? tileAt(it, idxOfU32(j32), inv,
                         cmp(arith::CmpIPredicate::ult, j32, fullTiles), cls)
                : tileAt(it, idxOfU32(j32), inv);
-    stageBase = idxOfU32(stage);
+    stageBase = L.wgmma ? stageAt(stage) : idxOfU32(stage);
     size_t at = kLoopState;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
       regs[arg] = SmallVector<Value>(after->getArguments().slice(at, n));
@@ -941,11 +877,8 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
       result = failure();
     // The wgmma form: the tile's products have completed (both wait for
     // their group), so the warp releases the stage to the producer.
-    if (L.wgmma) {
-      ifThen(cmp(arith::CmpIPredicate::eq, lane, cIdx(0)),
-             [&] { tma.arrive(emptyBar(stageIdx)); });
-      tma.syncWarp();
-    }
+    if (L.wgmma)
+      releaseStage(stageIdx);
     SmallVector<Value> out = {next, other, nextClass};
     if (L.wgmma)
       out.push_back(phases);

@@ -4,7 +4,8 @@
 // (TensorCoreLayout.h says which): its state and stages. The loop, copies,
 // softmax and epilogue are MmaSyncKernel.cpp's; the visited-tile search
 // TensorCoreTileSearch.cpp's; the warp-specialized form's producer
-// warpgroup WgmmaProducer.cpp's.
+// warpgroup WgmmaProducer.cpp's; its products and overlapped consumer loop
+// WgmmaTileLoop.cpp's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CODEGEN_NVIDIA_TENSORCOREKERNEL_H
@@ -213,6 +214,61 @@ private:
               .cls};
     })[0];
   }
+  /// The stage after stage index `s` (i32), round the ring.
+  Value nextStage(Value s) {
+    return select(cmp(arith::CmpIPredicate::eq, s, cI32(L.stages - 1)), cI32(0),
+                  arith::AddIOp::create(b_, s, cI32(1)));
+  }
+  /// Stage index `s`'s first element (index).
+  Value stageAt(Value s) {
+    return idxOfU32(arith::MulIOp::create(b_, s, cI32(L.stageElems)));
+  }
+  /// The consumers' start (wgmma): Q landed and visible to the async
+  /// proxy for every consumer, signed where the scale is negative; the
+  /// first turn handed over.
+  void consumersStart();
+  /// The consumers wait for stage `s`'s `full` phase (parity bit s of
+  /// `phases`) and zero tile j's rows past the sequence where TMA brought
+  /// them; the phases after it.
+  Value awaitStage(Value j32, Value s, Value phases);
+  /// A consumer warp is done with stage `s`: its `empty` arrival.
+  void releaseStage(Value s);
+  // ---- the wgmma form's products (WgmmaTileLoop.cpp) ----
+  /// S = Q K^T for the warpgroup's rows from the stage at element kBase, in
+  /// the warpgroup's turn; with a pending P V (the overlap) that one is
+  /// issued in the same turn as a second group and only S waited for.
+  SmallVector<Value> wgmmaScores(Value kBase);
+  /// O += P V from the stage at element vBase (the V rows), waited for.
+  SmallVector<Value> wgmmaPv(ArrayRef<Value> P, ArrayRef<Value> o, Value vBase);
+  /// P's registers as wgmma's A operand: per 16 keys four packed pairs
+  /// (i32), in order.
+  SmallVector<Value> pvOperands(ArrayRef<Value> P);
+  /// V's descriptors per 16 keys for the stage's V at element vBase.
+  SmallVector<Value> pvDescriptors(Value vBase);
+  /// Issues O += P V (A: pvOperands) on descriptors `descs`, unwaited.
+  SmallVector<Value> issuePv(ArrayRef<Value> aRegs, ArrayRef<Value> o,
+                             ArrayRef<Value> descs);
+  /// The overlapped loop (L.overlap): tile j's front (everything up to the
+  /// accumulate) with tile j-1's P V in flight; the accumulate of the
+  /// last tile after it. Null when the body is not in that form.
+  LogicalResult lowerOverlappedLoop(flash::ForTilesOp loop,
+                                    flash::AccumulateOp acc, unsigned accPos);
+  /// The body's accumulate and the position of its accumulator among the
+  /// loop's values when the loop can be overlapped: the accumulate is the
+  /// last op, its result only yielded, and the accumulator it adds to is
+  /// the loop's own, rescaled (flash.scale_acc) after the scores' product
+  /// and read by nothing else.
+  std::optional<std::pair<flash::AccumulateOp, unsigned>>
+  overlappable(flash::ForTilesOp loop);
+  /// The P V a tile's front issues with its S (the overlapped loop): the
+  /// accumulator (in flight once issued), P's packed registers (held until
+  /// the wait), the stage of V, and the loop's accumulator argument, whose
+  /// rescale waits for it and releases the stage.
+  struct PendingPv {
+    SmallVector<Value> acc, aRegs;
+    Value stage, accArg;
+  };
+  std::optional<PendingPv> pendingPv;
   /// j + 1 for an i32 tile index below nKT (no wrap).
   Value nextTile(Value j) {
     return arith::AddIOp::create(b_, j, cI32(1),

@@ -1,6 +1,7 @@
 //===- TensorCoreLayout.cpp - The tensor-core forward's threads and memory -===//
 #include "TensorCoreLayout.h"
 #include "TensorCoreForward.h"
+#include "attnc/Codegen/TileConfigTable.h"
 
 #include <algorithm>
 
@@ -20,8 +21,17 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
     L.atomK = L.atomV = s.blockN * 64;
     L.vOffset = s.blockN * s.headDim;
     L.stageElems = s.blockN * (s.headDim + s.vHeadDim);
-    L.qOffset = L.stages * L.stageElems;
-    L.totalElems = L.qOffset + s.blockM * s.headDim;
+    // Three stages where sm_90a's shared memory holds them: a stage is
+    // released only once the next tile's products are issued (the
+    // overlap), so the producer needs a third to run a tile ahead.
+    for (int64_t stages : {3, 2}) {
+      L.stages = stages;
+      L.qOffset = L.stages * L.stageElems;
+      L.totalElems = L.qOffset + s.blockM * s.headDim;
+      if (L.sharedBytes() <= gpuSharedOptIn("sm_90a"))
+        break;
+    }
+    L.overlap = L.stages >= 3;
     return L;
   }
   L.warps = s.warps > 0 ? s.warps : std::clamp<int64_t>(s.blockM / 16, 1, 8);

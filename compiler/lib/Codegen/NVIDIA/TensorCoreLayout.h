@@ -35,6 +35,12 @@ struct TensorCoreLayout {
   /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
   /// in shared memory (wgmma reads it there), 1 KB to align the base.
   bool wgmma = false;
+  /// The sm_90a form with three stages: a warpgroup issues tile j's S =
+  /// Q K^T and tile j-1's O += P V together and computes j's softmax while
+  /// the latter runs (wgmma.wait_group 1; FlashAttention-3's intra-
+  /// warpgroup overlap). With two stages (Dqk + Dv > 256: what fits) the
+  /// products of a tile are waited for one after the other.
+  bool overlap = false;
   int64_t atomQ = 0, atomK = 0, atomV = 0;
   int64_t vOffset = 0; // V's rows after K's, within a stage (elements)
   /// Q fragments loaded once per work item and held in registers; else

@@ -100,16 +100,34 @@ SmallVector<Value> WgmmaEmitter::mma(ArrayRef<Value> acc, Value aDesc,
   return asmF32(text, cons, operands, n);
 }
 
-SmallVector<Value> WgmmaEmitter::wait(int64_t pending, ArrayRef<Value> acc) {
-  const int64_t n = static_cast<int64_t>(acc.size());
+SmallVector<Value> WgmmaEmitter::wait(int64_t pending, ArrayRef<Value> acc,
+                                      ArrayRef<Value> held) {
+  const size_t n = acc.size(), all = n + held.size();
   std::string cons;
-  for (int64_t i = 0; i < n; ++i)
-    cons += (i ? ",=f" : "=f");
-  for (int64_t i = 0; i < n; ++i)
+  SmallVector<Type> types;
+  SmallVector<Value> operands(acc.begin(), acc.end());
+  for (size_t i = 0; i < all; ++i) {
+    cons += std::string(i ? "," : "") + (i < n ? "=f" : "=r");
+    types.push_back(i < n ? Type(b_.getF32Type()) : Type(b_.getI32Type()));
+  }
+  for (Value h : held)
+    operands.push_back(h.getType() == b_.getI32Type()
+                           ? h
+                           : Value(LLVM::BitcastOp::create(b_, b_.getI32Type(), h)));
+  for (size_t i = 0; i < all; ++i)
     cons += "," + std::to_string(i);
   cons += ",~{memory}";
-  return asmF32("wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";",
-                cons, acc, n);
+  LLVM::InlineAsmOp op =
+      inlinePtx(b_, types, operands,
+                "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";",
+                cons);
+  SmallVector<Value> out;
+  if (all == 1 && n == 1)
+    out.push_back(op.getResult(0));
+  else if (all > 1)
+    for (size_t i = 0; i < n; ++i)
+      out.push_back(LLVM::ExtractValueOp::create(b_, op.getResult(0), i));
+  return out;
 }
 
 } // namespace attnc::codegen

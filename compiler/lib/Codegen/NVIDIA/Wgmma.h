@@ -53,9 +53,13 @@ public:
                                      mlir::Value bDesc, int64_t n, bool bf16,
                                      bool transB, bool accumulate);
   /// wgmma.wait_group `pending`, with `acc` tied through it: the values
-  /// after the wait.
+  /// after the wait. `held` (i32: a register A operand of a wgmma the
+  /// wait retires) is tied through it too, so that its registers stay
+  /// untouched until then (reusing them earlier is undefined behaviour);
+  /// their values after it are not needed.
   llvm::SmallVector<mlir::Value> wait(int64_t pending,
-                                      llvm::ArrayRef<mlir::Value> acc);
+                                      llvm::ArrayRef<mlir::Value> acc,
+                                      llvm::ArrayRef<mlir::Value> held = {});
 
 private:
   mlir::ImplicitLocOpBuilder &b_;

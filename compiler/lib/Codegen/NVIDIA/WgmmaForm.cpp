@@ -21,6 +21,7 @@
 #include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/TileConfigTable.h"
 #include "TensorCoreForward.h"
+#include "TensorCoreLayout.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
@@ -84,7 +85,8 @@ public:
            tensorCoreSharedBytes(s, true) <= gpuSharedOptIn(target.str());
   }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
-    return rt::TileConfig{s.blockM, s.blockN, launchWarps(s), 2};
+    return rt::TileConfig{s.blockM, s.blockN, launchWarps(s),
+                          tensorCoreLayout(s, true).stages};
   }
   std::vector<KernelEntry> entries(const rt::KernelSpec &s,
                                    attn::VariantOp) const override {

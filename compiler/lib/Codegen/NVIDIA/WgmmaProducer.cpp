@@ -91,7 +91,7 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
   Value next = nextVisited(nextTile(j32), nKT32, inv).first;
   scf::YieldOp::create(
       b_, ValueRange{next,
-                     arith::SubIOp::create(b_, cI32(1), s),
+                     nextStage(s),
                      arith::XOrIOp::create(b_, ph, arith::ShLIOp::create(
                                                        b_, cI32(1), s))});
 }
