@@ -778,7 +778,7 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 }
 
 LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
-  if (L.overlap)
+  if (L.overlap && overlapFits())
     if (auto plan = overlappable(loopOp))
       return lowerOverlappedLoop(loopOp, plan->first, plan->second);
   Value c0 = cIdx(0);

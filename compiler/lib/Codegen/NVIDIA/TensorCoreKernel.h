@@ -253,6 +253,15 @@ private:
   /// last tile after it. Null when the body is not in that form.
   LogicalResult lowerOverlappedLoop(flash::ForTilesOp loop,
                                     flash::AccumulateOp acc, unsigned accPos);
+  /// Whether the overlap's registers fit beside the score_mod's: the
+  /// overlap holds O (Dv / 2 f32 per thread) and P (block_n / 4 packed) in
+  /// flight beside S (block_n / 2); a score_mod that gathers at an index
+  /// that depends on the key adds loads and their values per element. The
+  /// static model measured those (synaptic, relative_bias) at Dv = 128
+  /// spilling 12-48 local-memory instructions per tile with the overlap
+  /// and none without: they keep the three stages, their products waited
+  /// for one after the other.
+  bool overlapFits();
   /// The body's accumulate and the position of its accumulator among the
   /// loop's values when the loop can be overlapped: the accumulate is the
   /// last op, its result only yielded, and the accumulator it adds to is

@@ -7,15 +7,14 @@
 // warpgroup: each consumer warpgroup issues S = Q K^T for its 64 rows as
 // one m64n{block_n}k16 per 16 of Dqk from shared-memory descriptors (Q
 // stays in shared memory), and O += P V with P from registers; the
-// producer fills two stages of K and V in 128-byte swizzled atoms by TMA
-// (Tma.h), or by cp.async where the call's tensor maps cannot serve,
-// behind a `full` and an `empty` mbarrier per stage, and gives the
-// consumers its registers (setmaxnreg); the two consumer warpgroups take
-// turns issuing their products (ping-pong).
-//
-// Issue #30's steps (a) and (b), without the overlap of one tile's softmax
-// with the next tile's QK^T within a warpgroup yet. Other shapes take the
-// mma.sync form on sm_90a.
+// producer fills three stages of K and V (two where Dqk + Dv > 256) in
+// 128-byte swizzled atoms by TMA (Tma.h), or by cp.async where the call's
+// tensor maps cannot serve, behind a `full` and an `empty` mbarrier per
+// stage, and gives the consumers its registers (setmaxnreg); the two
+// consumer warpgroups take turns issuing their products (ping-pong), and a
+// consumer warpgroup computes a tile's softmax while the previous tile's
+// P V runs (WgmmaTileLoop.cpp) where three stages fit. Issue #30's steps
+// (a) and (b). Other shapes take the mma.sync form on sm_90a.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/KernelForm.h"

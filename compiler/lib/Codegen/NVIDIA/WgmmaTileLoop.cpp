@@ -150,6 +150,19 @@ SmallVector<Value> TensorCoreKernel::wgmmaPv(ArrayRef<Value> P,
   return wg.wait(0, acc, aRegs);
 }
 
+bool TensorCoreKernel::overlapFits() {
+  if (DV <= 64)
+    return true;
+  Block &score = v_.getScoreBlock();
+  // (score and kv: what varies per element of a row)
+  llvm::DenseSet<Value> keyInvariant = uniformValues(score, {0, 4});
+  bool byKey = false;
+  score.walk([&](attn::GatherOp g) {
+    byKey |= !keyInvariant.contains(g.getResult());
+  });
+  return !byKey;
+}
+
 std::optional<std::pair<flash::AccumulateOp, unsigned>>
 TensorCoreKernel::overlappable(flash::ForTilesOp loop) {
   Block &body = loop.getBody().front();
