@@ -11,6 +11,13 @@
 //           odd polynomial of degree 9 below (where the form above cancels):
 //           one ex2 and one rcp, ~2 ulp (fitted and measured in f32 with
 //           correctly rounded ex2 and rcp; the hardware adds its 2 ulp).
+// x / y   = div.full.f32: a reciprocal on the unit and a multiply, with
+//           the operands scaled where |y| is outside [2^-126, 2^126];
+//           within 2 ulp over the full range (Triton's `/`, nvcc's
+//           -prec-div=false) where IEEE's div.rn costs ~12 instructions
+//           and a slow-path branch per division. A divisor the same for
+//           many divisions (softcap's cap) has its reciprocal computed
+//           once by ptxas.
 //
 //===----------------------------------------------------------------------===//
 #include "SpecialFunctions.h"
@@ -96,10 +103,19 @@ struct SpecialFunction : RewritePattern {
       : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/2, ctx) {}
   LogicalResult matchAndRewrite(Operation *op,
                                 PatternRewriter &rewriter) const override {
-    if (!isa<math::ExpOp, math::LogOp, math::TanhOp>(op) ||
+    if (!isa<math::ExpOp, math::LogOp, math::TanhOp, arith::DivFOp>(op) ||
         !op->getResult(0).getType().isF32())
       return failure();
     Emit e{rewriter, op->getLoc()};
+    if (isa<arith::DivFOp>(op)) {
+      rewriter.replaceOp(
+          op, LLVM::CallIntrinsicOp::create(
+                  rewriter, op->getLoc(), rewriter.getF32Type(),
+                  rewriter.getStringAttr("llvm.nvvm.div.full"),
+                  ValueRange{op->getOperand(0), op->getOperand(1)})
+                  .getResult(0));
+      return success();
+    }
     Value x = op->getOperand(0);
     Value r;
     if (isa<math::ExpOp>(op))
