@@ -22,8 +22,10 @@
 // accumulator fragments in the scores' own units: ex2.approx.ftz of
 // (score - row max) times log2(e) (or |scale| log2(e)).
 //
-// The builder's class is TensorCoreKernel.h's; the visited-tile search is
-// TensorCoreTileSearch.cpp's, the wgmma form's producer WgmmaProducer.cpp's.
+// The builder's class is TensorCoreKernel.h's; the algorithm's ops on a
+// tile's registers TensorCoreOps.cpp's; the visited-tile search
+// TensorCoreTileSearch.cpp's; the wgmma form's producer WgmmaProducer.cpp's
+// and its products and overlapped loop WgmmaTileLoop.cpp's.
 //
 //===----------------------------------------------------------------------===//
 #include "TensorCoreKernel.h"
@@ -359,75 +361,6 @@ void TensorCoreKernel::loadTile(Value j, Value base, Value thread,
   }
 }
 
-std::optional<Value>
-TensorCoreKernel::exp2OfDifferenceFactor(flash::ScoresMapOp m) {
-  Block &body = m.getBody().front();
-  if (m.getScores().size() != 1 || m.getRows().size() < 1)
-    return std::nullopt;
-  // Only where the factor is the rows' c (the scale in the exponents: no
-  // score_mod), not log2 e: kernels with a score_mod are at the register
-  // file's limit, and the two forms of the loop made synaptic spill in it.
-  auto it = body.begin();
-  if (std::distance(it, body.end()) != 4)
-    return std::nullopt;
-  auto sub = dyn_cast<arith::SubFOp>(*it++);
-  auto mul = dyn_cast<arith::MulFOp>(*it++);
-  auto exp = dyn_cast<math::Exp2Op>(*it++);
-  auto yield = dyn_cast<flash::YieldOp>(*it);
-  if (!sub || !mul || !exp || !yield || sub.getLhs() != body.getArgument(0) ||
-      sub.getRhs() != body.getArgument(1) || mul.getLhs() != sub ||
-      exp.getOperand() != mul || yield.getValues().size() != 1 ||
-      yield.getValues()[0] != exp)
-    return std::nullopt;
-  auto arg = dyn_cast<BlockArgument>(mul.getRhs());
-  if (!arg || arg.getOwner() != &body || arg.getArgNumber() < 2)
-    return std::nullopt;
-  return Value(m.getRows()[arg.getArgNumber() - 1]);
-}
-
-SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
-                                                   Value factor) {
-  const int64_t R = 2 * MT;
-  const SmallVector<Value> &s = regs[m.getScores()[0]];
-  const SmallVector<Value> &rowsM = regs[m.getRows()[0]];
-  const SmallVector<Value> &c = regs[factor];
-  SmallVector<Value> mc(R);
-  Value small = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
-  for (int64_t r = 0; r < R; ++r) {
-    mc[r] = arith::MulFOp::create(b_, rowsM[r], c[r]);
-    small = andI(small, arith::CmpFOp::create(
-                            b_, arith::CmpFPredicate::OLT,
-                            math::AbsFOp::create(b_, mc[r]), cF32(1024.0f)));
-  }
-  // One branch for the warp (a vote), so that it never diverges.
-  Value everyRow = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
-                                            NVVM::VoteSyncKind::all);
-  auto element = [&](bool fused) {
-    SmallVector<Value> out;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t e = 0; e < 4; ++e) {
-          int64_t r = mt * 2 + (e >> 1), at = (mt * NT + nt) * 4 + e;
-          Value x = fused ? Value(math::FmaOp::create(
-                                b_, s[at], c[r], arith::NegFOp::create(b_, mc[r])))
-                          : Value(arith::MulFOp::create(
-                                b_, arith::SubFOp::create(b_, s[at], rowsM[r]),
-                                c[r]));
-          out.push_back(ex2(x));
-        }
-    return out;
-  };
-  return ifElseYield(everyRow, SmallVector<Type>(s.size(), f32_),
-                     [&] { return element(true); },
-                     [&] { return element(false); });
-}
-
-Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
-  return emitMapBody(body, args, [&](Operation &op, ArrayRef<Value> x) {
-    return isa<math::Exp2Op>(op) ? ex2(x[0]) : Value();
-  });
-}
-
 LogicalResult TensorCoreKernel::lowerOps(Block::iterator from,
                                          Block::iterator to) {
   for (Block::iterator i = from; i != to; ++i)
@@ -438,7 +371,6 @@ LogicalResult TensorCoreKernel::lowerOps(Block::iterator from,
 
 LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
   const int64_t R = 2 * MT;
-  auto rowsOf = [&](Value v) -> const SmallVector<Value> & { return regs[v]; };
   if (isa<flash::WorkItemOp>(op))
     return success(); // one block per item: decoded at the entry
   if (auto l = dyn_cast<flash::LoadQueryOp>(op)) {
@@ -478,246 +410,10 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     regs[l] = {stageBase}; // the loop staged it
     return success();
   }
-  if (auto p = dyn_cast<flash::ProductOp>(op)) {
-    if (p.getWith() != "k")
-      return op.emitOpError("the mma.sync forward form takes Q K^T only");
-    Value kBase = regs[p.getKv()][0];
-    if (L.wgmma) {
-      regs[p] = wgmmaScores(kBase);
-      return success();
-    }
-    // S = Q K^T: each K fragment (K rows are B's columns, ldmatrix without
-    // .trans) feeds every m-tile of the warp.
-    SmallVector<SmallVector<Frag>> S(MT, SmallVector<Frag>(NT, Frag(4, e.zeroF)));
-    for (int64_t ks = 0; ks < KS; ++ks) {
-      SmallVector<Frag> a;
-      for (int64_t mt = 0; mt < MT; ++mt)
-        a.push_back(L.qInRegisters ? qf[mt][ks] : qFragment(mt, ks));
-      for (int64_t nt2 = 0; nt2 < NT / 2; ++nt2) {
-        Value key = add(mul(divu(mat, 2), cIdx(8)), r8);
-        Frag fr = ldmatrix(sharedPlace(kBase, L.ldK, L.swizzleK, D / 8, key,
-                                       remu(mat, 2), 16 * nt2, 2 * ks),
-                           false);
-        for (int64_t mt = 0; mt < MT; ++mt)
-          for (int64_t h = 0; h < 2; ++h)
-            S[mt][2 * nt2 + h] =
-                mma(a[mt], {fr[2 * h], fr[2 * h + 1]}, S[mt][2 * nt2 + h]);
-      }
-    }
-    SmallVector<Value> flat;
-    for (auto &m : S)
-      for (auto &f : m)
-        flat.append(f.begin(), f.end());
-    regs[p] = flat;
-    return success();
-  }
-  if (auto a = dyn_cast<flash::ApplyModsOp>(op)) {
-    const SmallVector<Value> &S = regs[a.getScores()];
-    // score_mod(S x scale) on every element; mask_mod on partial tiles and
-    // tails only.
-    SmallVector<Value> kvpos(NT * 2);
-    for (int64_t nt = 0; nt < NT; ++nt)
-      for (int64_t c = 0; c < 2; ++c)
-        kvpos[nt * 2 + c] =
-            keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c)));
-    SmallVector<Value> sv;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t c = 0; c < 4; ++c) {
-          int64_t r = mt * 2 + (c >> 1);
-          Value x = S[(mt * NT + nt) * 4 + c];
-          sv.push_back(a.getUnscaled()
-                           ? x
-                           : scaledScore(x, e.scale, it.bI32, rows[r].hI32,
-                                         rows[r].qpos, kvpos[nt * 2 + (c & 1)],
-                                         &scoreRow[r]));
-        }
-    regs[a] = ifYield(
-        arith::XOrIOp::create(b_, tile.skipMask,
-                              arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
-        sv, [&] {
-          SmallVector<Value> out;
-          for (int64_t mt = 0; mt < MT; ++mt)
-            for (int64_t nt = 0; nt < NT; ++nt)
-              for (int64_t c = 0; c < 4; ++c) {
-                int64_t r = mt * 2 + (c >> 1);
-                Value col = add(mul(tig, cIdx(2)), cIdx(8 * nt + (c & 1)));
-                Value in = cmp(arith::CmpIPredicate::slt, col, tile.cols);
-                Value keep = keptByMask(in, it.bI32, rows[r].hI32, rows[r].qpos,
-                                        kvpos[nt * 2 + (c & 1)], &maskRow[r]);
-                out.push_back(select(keep, sv[(mt * NT + nt) * 4 + c], e.ninf));
-              }
-          return out;
-        });
-    return success();
-  }
-  if (auto d = dyn_cast<flash::DropoutOp>(op)) {
-    // A thread's two neighbouring keys 8 nt + 2 tig + {0, 1} (kv0 is a
-    // multiple of 16, the first key's position one of 4: resolveProblem)
-    // share one Philox block per row.
-    const SmallVector<Value> &x = regs[d.getScores()];
-    SmallVector<Value> out(x.size());
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t half = 0; half < 2; ++half) {
-          int64_t r = mt * 2 + half;
-          Value kv = keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt)));
-          std::array<Value, 4> block =
-              philoxBlock(e, it.bI32, rows[r].hI32, rows[r].qpos, kv);
-          for (int64_t c = 0; c < 2; ++c) {
-            Value k = c ? Value(arith::AddIOp::create(b_, kv, cI32(1))) : kv;
-            int64_t at = (mt * NT + nt) * 4 + 2 * half + c;
-            out[at] = arith::MulFOp::create(b_, x[at],
-                                            dropoutFactorOf(e, block, k));
-          }
-        }
-    regs[d] = out;
-    return success();
-  }
-  if (auto m = dyn_cast<flash::RowMaxOp>(op)) {
-    // A row's maximum over its 4 lanes (xor 1, 2).
-    const SmallVector<Value> &y = regs[m.getScores()];
-    SmallVector<Value> out(R);
-    for (int64_t r = 0; r < R; ++r) {
-      int64_t mt = r / 2, half = r % 2;
-      Value mx = e.ninf;
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t c = 2 * half; c < 2 * half + 2; ++c)
-          mx = arith::MaximumFOp::create(b_, mx, y[(mt * NT + nt) * 4 + c]);
-      mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
-      out[r] = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
-    }
-    regs[m] = out;
-    return success();
-  }
-  if (auto s = dyn_cast<flash::RowSumOp>(op)) {
-    // This lane's part of each row (flash.complete adds the lanes).
-    const SmallVector<Value> &p = regs[s.getScores()];
-    SmallVector<Value> out(R, e.zeroF);
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t c = 0; c < 4; ++c) {
-          int64_t r = mt * 2 + (c >> 1);
-          out[r] = arith::AddFOp::create(b_, out[r], p[(mt * NT + nt) * 4 + c]);
-        }
-    regs[s] = out;
-    return success();
-  }
-  if (auto m = dyn_cast<flash::RowsMapOp>(op)) {
-    SmallVector<Value> out(R);
-    for (int64_t r = 0; r < R; ++r) {
-      SmallVector<Value> args;
-      for (Value in : m.getInputs())
-        args.push_back(rowsOf(in)[r]);
-      out[r] = mapBody(m.getBody().front(), args);
-    }
-    regs[m] = out;
-    return success();
-  }
-  if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
-    if (std::optional<Value> factor = exp2OfDifferenceFactor(m)) {
-      regs[m] = probabilities(m, *factor);
-      return success();
-    }
-    SmallVector<Value> out;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t c = 0; c < 4; ++c) {
-          int64_t r = mt * 2 + (c >> 1), at = (mt * NT + nt) * 4 + c;
-          SmallVector<Value> args;
-          for (Value t : m.getScores())
-            args.push_back(regs[t][at]);
-          for (Value in : m.getRows())
-            args.push_back(rowsOf(in)[r]);
-          out.push_back(mapBody(m.getBody().front(), args));
-        }
-    regs[m] = out;
-    return success();
-  }
-  if (auto s = dyn_cast<flash::RescaleSumOp>(op)) {
-    SmallVector<Value> out(R);
-    for (int64_t r = 0; r < R; ++r)
-      out[r] = arith::AddFOp::create(
-          b_, arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
-                                    rowsOf(s.getScale())[r]),
-          rowsOf(s.getAdd())[r]);
-    regs[s] = out;
-    return success();
-  }
-  if (auto c = dyn_cast<flash::CompleteOp>(op)) {
-    SmallVector<Value> out(R);
-    for (int64_t r = 0; r < R; ++r) {
-      Value l = rowsOf(c.getSums())[r];
-      l = arith::AddFOp::create(b_, l, shfl(l, 1));
-      out[r] = arith::AddFOp::create(b_, l, shfl(l, 2));
-    }
-    regs[c] = out;
-    return success();
-  }
-  if (auto s = dyn_cast<flash::ScaleAccOp>(op)) {
-    // The overlapped loop: the previous tile's P V completes here (its
-    // group is the only one left), and its stage is free.
-    if (pendingPv && s.getAcc() == pendingPv->accArg) {
-      regs[s.getAcc()] = wg.wait(0, pendingPv->acc, pendingPv->aRegs);
-      releaseStage(pendingPv->stage);
-      pendingPv.reset();
-    }
-    const SmallVector<Value> &o = regs[s.getAcc()];
-    const SmallVector<Value> &alpha = rowsOf(s.getScale());
-    SmallVector<Value> out;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t dt = 0; dt < DT; ++dt)
-        for (int64_t c = 0; c < 4; ++c)
-          out.push_back(arith::MulFOp::create(b_, o[(mt * DT + dt) * 4 + c],
-                                              alpha[mt * 2 + (c >> 1)]));
-    regs[s] = out;
-    return success();
-  }
-  if (auto a = dyn_cast<flash::AccumulateOp>(op)) {
-    if (a.getKind() != "pv")
-      return op.emitOpError("the mma.sync forward form lowers pv only");
-    const SmallVector<Value> &P = regs[a.getScores()];
-    const SmallVector<Value> &o = regs[a.getAcc()];
-    Value vBase = add(regs[a.getWith()][0], cIdx(L.vOffset));
-    if (L.wgmma) {
-      regs[a] = wgmmaPv(P, o, vBase);
-      return success();
-    }
-    SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t dt = 0; dt < DT; ++dt)
-        for (int64_t c = 0; c < 4; ++c)
-          O[mt][dt].push_back(o[(mt * DT + dt) * 4 + c]);
-    // O += P V: P's accumulator fragments are the A fragments of the second
-    // MMA (converted in registers); each V fragment (ldmatrix.trans) feeds
-    // every m-tile.
-    auto packP = [&](int64_t mt, int64_t nt, int64_t c) {
-      int64_t at = (mt * NT + nt) * 4 + c;
-      return packF32Pair(P[at], P[at + 1]);
-    };
-    for (int64_t kk = 0; kk < KP; ++kk) {
-      SmallVector<Frag> fa;
-      for (int64_t mt = 0; mt < MT; ++mt)
-        fa.push_back({packP(mt, 2 * kk, 0), packP(mt, 2 * kk, 2),
-                      packP(mt, 2 * kk + 1, 0), packP(mt, 2 * kk + 1, 2)});
-      for (int64_t dt2 = 0; dt2 < DT / 2; ++dt2) {
-        Value key = add(mul(remu(mat, 2), cIdx(8)), r8);
-        Frag fr = ldmatrix(sharedPlace(vBase, L.ldV, L.swizzleV, DV / 8, key,
-                                       divu(mat, 2), 16 * kk, 2 * dt2),
-                           true);
-        for (int64_t mt = 0; mt < MT; ++mt)
-          for (int64_t h = 0; h < 2; ++h)
-            O[mt][2 * dt2 + h] =
-                mma(fa[mt], {fr[2 * h], fr[2 * h + 1]}, O[mt][2 * dt2 + h]);
-      }
-    }
-    SmallVector<Value> out;
-    for (auto &m : O)
-      for (auto &f : m)
-        out.append(f.begin(), f.end());
-    regs[a] = out;
-    return success();
-  }
+  if (std::optional<LogicalResult> r = lowerTileOp(op))
+    return *r;
+  if (std::optional<LogicalResult> r = lowerRowOp(op))
+    return *r;
   if (auto st = dyn_cast<flash::StoreOutputOp>(op)) {
     storeOutput(st);
     return success();

@@ -287,6 +287,11 @@ private:
   /// The flash ops of a kernel body, in order.
   LogicalResult lowerOps(Block::iterator from, Block::iterator to);
   LogicalResult lowerOp(Operation &op);
+  /// lowerOp's ops on a tile's registers and on per-row values; nothing
+  /// for other ops.
+  std::optional<LogicalResult> lowerTileOp(Operation &op);
+  std::optional<LogicalResult> lowerProductOp(Operation &op);
+  std::optional<LogicalResult> lowerRowOp(Operation &op);
   /// The pipelined loop over visited tiles (flash.for_tiles).
   LogicalResult lowerTileLoop(flash::ForTilesOp loop);
   /// The probabilities' map, exp2((s - m) c) with a score s and the rows' m
