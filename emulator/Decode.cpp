@@ -469,6 +469,7 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
       k->maxThreads = sk.maxntid[0] * sk.maxntid[1] * sk.maxntid[2];
     if (sk.reqntid[0])
       k->maxThreads = sk.reqntid[0] * sk.reqntid[1] * sk.reqntid[2];
+    k->maxnreg = sk.maxnreg;
     Decoder d(*k, sm.target, sm.archSpecific);
     if (!d.declare(sk, sm.vars, err)) {
       log = "emucuda: " + err;
@@ -526,6 +527,16 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
     ret.line = sk.line;
     k->code.push_back(ret);
     k->text.push_back("(end of " + sk.name + ")");
+    // setmaxnreg moves registers between warpgroups from the launch's
+    // count, which the kernel must fix (PTX ISA: setmaxnreg needs .maxnreg).
+    if (k->setsMaxNReg) {
+      if (!k->maxnreg) {
+        log = "emucuda: line " + std::to_string(sk.line) + ": kernel '" + sk.name +
+              "' uses setmaxnreg without .maxnreg (the launch's register count)";
+        return 218;
+      }
+      k->launchRegisters = k->maxnreg;
+    }
     m->kernels.push_back(std::move(k));
   }
   out = std::move(m);

@@ -35,6 +35,8 @@ public:
   int target() const { return target_; }
   /// sm_90a: wgmma and setmaxnreg need it.
   bool archSpecific() const { return archSpecific_; }
+  /// The kernel trades registers between warpgroups (setmaxnreg).
+  void noteSetMaxNReg() { k_.setsMaxNReg = true; }
 
   /// A value operand of type `t`: a register, an immediate (a constant
   /// slot holding its bits as `t`), a special register, a symbol (its

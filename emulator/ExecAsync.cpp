@@ -20,10 +20,12 @@
 // bytes, a TMA load into bytes that another is still filling or that a
 // wgmma in flight reads, a read of bytes a TMA load has not delivered, a
 // tensor-map operand that holds no tensor map, a CTA that exits with a TMA
-// load in flight, and setmaxnreg outside 24..256 or in the wrong
-// direction. setmaxnreg.inc waits (as on a device) until the warpgroups'
-// counts leave it room in the 64K-register file; if they never do, that
-// is a deadlock.
+// load in flight, and setmaxnreg outside 24..256, in the wrong direction
+// or in a kernel without .maxnreg (its launch count, where every
+// warpgroup starts; a block that needs more than the 64K-register file
+// does not launch). setmaxnreg.inc waits (as on a device) until the
+// warpgroups' counts leave it room in the register file; if they never
+// do, that is a deadlock.
 //
 //===----------------------------------------------------------------------===//
 #include "Decode.h"
@@ -422,9 +424,9 @@ void setMaxNReg(Cta &c, Warp &w0, const Instr &in, uint32_t) {
 bool warpgroupReady(const Cta &c, const Instr &in, size_t group) {
   if (in.fn != setMaxNReg || !in.aux2)
     return true;
-  // setmaxnreg.inc waits until the register file has room: the counts the
-  // warpgroups set (the emulator does not know the launch's own count, so
-  // a warpgroup that set none counts nothing).
+  // setmaxnreg.inc waits until the register file has room: every
+  // warpgroup counts the registers it set, or the launch's (.maxnreg,
+  // which a kernel with setmaxnreg must state) until it sets some.
   uint64_t total = 0;
   for (size_t g = 0; g < c.maxnreg.size(); ++g)
     total += uint64_t(g == group ? in.aux : c.maxnreg[g]) * 128;
@@ -622,6 +624,7 @@ bool bindAsync(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
     in.aux = uint32_t(n);
     in.aux2 = inc ? 1 : 0;
     in.fn = setMaxNReg;
+    d.noteSetMaxNReg();
     return true;
   }
   return false;

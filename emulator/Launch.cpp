@@ -12,6 +12,7 @@ namespace attnc::emu {
 
 namespace {
 constexpr int kErrInvalidValue = 1;
+constexpr int kErrLaunchOutOfResources = 701;
 
 uint64_t envU64(const char *name, uint64_t dflt) {
   const char *v = std::getenv(name);
@@ -45,6 +46,16 @@ int checkLaunch(const Kernel &k, const LaunchShape &s, std::string &report) {
                        s.block[2] != uint32_t(k.reqntid[2]))) {
     report = "launch of " + k.name + " with a block other than its .reqntid";
     return kErrInvalidValue;
+  }
+  // A kernel whose register count the emulator knows (setmaxnreg's
+  // .maxnreg): a block needs that many per thread of every warp.
+  uint64_t warps = (threads + 31) / 32;
+  if (k.launchRegisters && warps * 32 * uint64_t(k.launchRegisters) > 65536) {
+    report = "launch of " + k.name + " with " + std::to_string(threads) +
+             " threads per block at " + std::to_string(k.launchRegisters) +
+             " registers each (.maxnreg): " + std::to_string(warps * 32 * k.launchRegisters) +
+             " registers, the register file holds 65536";
+    return kErrLaunchOutOfResources;
   }
   uint32_t dynLimit = k.maxDynamicShared ? k.maxDynamicShared
                                          : 48 * 1024 - std::min<uint32_t>(k.staticShared, 48 * 1024);

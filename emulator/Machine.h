@@ -163,7 +163,8 @@ struct Cta {
   size_t mmasInFlight = 0;
   // The async machinery (ExecAsync.cpp): mbarrier objects, TMA loads in
   // flight (oldest first), the 16 hardware barriers, and per warpgroup the
-  // register count setmaxnreg last set (0: never).
+  // register count: the launch's (.maxnreg) until setmaxnreg sets one (0:
+  // unknown, a kernel without setmaxnreg).
   std::vector<MBarrier> mbarriers;
   std::vector<PendingBulk> bulks;
   NamedBarrier barriers[16];

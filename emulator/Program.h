@@ -104,6 +104,13 @@ struct Kernel {
   uint32_t localBytes = 0;     // per thread
   int maxThreads = 1024;       // .maxntid / .reqntid product, else 1024
   int reqntid[3] = {0, 0, 0};
+  /// Registers per thread at launch: .maxnreg where the kernel trades
+  /// registers between warpgroups (setmaxnreg, which needs it: ptxas then
+  /// gives every thread exactly that many); 0 otherwise (ptxas's count,
+  /// which the emulator does not know).
+  int launchRegisters = 0;
+  bool setsMaxNReg = false; // the kernel has a setmaxnreg
+  int maxnreg = 0;          // .maxnreg, 0 when absent
   /// Set by cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES).
   uint32_t maxDynamicShared = 0;
 };

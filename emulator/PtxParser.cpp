@@ -414,6 +414,8 @@ private:
         int64_t v;
         if (!integer(v))
           return false;
+        if (tk.text == ".maxnreg")
+          k.maxnreg = static_cast<int>(v);
       } else if (tk.text == ".noreturn" || tk.text == ".explicitcluster") {
       } else if (tk.text == ".pragma") {
         next();

@@ -100,6 +100,7 @@ struct SynKernel {
   std::vector<SynParam> params;
   int maxntid[3] = {0, 0, 0};
   int reqntid[3] = {0, 0, 0};
+  int maxnreg = 0; // .maxnreg, 0 when absent
   std::vector<SynReg> regs;
   std::vector<SynVar> vars;
   std::vector<SynStmt> body;

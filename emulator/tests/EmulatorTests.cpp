@@ -545,6 +545,50 @@ TEST_CASE("launch checks: threads per block and dynamic shared memory", "[emucud
   CHECK(cuFuncSetAttribute(f, 8, 1 << 20) == 1); // beyond the device's opt-in limit
 }
 
+TEST_CASE("setmaxnreg trades from the launch's .maxnreg", "[emucuda]") {
+  Quiet q;
+  setenv("ATTNC_EMU_CC", "90", 1);
+  // 12 warps: warpgroups 0 and 1 raise their budget, warpgroup 2 (threads
+  // 256-383) lowers its own first or not at all; everyone then meets at
+  // the CTA's barrier.
+  auto ws = [](const std::string &directives, bool producerGivesBack) {
+    return std::string(".version 8.0\n.target sm_90a\n.address_size 64\n") +
+           ".visible .entry k()\n" + directives +
+           "{\n  .reg .b32 %r<4>;\n  .reg .pred %p<2>;\n"
+           "  mov.u32 %r1, %tid.x;\n"
+           "  setp.ge.u32 %p1, %r1, 256;\n"
+           "  @%p1 bra PRODUCER;\n"
+           "  setmaxnreg.inc.sync.aligned.u32 232;\n"
+           "  bra.uni DONE;\n"
+           "PRODUCER:\n" +
+           (producerGivesBack ? "  setmaxnreg.dec.sync.aligned.u32 48;\n" : "") +
+           "DONE:\n"
+           "  bar.sync 0;\n"
+           "  ret;\n}\n";
+  };
+  // 48 x 128 + 232 x 256 = 65536: room once the producer gave back.
+  Ptx fits(ws(".maxnreg 168\n", true));
+  REQUIRE(fits.status == 0);
+  CHECK(fits.run("k", 1, 384, {}) == 0);
+  // The producer keeps the launch's 168: the consumers' .inc never finds
+  // room (168 x 128 + 232 x 256 > 65536), a deadlock (a warpgroup that had
+  // set nothing used to count no registers, and this passed).
+  Ptx greedy(ws(".maxnreg 168\n", false));
+  REQUIRE(greedy.status == 0);
+  CHECK(greedy.run("k", 1, 384, {}) == 702);
+  CHECK_THAT(report(), Catch::Contains("deadlock") && Catch::Contains("setmaxnreg.inc"));
+  // setmaxnreg needs the launch's count (PTX ISA), and a block needs room
+  // for it: 384 threads x 256 registers is more than the register file.
+  Ptx none(ws("", true));
+  CHECK(none.status == 218);
+  CHECK_THAT(none.log, Catch::Contains("uses setmaxnreg without .maxnreg"));
+  Ptx big(ws(".maxnreg 256\n", true));
+  REQUIRE(big.status == 0);
+  CHECK(big.run("k", 1, 384, {}) == 701);
+  CHECK_THAT(report(), Catch::Contains("98304 registers, the register file holds 65536"));
+  unsetenv("ATTNC_EMU_CC");
+}
+
 TEST_CASE("f16 and bf16 conversions round to nearest even", "[emucuda]") {
   CHECK(floatToF16(1.0f) == 0x3c00);
   CHECK(floatToF16(65504.0f) == 0x7bff);
