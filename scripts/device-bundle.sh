@@ -17,7 +17,9 @@
 #   usage: scripts/device-bundle.sh [TARGET]        (default sm_90a: on an
 #   H100 or H200 the wgmma form where it applies, the mma.sync and SIMT
 #   forms elsewhere). packages-mma/ adds the same examples' mma.sync kernels
-#   (sm_90, bf16, D 64 and 128) for timing the two forms side by side. The
+#   (sm_90, bf16, D 64 and 128) for timing the two forms side by side, and
+#   packages-s2/ four examples' sm_90a kernels with two stages (--stages 2:
+#   no softmax/PV overlap) beside the default three. The
 #   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1 and the large
 #   head dims only with BUNDLE_LARGE=1, which keeps the bundle and the
 #   working tree under 64 MiB together (the device tool's carry limit).
@@ -30,7 +32,8 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
   -DATTNC_PORTABLE=ON >/dev/null
 cmake --build "$src/build-device"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" "$out/large" \
+mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" \
+  "$out/packages-s2" "$out/large" \
   "$out/candidates" "$out/backward" "$out/key-offsets"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
@@ -45,6 +48,10 @@ for f in "$src"/examples/*.attn; do
       --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
   "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
     --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json"
+  case "$n" in full | causal | document_mask | softcap)
+    "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90a \
+      --dtypes=bf16 --head-dims=64,128 --stages 2 -o "$out/packages-s2/$n.json" ;;
+  esac
 done
 # The backward (forward kernels included: attnc-run --backward runs both),
 # with f32 D=64 key-offset kernels beside the others for the suite's

@@ -11,7 +11,9 @@
 #   B. timings, one at a time: bench/compare_torch.py (flex_attention
 #      compiled, SDPA, attnc: on an H100 the sm_90a wgmma form) on the gym
 #      at 8k for D 64 and 128, decode, and the backward; then the mma.sync
-#      form on the same shapes (packages-mma/);
+#      form on the same shapes (packages-mma/); first of all, the sm_90a
+#      form with three stages (the softmax overlapping the previous tile's
+#      P V, packages/) against two (--stages 2, packages-s2/), interleaved;
 #   C. ncu on the headline kernel (full, bf16, D=128, 8k): tensor-pipe busy
 #      and issue activity, to recalibrate the static SASS model;
 #   D. cold start: a fresh process from package load to its first launch,
@@ -134,6 +136,28 @@ pack a
 # B: timings, one at a time.
 b=$logs/b
 tb=$(date +%s)
+# The overlap's A/B (issue #30): the same examples' sm_90a kernels with
+# three stages (packages/) and two (packages-s2/), alternating, twice.
+if [[ -d "$dev/packages-s2" ]]; then
+  for round in 1 2; do
+    for n in full causal document_mask softcap; do
+      for d in 128 64; do
+        for pk in packages packages-s2; do
+          timeout 30 "$run" "$dev/$pk/$n.json" --bench --json --warmup 20 \
+            --iters 100 --batch 2 --heads 16 --kv-heads 16 --q-len 8192 \
+            --kv-len 8192 --head-dim $d --dtype bf16 >> "$b/overlap-ab.jsonl" 2>/dev/null
+        done
+      done
+    done
+  done
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print('overlap A/B %-14s D=%-3d %.3f ms  %s' % (r['variant'], r['D'], r['ms_median'], r['kernel']))
+" "$b/overlap-ab.jsonl" | tee "$b/overlap-ab.txt"
+  echo "B (overlap A/B) took $(( $(date +%s) - tb )) s"
+fi
 bench() {  # remaining-budget-bounded compare_torch run
   local left=$(( budget_b - ($(date +%s) - tb) ))
   (( left > 10 )) || { echo "B: no time left for $*"; return; }
@@ -181,7 +205,7 @@ for line in sys.stdin:
     print("%-8s %-15s D=%-3d T=%-5d attnc %s flex %s sdpa %s  vs flex %s  %s" % (
         r.get("pass", "fwd"), r["variant"], r["D"], r["Lkv"], a, f, s,
         "%.2fx" % (f / a) if a and f else "-", r.get("attnc_error", "")))
-' | tee "$b/summary.txt"
+' | tee -a "$b/summary.txt"
 pack b
 
 # C: ncu on the headline forward kernel (metrics by name; if this ncu

@@ -94,7 +94,11 @@ FormChoice formFor(const rt::KernelSpec &request, llvm::StringRef target,
     if (f->direction() != direction || !f->runsOn(target) ||
         (!request.form.empty() && f->name() != request.form))
       continue;
-    if (std::optional<rt::KernelSpec> s = f->configure(request, target))
+    std::optional<rt::KernelSpec> s = f->configure(request, target);
+    // Stages asked for: only a form whose configuration has them.
+    if (s && request.stages && f->tileConfig(*s).stages != request.stages)
+      continue;
+    if (s)
       return FormChoice{f, *s};
   }
   return FormChoice{};

@@ -190,7 +190,8 @@ rt::Status Session::compileGpu(const std::string &variant,
        << ATTNC_CODEGEN_ID << "\ntarget "
        << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
        << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
-       << " n " << spec.blockN << " w " << spec.warps << " form '"
+       << " n " << spec.blockN << " w " << spec.warps << " s "
+       << spec.stages << " form '"
        << spec.form << "'" << (spec.dropout ? " dropout" : "")
        << (spec.keyOffsets ? " key-offsets" : "") << "\n";
     v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));

@@ -37,7 +37,8 @@ public:
                                            : Type(f32_);
     auto k = KernelOp::create(b_, name, kind, form, v_.getSymName(), dt,
                               s.headDim, s.vHeadDim, s.blockM, s.blockN,
-                              s.warps, c.vectorWidth, s.keyOffsets);
+                              s.warps, c.vectorWidth, s.keyOffsets,
+                              s.stages);
     dropout_ = s.dropout;
     b_.createBlock(&k.getBody());
     return k;
@@ -311,6 +312,7 @@ FlashConfig configOf(KernelOp k) {
   c.spec.dropout = false;
   k.walk([&](DropoutOp) { c.spec.dropout = true; });
   c.spec.keyOffsets = k.getKeyOffsets();
+  c.spec.stages = int64_t(k.getStages());
   return c;
 }
 

@@ -108,6 +108,11 @@ compile options:
                     on the GPU,
                     64 x 64 with no --warps means the configuration table's
                     tiles for the target and head dims (docs/kernels.md)
+  --stages N        K/V pipeline stages of the tensor-core forms (default:
+                    the form's; mma.sync has 2; sm_90a's wgmma 3 where they
+                    fit, which overlaps a tile's softmax with the previous
+                    tile's PV, 2 waiting for each product in turn); a form
+                    that cannot have N is not chosen
   --q-len N --kv-len N --set NAME=VALUE
                     the problem the mask grid is drawn for (256, 256)
   --variant NAME    only this variant (default: every variant in the file)
@@ -464,6 +469,7 @@ int runCompile(const std::vector<std::string> &args) {
           std::tuple{"--block-m", &o.spec.blockM, 1, 256},
           std::tuple{"--block-n", &o.spec.blockN, 8, 1024},
           std::tuple{"--warps", &o.spec.warps, 1, 16},
+          std::tuple{"--stages", &o.spec.stages, 2, 8},
           std::tuple{"--q-len", &o.qLen, 1, 1 << 20},
           std::tuple{"--kv-len", &o.kvLen, 1, 1 << 20}}) {
       r = intValue(flag, *dst, lo, hi);

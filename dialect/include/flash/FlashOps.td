@@ -23,7 +23,8 @@ def Flash_KernelOp : Flash_Op<"kernel", [Symbol, IsolatedFromAbove,
     `bwd_kv` (dK, dV and the parameters' gradients of a KV tile).
     With `key_offsets` the kernel reads each sequence's first key position
     (the modifiers see key row r at that position + r); without it key r
-    is at position r.
+    is at position r. `stages` is the K/V pipeline's stages where the
+    request fixed them (0, the default: the form's choice).
 
     ```mlir
     flash.kernel @attnc_causal_bf16_d64v64_m64n64w4s2 forward form "mma-sync"
@@ -39,7 +40,8 @@ def Flash_KernelOp : Flash_Op<"kernel", [Symbol, IsolatedFromAbove,
                        FlatSymbolRefAttr:$variant, TypeAttr:$dtype,
                        I64Attr:$head_dim, I64Attr:$v_head_dim, I64Attr:$block_m,
                        I64Attr:$block_n, I64Attr:$warps, I64Attr:$vector_width,
-                       UnitAttr:$key_offsets);
+                       UnitAttr:$key_offsets,
+                       DefaultValuedAttr<I64Attr, "0">:$stages);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = [{
     $sym_name $kind `form` $form `of` $variant attr-dict-with-keyword $body

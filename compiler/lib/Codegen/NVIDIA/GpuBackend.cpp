@@ -98,7 +98,10 @@ OwningOpRef<ModuleOp> buildGpuModuleOf(attn::VariantOp variant,
   if (!choice) {
     error = "no GPU kernel form takes the configuration" +
             (config.spec.form.empty() ? std::string()
-                                      : " (form '" + config.spec.form + "')");
+                                      : " (form '" + config.spec.form + "')") +
+            (config.spec.stages ? " with " + std::to_string(config.spec.stages) +
+                                      " stages"
+                                : std::string());
     return nullptr;
   }
   FlashConfig cfg = choice.flashConfig(config);

@@ -23,12 +23,13 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
     L.stageElems = s.blockN * (s.headDim + s.vHeadDim);
     // Three stages where sm_90a's shared memory holds them: a stage is
     // released only once the next tile's products are issued (the
-    // overlap), so the producer needs a third to run a tile ahead.
-    for (int64_t stages : {3, 2}) {
+    // overlap), so the producer needs a third to run a tile ahead. Stages
+    // asked for are taken as they are (the form refuses what does not fit).
+    for (int64_t stages : {s.stages ? s.stages : 3, int64_t(2)}) {
       L.stages = stages;
       L.qOffset = L.stages * L.stageElems;
       L.totalElems = L.qOffset + s.blockM * s.headDim;
-      if (L.sharedBytes() <= gpuSharedOptIn("sm_90a"))
+      if (s.stages || L.sharedBytes() <= gpuSharedOptIn("sm_90a"))
         break;
     }
     L.overlap = L.stages >= 3;

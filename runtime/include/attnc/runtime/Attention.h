@@ -37,6 +37,9 @@ struct KernelSpec {
   int64_t blockN = 64;      // keys per tile
   int64_t warps = 0;        // GPU tensor-core form: warps per block (0: the
                             // configuration table's choice for blockM)
+  int64_t stages = 0;       // GPU tensor-core forms: K/V pipeline stages
+                            // (0: the form's choice; a form that cannot
+                            // have them is not chosen)
   std::string form;         // compiler: the kernel form asked for ("simt",
                             // "mma-sync"; empty: the registry's choice)
   bool dropout = false;     // applies dropout to P (Dropout.h); a kernel
