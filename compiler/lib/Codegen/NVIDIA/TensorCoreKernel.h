@@ -238,8 +238,10 @@ private:
   /// the warpgroup's turn; with a pending P V (the overlap) that one is
   /// issued in the same turn as a second group and only S waited for.
   SmallVector<Value> wgmmaScores(Value kBase);
-  /// O += P V from the stage at element vBase (the V rows), waited for.
-  SmallVector<Value> wgmmaPv(ArrayRef<Value> P, ArrayRef<Value> o, Value vBase);
+  /// O += P V (P as pvOperands) from the stage at element vBase (the V
+  /// rows), in the warpgroup's turn, waited for.
+  SmallVector<Value> wgmmaPv(ArrayRef<Value> aRegs, ArrayRef<Value> o,
+                             Value vBase);
   /// P's registers as wgmma's A operand: per 16 keys four packed pairs
   /// (i32), in order.
   SmallVector<Value> pvOperands(ArrayRef<Value> P);

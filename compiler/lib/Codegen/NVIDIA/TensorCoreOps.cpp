@@ -238,7 +238,7 @@ std::optional<LogicalResult> TensorCoreKernel::lowerProductOp(Operation &op) {
     const SmallVector<Value> &o = regs[a.getAcc()];
     Value vBase = add(regs[a.getWith()][0], cIdx(L.vOffset));
     if (L.wgmma) {
-      regs[a] = wgmmaPv(P, o, vBase);
+      regs[a] = wgmmaPv(pvOperands(P), o, vBase);
       return success();
     }
     SmallVector<SmallVector<Frag>> O(MT, SmallVector<Frag>(DT));

@@ -135,12 +135,11 @@ SmallVector<Value> TensorCoreKernel::issuePv(ArrayRef<Value> aRegs,
   return acc;
 }
 
-SmallVector<Value> TensorCoreKernel::wgmmaPv(ArrayRef<Value> P,
+SmallVector<Value> TensorCoreKernel::wgmmaPv(ArrayRef<Value> aRegs,
                                              ArrayRef<Value> o, Value vBase) {
   // Every A register is packed and every descriptor formed before the one
   // fence: registers written between it and a wgmma that reads them would
   // make ptxas insert a warpgroup.arrive per k-step.
-  SmallVector<Value> aRegs = pvOperands(P);
   SmallVector<Value> descs = pvDescriptors(vBase);
   awaitTurn();
   wg.fence(); // P and O were written by the warps' own code
@@ -186,14 +185,13 @@ TensorCoreKernel::overlappable(flash::ForTilesOp loop) {
   if (!scale || scale.getAcc() != arg || !arg.hasOneUse() ||
       !scale->hasOneUse() || scale->getBlock() != &body)
     return std::nullopt;
-  auto product = acc.getScores().getDefiningOp();
   bool productFirst = false;
   for (Operation &op : body) {
     if (&op == scale.getOperation())
       break;
     productFirst |= isa<flash::ProductOp>(op);
   }
-  if (!product || !productFirst)
+  if (!productFirst)
     return std::nullopt;
   return std::make_pair(acc, *pos);
 }
@@ -289,16 +287,10 @@ LogicalResult TensorCoreKernel::lowerOverlappedLoop(flash::ForTilesOp loopOp,
   // The last tile's P V, in its turn.
   ValueRange fin = w.getResults();
   SmallVector<Value> o = ifYield(any, fin.slice(kLoopState, oWidth), [&] {
-    SmallVector<Value> aRegs(fin.slice(kLoopState + oWidth, pWidth));
-    SmallVector<Value> descs =
-        pvDescriptors(add(stageAt(fin[3]), cIdx(L.vOffset)));
-    awaitTurn();
-    wg.fence();
     SmallVector<Value> sum =
-        issuePv(aRegs, SmallVector<Value>(fin.slice(kLoopState, oWidth)), descs);
-    wg.commit();
-    passTurn();
-    sum = wg.wait(0, sum, aRegs);
+        wgmmaPv(SmallVector<Value>(fin.slice(kLoopState + oWidth, pWidth)),
+                SmallVector<Value>(fin.slice(kLoopState, oWidth)),
+                add(stageAt(fin[3]), cIdx(L.vOffset)));
     releaseStage(fin[3]);
     return sum;
   });
