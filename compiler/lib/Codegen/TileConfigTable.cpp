@@ -53,6 +53,7 @@ rt::Status applyTuning(const rt::KernelSpec &requested,
   tuned.blockM = c->config.blockM;
   tuned.blockN = c->config.blockN;
   tuned.warps = c->config.warps;
+  tuned.stages = c->config.stages;
   FormChoice built = formFor(tuned, target, Direction::Forward);
   if (!built || !built.form->accepts(tuned, target) ||
       built.spec.blockN != tuned.blockN ||

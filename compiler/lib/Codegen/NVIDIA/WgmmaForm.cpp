@@ -83,6 +83,30 @@ public:
            s.blockN >= 16 && s.blockN <= 256 &&
            tensorCoreSharedBytes(s, true) <= gpuSharedOptIn(target.str());
   }
+  /// The table's tiles with each pipeline depth that fits: three stages
+  /// (the softmax overlapping the previous tile's P V) against two (the
+  /// products in turn) and four; the table's choice first.
+  std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,
+                                             StringRef target) const override {
+    std::vector<rt::KernelSpec> out;
+    for (int64_t stages : {int64_t(0), int64_t(2), int64_t(3), int64_t(4)}) {
+      rt::KernelSpec r = request;
+      r.blockM = rt::KernelSpec().blockM;
+      r.blockN = rt::KernelSpec().blockN;
+      r.warps = rt::KernelSpec().warps;
+      r.stages = stages;
+      std::optional<rt::KernelSpec> s = configure(r, target);
+      if (!s || (stages && tileConfig(*s).stages != stages))
+        continue;
+      s->stages = tileConfig(*s).stages;
+      bool seen = false;
+      for (const rt::KernelSpec &o : out)
+        seen |= tileConfig(o).name() == tileConfig(*s).name();
+      if (!seen)
+        out.push_back(*s);
+    }
+    return out;
+  }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
     return rt::TileConfig{s.blockM, s.blockN, launchWarps(s),
                           tensorCoreLayout(s, true).stages};
