@@ -518,26 +518,20 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     init.append(regs[v]);
     widths.push_back(regs[v].size());
   }
-  SmallVector<Type> types = llvm::to_vector(ValueRange(init).getTypes());
-  auto w = scf::WhileOp::create(b_, types, init);
   Block &body = loopOp.getBody().front();
   auto yield = cast<flash::YieldOp>(body.getTerminator());
   LogicalResult result = success();
+  scf::WhileOp w;
   {
     OpBuilder::InsertionGuard g2(b_);
-    SmallVector<Location> locs(types.size(), b_.getLoc());
-    Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
-    scf::ConditionOp::create(
-        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
-        before->getArguments());
-    Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
-    Value j32 = after->getArgument(0), stage = after->getArgument(1),
-          cls = after->getArgument(2);
+    ValueRange after;
+    std::tie(w, after) = tileLoop(init, nKT32);
+    Value j32 = after[0], stage = after[1], cls = after[2];
     Value stageIdx, phases, next, nextClass, other;
     if (L.wgmma) {
       // (the stage as its index: the ring may have more than two)
       stageIdx = stage;
-      phases = awaitStage(j32, stage, after->getArgument(3));
+      phases = awaitStage(j32, stage, after[3]);
       std::tie(next, nextClass) = nextVisited(nextTile(j32), nKT32, inv);
       other = nextStage(stage);
     } else {
@@ -566,7 +560,7 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
     stageBase = L.wgmma ? stageAt(stage) : idxOfU32(stage);
     size_t at = kLoopState;
     for (auto [arg, n] : llvm::zip(body.getArguments().drop_front(), widths)) {
-      regs[arg] = SmallVector<Value>(after->getArguments().slice(at, n));
+      regs[arg] = SmallVector<Value>(after.slice(at, n));
       at += n;
     }
     if (failed(lowerOps(body.begin(), Block::iterator(yield))))

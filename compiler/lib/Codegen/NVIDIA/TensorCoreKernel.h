@@ -280,6 +280,21 @@ private:
     Value stage, accArg;
   };
   std::optional<PendingPv> pendingPv;
+  /// A loop over the item's visited tiles: an scf.while from `init`, whose
+  /// first value is the tile index (i32), while it is below `nKT32`. The
+  /// builder is left in the loop's body (the caller's insertion guard
+  /// restores it); the body's arguments are returned.
+  std::pair<scf::WhileOp, ValueRange> tileLoop(ValueRange init, Value nKT32) {
+    SmallVector<Type> types = llvm::to_vector(init.getTypes());
+    auto w = scf::WhileOp::create(b_, types, init);
+    SmallVector<Location> locs(types.size(), b_.getLoc());
+    Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+    scf::ConditionOp::create(
+        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
+        before->getArguments());
+    Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+    return {w, after->getArguments()};
+  }
   /// j + 1 for an i32 tile index below nKT (no wrap).
   Value nextTile(Value j) {
     return arith::AddIOp::create(b_, j, cI32(1),

@@ -25,13 +25,14 @@ TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
     // released only once the next tile's products are issued (the
     // overlap), so the producer needs a third to run a tile ahead. Stages
     // asked for are taken as they are (the form refuses what does not fit).
-    for (int64_t stages : {s.stages ? s.stages : 3, int64_t(2)}) {
+    auto place = [&](int64_t stages) {
       L.stages = stages;
       L.qOffset = L.stages * L.stageElems;
       L.totalElems = L.qOffset + s.blockM * s.headDim;
-      if (s.stages || L.sharedBytes() <= gpuSharedOptIn("sm_90a"))
-        break;
-    }
+    };
+    place(s.stages ? s.stages : 3);
+    if (!s.stages && L.sharedBytes() > gpuSharedOptIn("sm_90a"))
+      place(2);
     L.overlap = L.stages >= 3;
     return L;
   }

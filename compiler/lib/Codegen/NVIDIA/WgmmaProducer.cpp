@@ -43,17 +43,9 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
   Value first = nextVisited(
       u32OfIdx(it.jlo), nKT32, inv).first;
   // (j, the stage's index, the `empty` phases' parities: a bit per stage)
-  SmallVector<Type> types(3, i32_);
-  auto w = scf::WhileOp::create(b_, types, ValueRange{first, cI32(0), cI32(0)});
   OpBuilder::InsertionGuard guard(b_);
-  SmallVector<Location> locs(3, b_.getLoc());
-  Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
-  scf::ConditionOp::create(
-      b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
-      before->getArguments());
-  Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
-  Value j32 = after->getArgument(0), s = after->getArgument(1),
-        ph = after->getArgument(2);
+  ValueRange after = tileLoop(ValueRange{first, cI32(0), cI32(0)}, nKT32).second;
+  Value j32 = after[0], s = after[1], ph = after[2];
   // The stage's previous tile is released (its first use waits for the
   // phase before the barrier's first, which counts as complete).
   Value bit = arith::AndIOp::create(b_, arith::ShRUIOp::create(b_, ph, s), cI32(1));

@@ -260,17 +260,11 @@ LogicalResult TensorCoreKernel::lowerOverlappedLoop(flash::ForTilesOp loopOp,
     return front(first, cI32(0), cI32(0), initOthers);
   });
 
-  SmallVector<Type> types = llvm::to_vector(ValueRange(state).getTypes());
-  auto w = scf::WhileOp::create(b_, types, state);
+  scf::WhileOp w;
   {
     OpBuilder::InsertionGuard g(b_);
-    SmallVector<Location> locs(types.size(), b_.getLoc());
-    Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
-    scf::ConditionOp::create(
-        b_, cmp(arith::CmpIPredicate::ult, before->getArgument(0), nKT32),
-        before->getArguments());
-    Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
-    ValueRange a = after->getArguments();
+    ValueRange a;
+    std::tie(w, a) = tileLoop(state, nKT32);
     pendingPv = PendingPv{SmallVector<Value>(a.slice(kLoopState, oWidth)),
                           SmallVector<Value>(a.slice(kLoopState + oWidth, pWidth)),
                           a[3], accArg};
