@@ -70,7 +70,7 @@ void Cta::init(const Kernel &kernel, const LaunchShape &s, const MemoryMap &m,
   genericFence.assign(granules, 0);
   proxyFences.assign(static_cast<size_t>(nw) * 32, 0);
   warpgroups.assign(static_cast<size_t>((nw + 3) / 4), WarpgroupState());
-  maxnreg.assign(warpgroups.size(), uint32_t(kernel.launchRegisters));
+  maxnreg.assign(warpgroups.size(), uint32_t(kernel.launchRegisters()));
   for (int i = 0; i < nw; ++i) {
     Warp &w = warps[static_cast<size_t>(i)];
     w.id = i;
@@ -96,7 +96,7 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
   bulks.clear();
   for (NamedBarrier &b : barriers)
     b = NamedBarrier();
-  std::fill(maxnreg.begin(), maxnreg.end(), uint32_t(k->launchRegisters));
+  std::fill(maxnreg.begin(), maxnreg.end(), uint32_t(k->launchRegisters()));
   // Registers and local memory start as garbage, as on a device: all-ones
   // bits (NaN in every float type), so that reading one before writing it
   // shows in the results.

@@ -529,13 +529,10 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
     k->text.push_back("(end of " + sk.name + ")");
     // setmaxnreg moves registers between warpgroups from the launch's
     // count, which the kernel must fix (PTX ISA: setmaxnreg needs .maxnreg).
-    if (k->setsMaxNReg) {
-      if (!k->maxnreg) {
-        log = "emucuda: line " + std::to_string(sk.line) + ": kernel '" + sk.name +
-              "' uses setmaxnreg without .maxnreg (the launch's register count)";
-        return 218;
-      }
-      k->launchRegisters = k->maxnreg;
+    if (k->setsMaxNReg && !k->maxnreg) {
+      log = "emucuda: line " + std::to_string(sk.line) + ": kernel '" + sk.name +
+            "' uses setmaxnreg without .maxnreg (the launch's register count)";
+      return 218;
     }
     m->kernels.push_back(std::move(k));
   }

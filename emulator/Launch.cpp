@@ -50,10 +50,11 @@ int checkLaunch(const Kernel &k, const LaunchShape &s, std::string &report) {
   // A kernel whose register count the emulator knows (setmaxnreg's
   // .maxnreg): a block needs that many per thread of every warp.
   uint64_t warps = (threads + 31) / 32;
-  if (k.launchRegisters && warps * 32 * uint64_t(k.launchRegisters) > 65536) {
+  const uint64_t regs = uint64_t(k.launchRegisters());
+  if (regs && warps * 32 * regs > 65536) {
     report = "launch of " + k.name + " with " + std::to_string(threads) +
-             " threads per block at " + std::to_string(k.launchRegisters) +
-             " registers each (.maxnreg): " + std::to_string(warps * 32 * k.launchRegisters) +
+             " threads per block at " + std::to_string(regs) +
+             " registers each (.maxnreg): " + std::to_string(warps * 32 * regs) +
              " registers, the register file holds 65536";
     return kErrLaunchOutOfResources;
   }

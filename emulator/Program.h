@@ -108,7 +108,7 @@ struct Kernel {
   /// registers between warpgroups (setmaxnreg, which needs it: ptxas then
   /// gives every thread exactly that many); 0 otherwise (ptxas's count,
   /// which the emulator does not know).
-  int launchRegisters = 0;
+  int launchRegisters() const { return setsMaxNReg ? maxnreg : 0; }
   bool setsMaxNReg = false; // the kernel has a setmaxnreg
   int maxnreg = 0;          // .maxnreg, 0 when absent
   /// Set by cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES).
