@@ -171,7 +171,11 @@ module {
 // CHECK: gpu.func @attnc_document_mask_f32_d64v64_m64n64w2s1_merge(
 // CHECK: gpu.func @attnc_document_mask_f32_d64v64_m64n64w2s1_block_mask(
 // CHECK: gpu.func @attnc_document_mask_f32_d64v64_m32n32w1s1_bwd_q(
-// CHECK: math.exp
+// P = 2^((s scale - LSE) log2 e): an FMA, a multiply and ex2.approx.ftz
+// (GpuBackwardBuilder::probability).
+// CHECK: math.fma
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK: gpu.func @attnc_document_mask_f32_d64v64_m32n32w1s1_block_mask(
 // CHECK: gpu.func @attnc_document_mask_f32_d64v64_m32n32w1s1_bwd_kv(
 // REPARSE: gpu.module @attnc_kernels

@@ -25,7 +25,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         memref.store %{{.*}}, %[[KS]]
 // CHECK:         memref.store %{{.*}}, %[[VS]]
 // CHECK:         gpu.barrier
-// CHECK:         math.exp
+// CHECK:         llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK:         gpu.barrier
 // CHECK-NOT:     memref.atomic_rmw
 // CHECK:         gpu.return
@@ -35,7 +35,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-SAME:    workgroup(%{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}, %{{[^ ]*}} : memref<32xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK:         gpu.barrier
 // CHECK:         scf.if
-// CHECK:           math.exp
+// CHECK:           llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK:           memref.atomic_rmw addf %{{.*}}, %[[GRADS]][%{{.*}}] : (f32, memref<?xf32>) -> f32
 // CHECK:         gpu.barrier
 // CHECK:         gpu.return

@@ -41,12 +41,20 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         nvvm.cp.async.commit.group
 // CHECK-NEXT:    nvvm.cp.async.wait.group 0
 // CHECK-NEXT:    gpu.barrier
+// An exact tile (full, all 64 rows and keys in range) runs a version of
+// the body without keep flags (the first branch); the other tiles select.
+// CHECK:         %{{.*}} = arith.andi
+// CHECK-NEXT:    %{{.*}}:8 = scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // CHECK:         nvgpu.ldmatrix %[[SM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
 // CHECK-SAME:    multiplicandAPtxType = #nvvm.mma_type<bf16>
 // CHECK-SAME:    shape = #nvvm.shape<m = 16, n = 8, k = 16>
-// dX = scale * score_grad(...), from P = exp(score - LSE).
-// CHECK:         math.exp
+// P = 2^((score_mod - LSE) log2 e) on ex2.approx.ftz; dX =
+// score_grad(...), whose factor `scale` dQ takes once at its store.
+// CHECK:         arith.subf
+// CHECK-NEXT:    arith.mulf
+// CHECK-NEXT:    llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK-NOT:     arith.select
 // dQ += dX K: dX rounded to bf16 as A, K by ldmatrix.trans.
 // CHECK:         arith.truncf %{{.*}} : f32 to bf16
 // CHECK:         nvgpu.ldmatrix %[[SM]][%{{.*}}] {numTiles = 4 : i32, transpose = true}
@@ -72,9 +80,9 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-NEXT:    gpu.barrier
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
-// The bias table's gradient: an atomic add per kept pair.
-// CHECK:         scf.if
-// CHECK:         math.exp
+// The bias table's gradient: an atomic add per pair of an exact tile,
+// per kept pair of the others.
+// CHECK:         llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
 // CHECK:         memref.atomic_rmw addf %{{.*}} : (f32, memref<?xf32>) -> f32
 // dV += P^T dO and dK += dX^T Q by ldmatrix.trans.
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = true}

@@ -58,10 +58,18 @@ protected:
   /// it) and dX from the section's ops: P =
   /// exp(score_mod(xs) - lse) (flash.probabilities), dS from its flash.scores_map body (its operands
   /// are P, dP and delta), dX = scale score_grad(xs, dS) with the
-  /// section's accumulate flag; `s` is the unscaled score.
+  /// section's accumulate flag (without `scale` where unscaledDx_); `s`
+  /// is the unscaled score.
   std::pair<Value, Value> pairValues(PairSection sec, const Entry &e,
                                      Value s, Value dp, Value lse, Value delta,
                                      Value b, Value h, Value qpos, Value kv);
+  /// P = e^(sm - lse) of a pair whose unscaled score is `s` and whose
+  /// score_mod(scale s) is `sm`: 2^((sm - lse) log2 e) here (math.exp2);
+  /// the GPU forms override it (GpuBackwardBuilder).
+  virtual Value probability(const Entry &e, Value s, Value sm, Value lse);
+  /// Whether pairValues leaves the factor `scale` out of dX: a form that
+  /// sets it multiplies its dK and dQ sums by scale once, at their store.
+  bool unscaledDx_ = false;
   /// score_grad's ops in order: accumulates (when `accumulate`) into the
   /// gradient buffer, the rest on demand; returns the yielded value.
   Value emitGrad(Block &block, IRMapping &map, bool accumulate);

@@ -110,12 +110,7 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   Value sm = scaledScore(s, e.scale, b, h, qpos, kv);
   // score_grad takes the scaled score too (CSE shares the product).
   Value xs = arith::MulFOp::create(b_, s, e.scale);
-  // P = e^(s - lse) as 2^((s - lse) log2 e): the forward's exponent form
-  // (one multiply and the GPU's ex2), not the accurate exp of user code.
-  Value log2e = arith::ConstantOp::create(
-      b_, b_.getF32FloatAttr(1.4426950408889634f));
-  Value p = math::Exp2Op::create(
-      b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, sm, lse), log2e));
+  Value p = probability(e, s, sm, lse);
   // Dropout's factor, where the section drops (b, h, qpos, kv are i32).
   Value z = sec.dropP || sec.dropDp ? dropoutFactor(e, b, h, qpos, kv) : Value();
   // dS as the tiled program writes it.
@@ -137,7 +132,16 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   Value dx = emitGrad(grad, map, sec.dx.getAccumulate());
   if (sec.dropP)
     p = arith::MulFOp::create(b_, p, z);
-  return {p, arith::MulFOp::create(b_, dx, e.scale)};
+  return {p, unscaledDx_ ? dx : Value(arith::MulFOp::create(b_, dx, e.scale))};
+}
+
+Value BackwardBuilder::probability(const Entry &e, Value /*s*/, Value sm,
+                                   Value lse) {
+  // P = e^(sm - lse) as 2^((sm - lse) log2 e): the forward's exponent form,
+  // not the accurate exp of user code.
+  return math::Exp2Op::create(
+      b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, sm, lse),
+                                e.log2e));
 }
 
 } // namespace attnc::codegen

@@ -1,9 +1,9 @@
 //===- GpuBackwardBuilder.cpp - What the GPU backward's forms share -------===//
 //
 // The backward entry (operands, strides of the backward's ip slots, the
-// gradient buffer), a block's work item, a row's delta, `_bwd_kv`'s key
-// tiles and the zeroing of keys past a sequence's length
-// (GpuBackwardBuilder.h).
+// gradient buffer), a pair's P on the GPU, a block's work item, a row's
+// delta, `_bwd_kv`'s key tiles and the zeroing of keys past a sequence's
+// length (GpuBackwardBuilder.h).
 //
 //===----------------------------------------------------------------------===//
 #include "GpuBackwardBuilder.h"
@@ -12,6 +12,21 @@ using namespace mlir;
 namespace abi = attnc::rt::abi;
 
 namespace attnc::codegen {
+
+Value GpuBackwardBuilder::probability(const Entry &e, Value s, Value sm,
+                                      Value lse) {
+  // score_mod the identity: sm is scale s, and s scale - lse one FMA.
+  auto scaled = sm.getDefiningOp<arith::MulFOp>();
+  bool plain = scaled && scaled.getLhs() == s && scaled.getRhs() == e.scale;
+  Value t = plain ? Value(math::FmaOp::create(b_, s, e.scale,
+                                              arith::NegFOp::create(b_, lse)))
+                  : Value(arith::SubFOp::create(b_, sm, lse));
+  return LLVM::CallIntrinsicOp::create(
+             b_, f32_, b_.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
+             ValueRange{arith::MulFOp::create(b_, t, e.log2e)})
+      .getResult(0);
+}
+
 
 FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind) {
   if (kernel.getKind() != kind)

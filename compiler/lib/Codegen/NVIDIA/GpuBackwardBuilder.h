@@ -32,6 +32,13 @@ public:
   using BackwardBuilder::BackwardBuilder;
 
 protected:
+  /// P = 2^((sm - lse) log2 e) on ex2.approx.ftz: a P below 2^-126 is 0,
+  /// where the IEEE ex2 costs a compare and two predicated multiplies per
+  /// pair; without a score_mod, sm - lse is one FMA, s scale - lse. (Not
+  /// the FMA s (scale log2 e) - lse log2 e: lse log2 e's rounding grows
+  /// with |lse|, the forward's "exponent's price", docs/kernels.md.)
+  Value probability(const Entry &e, Value s, Value sm, Value lse) override;
+
   /// The backward operands after the forward's, and the strides the
   /// backward's ip slots hold.
   struct Extra {

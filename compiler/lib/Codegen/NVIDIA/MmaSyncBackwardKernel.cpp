@@ -29,6 +29,12 @@
 // contiguous and 16-byte aligned (checked once per block), else element by
 // element; the H100 (2026-11-26) showed the element-by-element staging to
 // be most of the backward's time at D=128 (docs/kernels.md).
+// An exact tile (full, every row and key in range: every pair kept, every
+// row's LSE finite) runs its pair terms without keep flags or selects; P
+// is on ex2.approx.ftz (GpuBackwardBuilder::probability), and dX leaves
+// out `scale`, which dK and dQ take once at their store (static model,
+// sm_80 bf16, full D=64: _bwd_kv 1022 -> 635 instructions per tile,
+// _bwd_q 722 -> 432).
 // P and dX are rounded to the element type as the second products' A
 // operands, as FlashAttention-2 rounds P and dS; everything else is f32.
 // The operands, items and the order of the two kernels are the SIMT form's
@@ -50,7 +56,10 @@ public:
   TensorCoreBackward(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
                      const FlashConfig &cfg)
       : GpuBackwardBuilder(m, v, mask, cfg), R(cfg.spec.blockM), TH(2 * R),
-        C(16), ldQ(D + 8), ldO(DV + 8) {}
+        C(16), ldQ(D + 8), ldO(DV + 8) {
+    // dK and dQ take `scale` once per element at their store.
+    unscaledDx_ = true;
+  }
 
   LogicalResult lowerQueryGrads(flash::KernelOp kernel, gpu::GPUModuleOp module);
   LogicalResult lowerKeyValueGrads(flash::KernelOp kernel,
@@ -114,11 +123,23 @@ private:
                   int64_t ldb, int64_t n);
   /// _bwd_kv's work on the Q tile's rows [c0, c0 + C) (staged): the
   /// warp's keys get S^T and dP^T, P and dX per element, then dV += P^T dO
-  /// and dK += dX^T Q.
+  /// and dK += dX^T Q. The pair terms have two versions, chosen by `exact`
+  /// (exactTile): without the flags of kept pairs, and with them. (_bwd_q
+  /// versions its whole tile body; here, with dK and dV filling the
+  /// registers, two versions of the body spilled in the loop at D = 128.)
   void keyValueChunk(const PairSection &sec, const Entry &e, const Item &it,
-                     const Tile &t,
-                     int64_t c0, ArrayRef<Value> keyLive, ArrayRef<Value> kv,
-                     Value bI32, Value hI32, Frags &dk, Frags &dv);
+                     const Tile &t, Value exact, int64_t c0,
+                     ArrayRef<Value> keyLive, ArrayRef<Value> kv, Value bI32,
+                     Value hI32, Frags &dk, Frags &dv);
+  /// Whether the tile is exact: full (the mask skipped), every key and all
+  /// R rows in range, so that every pair is kept and every row's LSE is
+  /// finite (the row has the tile's keys). Its pairs need no flag: the
+  /// kernels run such tiles in a version without them.
+  Value exactTile(const Tile &t, Value rows) {
+    return arith::AndIOp::create(
+        b_, t.skipMask,
+        arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, rows, cIdx(R)));
+  }
   /// The keep flags of the thread's elements (row k = c / 2, column 8 nt +
   /// 2 tig + c % 2): `base` where the tile skips the mask, else `base` and
   /// mask_mod(b, h, qpos(elem), kv(elem)).
@@ -143,9 +164,11 @@ private:
       out.push_back(Frag(v.begin() + i, v.begin() + i + 4));
     return out;
   }
+  /// Stores the warp's rows of `acc` (times `factor` where given) for the
+  /// thread's rows k whose live[k].
   void storeRows(const Frags &acc, Value dst, ArrayRef<Value> strides,
-                 function_ref<Value(int64_t)> rowOffset,
-                 ArrayRef<Value> live);
+                 function_ref<Value(int64_t)> rowOffset, ArrayRef<Value> live,
+                 Value factor = {});
 
   // R rows per tile; TH threads; C columns per chunk; tile pitches.
   int64_t R, TH, C, ldQ, ldO;
@@ -364,14 +387,17 @@ SmallVector<Value> TensorCoreBackward::keepFlags(
 void TensorCoreBackward::storeRows(const Frags &acc, Value dst,
                                    ArrayRef<Value> strides,
                                    function_ref<Value(int64_t)> rowOffset,
-                                   ArrayRef<Value> live) {
+                                   ArrayRef<Value> live, Value factor) {
   for (int64_t k = 0; k < 2; ++k)
     ifThen(live[k], [&] {
       Value at = rowOffset(k);
       for (size_t dt = 0; dt < acc.size(); ++dt)
         for (int64_t c = 0; c < 2; ++c) {
           Value d = add(tig2, cIdx(8 * int64_t(dt) + c));
-          store(fromF32(acc[dt][2 * k + c]), dst, add(at, mul(d, strides[3])));
+          Value v = acc[dt][2 * k + c];
+          if (factor)
+            v = arith::MulFOp::create(b_, v, factor);
+          store(fromF32(v), dst, add(at, mul(d, strides[3])));
         }
     });
 }
@@ -450,52 +476,63 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
                 {vStart, vStart(cIdx(0)), e.vs[2]});
       awaitTiles();
       gpu::BarrierOp::create(b_);
-      Frags dq = unflatten(acc);
-      for (int64_t from = 0; from < R; from += C) {
-        SmallVector<Value> s = flatten(
-            rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C));
-        SmallVector<Value> dp = flatten(
-            rowsByCols(oS, ldO, DV / 16, vS + from * ldO, ldO, C));
-        SmallVector<Value> kv(s.size()), base(s.size());
-        for (size_t at = 0; at < s.size(); ++at) {
-          Value col = colOf(from, int64_t(at));
-          kv[at] = keyPos(t.pos0, col);
-          base[at] = arith::AndIOp::create(
-              b_, rowLive[(at & 3) >> 1],
-              arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
-                                    t.cols));
+      // On an exact tile (exactTile) without the flags of kept pairs.
+      auto chunks = [&](bool exact) {
+        Frags dq = unflatten(acc);
+        for (int64_t from = 0; from < R; from += C) {
+          SmallVector<Value> s = flatten(
+              rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C));
+          SmallVector<Value> dp = flatten(
+              rowsByCols(oS, ldO, DV / 16, vS + from * ldO, ldO, C));
+          SmallVector<Value> kv(s.size()), base(s.size());
+          for (size_t at = 0; at < s.size(); ++at) {
+            Value col = colOf(from, int64_t(at));
+            kv[at] = keyPos(t.pos0, col);
+            if (!exact)
+              base[at] = arith::AndIOp::create(
+                  b_, rowLive[(at & 3) >> 1],
+                  arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
+                                        t.cols));
+          }
+          // One head per item: the rows share h (hI32[0]).
+          SmallVector<Value> keep;
+          if (!exact)
+            keep = keepFlags(
+                t, base,
+                [&](int64_t at) {
+                  return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
+                },
+                it.bI32, hI32[0]);
+          SmallVector<Value> dx(s.size());
+          for (size_t at = 0; at < s.size(); ++at) {
+            int64_t k = (at & 3) >> 1;
+            Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
+                                  it.bI32, hI32[k], qpos[k], kv[at])
+                           .second;
+            dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
+          }
+          accumulate(dq, dx, C, kS + from * ldQ, ldQ, D);
         }
-        // One head per item: the rows share h (hI32[0]).
-        SmallVector<Value> keep = keepFlags(
-            t, base,
-            [&](int64_t at) {
-              return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
-            },
-            it.bI32, hI32[0]);
-        SmallVector<Value> dx(s.size());
-        for (size_t at = 0; at < s.size(); ++at) {
-          int64_t k = (at & 3) >> 1;
-          Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
-                                it.bI32, hI32[k], qpos[k], kv[at])
-                         .second;
-          dx[at] = select(keep[at], g1, e.zeroF);
-        }
-        accumulate(dq, dx, C, kS + from * ldQ, ldQ, D);
-      }
+        return flatten(dq);
+      };
+      SmallVector<Value> next = ifElseYield(
+          exactTile(t, it.rows), acc.getTypes(), [&] { return chunks(true); },
+          [&] { return chunks(false); });
       // Every warp is done with K and V before the next tile's copy.
       gpu::BarrierOp::create(b_);
-      return flatten(dq);
+      return next;
     });
   });
   storeRows(unflatten(tiles.getResults()), x.dq, x.dqs,
-            [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live);
+            [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live,
+            e.scale);
   gpu::ReturnOp::create(b_);
   return success();
 }
 
 void TensorCoreBackward::keyValueChunk(const PairSection &sec,
                                        const Entry &e, const Item &it,
-                                       const Tile &t, int64_t c0,
+                                       const Tile &t, Value exact, int64_t c0,
                                        ArrayRef<Value> keyLive,
                                        ArrayRef<Value> kv, Value bI32,
                                        Value hI32, Frags &dk, Frags &dv) {
@@ -505,46 +542,64 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       flatten(rowsByCols(kS, ldQ, D / 16, qS + c0 * ldQ, ldQ, C));
   SmallVector<Value> dp =
       flatten(rowsByCols(vS, ldO, DV / 16, oS + c0 * ldO, ldO, C));
-  SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size()),
-      base(s.size());
+  SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size());
   for (size_t at = 0; at < s.size(); ++at) {
     Value r = colOf(c0, int64_t(at));
     qpos[at] =
         arith::IndexCastOp::create(b_, i32_, add(it.qpos0, add(it.r0, r)));
     lse[at] = load(fs, r);
     delta[at] = load(fs, add(r, cIdx(R)));
-    // A query with no key (LSE -inf, also rows past the end) has P = 0
-    // everywhere.
-    base[at] = arith::AndIOp::create(
-        b_, keyLive[(at & 3) >> 1],
-        arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at], e.ninf));
   }
-  SmallVector<Value> keep = keepFlags(
-      t, base,
-      [&](int64_t at) {
-        return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
-      },
-      bI32, hI32);
-  SmallVector<Value> p(s.size()), dx(s.size());
-  for (size_t at = 0; at < s.size(); ++at) {
-    int64_t k = (at & 3) >> 1;
-    auto grad = [&](bool) {
-      std::pair<Value, Value> pd = pairValues(
-          sec, e, s[at], dp[at], lse[at], delta[at], bI32, hI32, qpos[at], kv[k]);
-      return SmallVector<Value>{pd.first, pd.second};
-    };
-    if (accumulates()) {
-      // Only kept pairs add into the parameters' gradients.
-      SmallVector<Value> pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
-                                      [&] { return grad(true); });
-      p[at] = pd[0];
-      dx[at] = pd[1];
-    } else {
-      SmallVector<Value> pd = grad(false);
-      p[at] = select(keep[at], pd[0], e.zeroF);
-      dx[at] = select(keep[at], pd[1], e.zeroF);
+  // P and dX of the chunk's pairs, with or without the flags of kept pairs.
+  auto pairTerms = [&](bool flagged) {
+    SmallVector<Value> keep;
+    if (flagged) {
+      // A query with no key (LSE -inf, also rows past the end) has P = 0
+      // everywhere.
+      SmallVector<Value> base(s.size());
+      for (size_t at = 0; at < s.size(); ++at)
+        base[at] = arith::AndIOp::create(
+            b_, keyLive[(at & 3) >> 1],
+            arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at],
+                                  e.ninf));
+      keep = keepFlags(
+          t, base,
+          [&](int64_t at) {
+            return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
+          },
+          bI32, hI32);
     }
-  }
+    SmallVector<Value> pdx(2 * s.size());
+    for (size_t at = 0; at < s.size(); ++at) {
+      int64_t k = (at & 3) >> 1;
+      auto grad = [&](bool) {
+        std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
+                                                delta[at], bI32, hI32,
+                                                qpos[at], kv[k]);
+        return SmallVector<Value>{pd.first, pd.second};
+      };
+      SmallVector<Value> pd;
+      if (!flagged) // every pair kept: its accumulates too
+        pd = grad(true);
+      else if (accumulates()) // only kept pairs add into the gradients
+        pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
+                     [&] { return grad(true); });
+      else {
+        pd = grad(false);
+        pd = {select(keep[at], pd[0], e.zeroF),
+              select(keep[at], pd[1], e.zeroF)};
+      }
+      pdx[at] = pd[0];
+      pdx[s.size() + at] = pd[1];
+    }
+    return pdx;
+  };
+  SmallVector<Type> f32s(2 * s.size(), f32_);
+  SmallVector<Value> pdx = ifElseYield(
+      exact, f32s, [&] { return pairTerms(false); },
+      [&] { return pairTerms(true); });
+  ArrayRef<Value> p = ArrayRef<Value>(pdx).take_front(s.size()),
+                  dx = ArrayRef<Value>(pdx).drop_front(s.size());
   accumulate(dv, p, C, oS + c0 * ldO, ldO, DV);
   accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D);
 }
@@ -616,8 +671,10 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
           gpu::BarrierOp::create(b_);
           Frags dk = unflatten(acc.take_front(nK)),
                 dv = unflatten(acc.drop_front(nK));
+          Value exact = exactTile(t, it.rows);
           for (int64_t from = 0; from < R; from += C)
-            keyValueChunk(sec, e, it, t, from, keyLive, kv, bI32, hI32, dk, dv);
+            keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
+                          dk, dv);
           SmallVector<Value> next = flatten(dk);
           next.append(flatten(dv));
           return next;
@@ -628,7 +685,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     ValueRange fin = heads.getResults();
     storeRows(unflatten(fin.take_front(nK)), x.dk, x.dks,
               [&](int64_t k) { return offset4(x.dks, kt.b, kt.kvh, key[k]); },
-              keyLive);
+              keyLive, e.scale);
     storeRows(unflatten(fin.drop_front(nK)), x.dv, x.dvs,
               [&](int64_t k) { return offset4(x.dvs, kt.b, kt.kvh, key[k]); },
               keyLive);
