@@ -10,8 +10,11 @@ rolled copy loop runs as many times as the copies need), takes no
 divergent-warp edge and never leaves the loop. The cheapest iteration is
 the full tile's: the mask is skipped, the prefetch of the next tile is
 issued, contiguous K/V is copied without page arithmetic, the next visited
-tile is the following one. When no iteration matches, the kernel's
-structure is not what the generator said, and that is an error.
+tile is the following one. A kernel may hold versions of its tile loop,
+chosen once per work item (synaptic's for one query head per item and for
+GQA heads sharing a tile): the cheapest version's iteration is the one.
+When no iteration matches, the kernel's structure is not what the
+generator said, and that is an error.
 """
 
 from __future__ import annotations
@@ -165,15 +168,24 @@ def steady_state(cfg: Cfg, work: TileWork) -> Walk:
             f"the kernel issues {total_mma} MMA instructions in all, fewer than "
             f"the {work.mma} per {work.what} the generator reports")
     tried = []
-    for loop in cfg.natural_loops():
+    found: list[Walk] = []
+    for loop in cfg.natural_loops():  # innermost first
+        if any(w.loop.body <= loop.body for w in found):
+            continue  # around a tile loop already found
         static_mma = sum(costs[b][1][0] for b in loop.body if b in costs)
         if static_mma < work.mma:
             continue
         walk = _walk_loop(cfg, loop, work, costs)
         if walk is not None:
-            return walk
+            found.append(walk)
+            continue
         tried.append(f"loop at block {loop.header} ({len(loop.body)} blocks, "
                      f"{static_mma} MMA)")
+    if found:
+        # Versions of the tile loop (chosen once per work item): the
+        # cheapest is the full tile's.
+        return min(found, key=lambda w: (len(w.instructions) + w.call_cost,
+                                         w.loop.header))
     raise UnsupportedCode(
         f"no loop iteration issues exactly {work.mma} MMA, "
         f"{work.async_copies} LDGSTS, {work.tma_loads} UTMALDG, {work.waits} mbarrier "

@@ -405,7 +405,7 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     return success();
   }
   if (auto l = dyn_cast<flash::ForTilesOp>(op))
-    return lowerTileLoop(l);
+    return lowerTileLoops(l);
   if (auto l = dyn_cast<flash::LoadKeyValueOp>(op)) {
     regs[l] = {stageBase}; // the loop staged it
     return success();
@@ -471,6 +471,43 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
       });
     });
   }
+}
+
+LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
+  ColumnValues cv = scoreColumnValues();
+  hoistColumns_ = cv == ColumnValues::OfKey;
+  if (cv != ColumnValues::OfKeyAndHead)
+    return lowerTileLoop(loopOp);
+  // score_mod's key values read h (synaptic's key_factor[b, h, kv]): once
+  // per column where the item has one query head (P = 1: every prefill
+  // with Lq >= block_m), per element where GQA heads share the tile. Two
+  // versions of the loop, not of the element code inside it: the two in
+  // one loop spilled in it (synaptic, D=128).
+  SmallVector<Type> types;
+  for (Value v : loopOp.getInits())
+    for (Value r : regs[v])
+      types.push_back(r.getType());
+  LogicalResult result = success();
+  auto version = [&](bool hoist) {
+    hoistColumns_ = hoist;
+    if (failed(lowerTileLoop(loopOp)))
+      result = failure();
+    SmallVector<Value> out;
+    for (Value v : loopOp.getResults())
+      out.append(regs[v]);
+    return out;
+  };
+  SmallVector<Value> out = ifElseYield(
+      cmp(arith::CmpIPredicate::eq, e.P, cIdx(1)), types,
+      [&] { return version(true); }, [&] { return version(false); });
+  hoistColumns_ = false;
+  size_t at = 0;
+  for (Value v : loopOp.getResults()) {
+    size_t n = regs[v].size();
+    regs[v] = SmallVector<Value>(out.begin() + at, out.begin() + at + n);
+    at += n;
+  }
+  return result;
 }
 
 LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {

@@ -307,9 +307,25 @@ private:
   /// lowerOp's ops on a tile's registers and on per-row values; nothing
   /// for other ops.
   std::optional<LogicalResult> lowerTileOp(Operation &op);
+  /// score_mod(S x scale) of the tile's elements (S: its accumulator
+  /// fragments, kvpos: the thread's key columns' positions, 2 per n-tile),
+  /// its values of (b, h, q) once per row and, with hoistColumns_, those of
+  /// (b, h, kv) once per key column.
+  SmallVector<Value> modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos);
+  /// Whether score_mod has values of the key that are not the row's (a
+  /// gathered key factor), and whether they read the head.
+  enum class ColumnValues { None, OfKey, OfKeyAndHead };
+  ColumnValues scoreColumnValues();
+  /// Whether the tile loop being built computes score_mod's key values
+  /// once per column: where they do not read h, or in the loop's version
+  /// for items of one query head (P = 1), whose rows all have the item's.
+  bool hoistColumns_ = false;
   std::optional<LogicalResult> lowerProductOp(Operation &op);
   std::optional<LogicalResult> lowerRowOp(Operation &op);
   /// The pipelined loop over visited tiles (flash.for_tiles).
+  /// The tile loop, in two versions where score_mod's key values read h
+  /// (hoistColumns_).
+  LogicalResult lowerTileLoops(flash::ForTilesOp loop);
   LogicalResult lowerTileLoop(flash::ForTilesOp loop);
   /// The probabilities' map, exp2((s - m) c) with a score s and the rows' m
   /// and c: c, or nothing when the map is not that.

@@ -84,6 +84,49 @@ Value TensorCoreKernel::mapBody(Block &body, ValueRange args) {
   });
 }
 
+TensorCoreKernel::ColumnValues TensorCoreKernel::scoreColumnValues() {
+  Block &block = v_.getScoreBlock();
+  llvm::DenseSet<Value> ofColumn = uniformValues(block, {0, 3}),
+                        ofRow = uniformValues(block, {0, 4});
+  for (Operation &op : block.without_terminator())
+    for (Value r : op.getResults())
+      if (ofColumn.contains(r) && !ofRow.contains(r))
+        return block.getArgument(2).use_empty() ? ColumnValues::OfKey
+                                                : ColumnValues::OfKeyAndHead;
+  return ColumnValues::None;
+}
+
+SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
+                                                   ArrayRef<Value> kvpos) {
+  Block &block = v_.getScoreBlock();
+  llvm::DenseSet<Value> ofRow;
+  SmallVector<IRMapping> column;
+  if (hoistColumns_) {
+    ofRow = uniformValues(block, {0, 4});
+    // With the item's head: every row of the tile has it (the loop's
+    // version for one head per item, lowerOp).
+    for (Value kv : kvpos)
+      column.push_back(hoistUniform(block, {0, 3},
+                                    {e.zeroF, it.bI32, it.hI32, cI32(0), kv}));
+  }
+  SmallVector<Value> sv;
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 0; c < 4; ++c) {
+        int64_t r = mt * 2 + (c >> 1), k = nt * 2 + (c & 1);
+        // The row's values, and the column's where hoisted (emitModifier
+        // maps the block's arguments per element).
+        IRMapping m = scoreRow[r];
+        if (hoistColumns_)
+          for (auto [from, to] : column[k].getValueMap())
+            if (!isa<BlockArgument>(from) && !ofRow.contains(from))
+              m.map(from, to);
+        sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
+                                 rows[r].hI32, rows[r].qpos, kvpos[k], &m));
+      }
+  return sv;
+}
+
 /// The ops on a tile's registers: its scores, probabilities and the
 /// accumulator (products, modifiers, dropout, maps, rescale).
 std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
@@ -99,18 +142,7 @@ std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
       for (int64_t c = 0; c < 2; ++c)
         kvpos[nt * 2 + c] =
             keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c)));
-    SmallVector<Value> sv;
-    for (int64_t mt = 0; mt < MT; ++mt)
-      for (int64_t nt = 0; nt < NT; ++nt)
-        for (int64_t c = 0; c < 4; ++c) {
-          int64_t r = mt * 2 + (c >> 1);
-          Value x = S[(mt * NT + nt) * 4 + c];
-          sv.push_back(a.getUnscaled()
-                           ? x
-                           : scaledScore(x, e.scale, it.bI32, rows[r].hI32,
-                                         rows[r].qpos, kvpos[nt * 2 + (c & 1)],
-                                         &scoreRow[r]));
-        }
+    SmallVector<Value> sv = a.getUnscaled() ? S : modifiedScores(S, kvpos);
     regs[a] = ifYield(
         arith::XOrIOp::create(b_, tile.skipMask,
                               arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
