@@ -484,8 +484,9 @@ uint64_t tmaLoadsSince() {
 }
 } // namespace
 
-TEST_CASE("emulated GPU: the wgmma form reads contiguous K and V by TMA, "
-          "zeroes rows past a sequence, and copies what its maps cannot serve",
+TEST_CASE("emulated GPU: the wgmma form reads contiguous and paged K and V "
+          "by TMA, zeroes rows past a sequence, and copies what its maps "
+          "cannot serve",
           "[gpu-emulated]") {
   Gpu g;
   auto k = g.kernel("causal", DType::BF16, 64, "sm_90a");
@@ -569,6 +570,42 @@ TEST_CASE("emulated GPU: the wgmma form reads contiguous K and V by TMA, "
     REQUIRE(m2.downloadOutputs(p2.a).isOk());
     CHECK(tmaLoadsSince() > 0);
     dlclose(h);
+  }
+  SECTION("paged K and V: pages of a multiple of the 128-key tile by TMA "
+          "(a box per tile, within its page), smaller pages by copies") {
+    for (int64_t P : {128, 256, 64}) {
+      INFO("page size " << P);
+      HostProblem p(DType::BF16, B, H, HK, Lq, Lk, D, 28);
+      p.a.kvLens = {200, 137};
+      p.a.qOffsets = {160, 97};
+      // The sequences' pages in reverse order after a spare page; spare
+      // pages and rows past a sequence are NaN (the kernel zeroes a TMA
+      // tile's rows past the sequence, as in the contiguous case).
+      const int64_t per = (Lk + P - 1) / P, pool = B * per + 1;
+      std::vector<int32_t> table(static_cast<size_t>(B * per));
+      for (int64_t i = 0; i < B * per; ++i)
+        table[size_t(i)] = int32_t(B * per - i);
+      auto pt = std::make_shared<PageTable>();
+      REQUIRE(PageTable::fromBlockTable(table, per, {200, 137}, P, *pt).isOk());
+      std::vector<uint8_t> kp(size_t(pool * HK * P * D * 2), 0xff), vp(kp.size(), 0xff);
+      for (auto [dst, src] : {std::pair{&kp, &p.k}, std::pair{&vp, &p.v}})
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < HK; ++h)
+            for (int64_t t = 0; t < p.a.kvLens[size_t(b)]; ++t) {
+              auto [page, row] = pt->locate(b, t);
+              std::memcpy(dst->data() + ((page * HK + h) * P + row) * D * 2,
+                          src->data() + ((b * HK + h) * Lk + t) * D * 2, D * 2);
+            }
+      p.a.k = TensorView::contiguous(kp.data(), DType::BF16, {pool, HK, P, D});
+      p.a.v = TensorView::contiguous(vp.data(), DType::BF16, {pool, HK, P, D});
+      p.a.pages = pt.get();
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      CHECK(p.maxError(k->variant()) < 2e-2);
+      if (P % 128 == 0)
+        CHECK(tmaLoadsSince() > 0);
+      else
+        CHECK(tmaLoadsSince() == 0);
+    }
   }
   SECTION("a plan run with other K and V makes maps of its own") {
     HostProblem p1(DType::BF16, B, H, HK, Lq, Lk, D, 24), p2(DType::BF16, B, H, HK, Lq, Lk, D, 25);

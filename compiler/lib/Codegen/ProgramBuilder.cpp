@@ -125,15 +125,18 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
   return it;
 }
 
-Value ProgramBuilder::pagedRowOffset(const Item &it, Value row, Value base,
-                                     Value s2, int64_t stride0Slot) {
-  Value pageSize = ipAt(abi::kPageSize);
+Value ProgramBuilder::pageOf(const Item &it, Value row) {
   Value pages = afterSequences(ipAt(abi::kB));
   Value first = ipAt(add(pages, it.b));
-  Value entry = add(first, arith::DivUIOp::create(b_, row, pageSize));
-  Value page = ipAt(add(add(pages, ipAt(abi::kB)), entry));
-  Value inPage = arith::RemUIOp::create(b_, row, pageSize);
-  return add(add(base, mul(sub(page, it.b), ipAt(stride0Slot))),
+  Value entry =
+      add(first, arith::DivUIOp::create(b_, row, ipAt(abi::kPageSize)));
+  return ipAt(add(add(pages, ipAt(abi::kB)), entry));
+}
+
+Value ProgramBuilder::pagedRowOffset(const Item &it, Value row, Value base,
+                                     Value s2, int64_t stride0Slot) {
+  Value inPage = arith::RemUIOp::create(b_, row, ipAt(abi::kPageSize));
+  return add(add(base, mul(sub(pageOf(it, row), it.b), ipAt(stride0Slot))),
              mul(inPage, s2));
 }
 

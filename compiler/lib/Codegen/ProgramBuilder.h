@@ -283,6 +283,9 @@ protected:
   /// of their loop per case, so contiguous K/V pay nothing for pages.
   Value pagedRowOffset(const Item &it, Value row, Value base, Value s2,
                        int64_t stride0Slot);
+  /// The pool's page that holds key `row` of the item's sequence (its page
+  /// table's entry row / pageSize).
+  Value pageOf(const Item &it, Value row);
   /// Where ip's words after the per-sequence part start (pages; the
   /// backward's slots): KernelABI.h's Layout::pageBase(B).
   Value afterSequences(Value B) {

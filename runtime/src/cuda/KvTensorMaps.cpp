@@ -29,8 +29,12 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
   };
   if (!api.cuTensorMapEncodeTiled)
     return no("the driver has no cuTensorMapEncodeTiled");
-  if (ip[abi::kPageSize] != 0)
-    return no("K and V are paged");
+  // Paged K/V: a tile of boxRows keys is one box within one page when the
+  // page size is a multiple of it.
+  const int64_t pageSize = ip[abi::kPageSize];
+  if (pageSize != 0 && pageSize % boxRows != 0)
+    return no(fmt::format("the page size {} is not a multiple of the KV tile's "
+                          "{} rows", pageSize, boxRows));
   if (dtype != DType::F16 && dtype != DType::BF16)
     return no("not a 16-bit element type");
   if (headDim % kBoxCols || vHeadDim % kBoxCols || boxRows < 1 || boxRows > 256)
@@ -49,11 +53,17 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
     // Every (batch, head)'s rows must start at a 64-element chunk of a row
     // of the view and keep their D elements in its whole chunks: column
     // (b s0 + h s1) % P a multiple of 64, plus D, at most 64 floor(P / 64).
+    // Paged, b is the pool's page, whose rows the kernel finds at page s0 / P
+    // rows into the view: s0 a multiple of P.
     const int64_t chunks = P / kBoxCols;
     int64_t m0 = s0 % P, m1 = s1 % P;
+    if (pageSize != 0 && m0 != 0)
+      return no(fmt::format("{}'s page stride is not a multiple of its row stride",
+                            name));
+    const int64_t outer = pageSize != 0 ? (t->shape.empty() ? 0 : t->shape[0]) : B;
     if (m0 % kBoxCols || m1 % kBoxCols)
       return no(fmt::format("{}'s heads do not start at 64-element columns", name));
-    if ((B - 1) * m0 + (H - 1) * m1 + d > chunks * kBoxCols)
+    if ((outer - 1) * m0 + (H - 1) * m1 + d > chunks * kBoxCols)
       return no(fmt::format("{}'s heads would wrap across rows of the view", name));
     const int64_t rows = (detail::extent(*t) + P - 1) / P;
     if (rows >= (int64_t(1) << 31) || P > (int64_t(1) << 32))

@@ -43,8 +43,11 @@ bool takesKvTensorMaps(const std::vector<int> &sizes);
 /// dimension), boxes of D / 64 chunks x `boxRows` rows x 64, 128-byte
 /// swizzle: a tile's K (or V) in one load, as the wgmma form's atom
 /// columns. Each (batch, KV head)'s first row is row kBase / P, chunk
-/// (kBase % P) / 64. Never an error: a call the maps cannot serve gets
-/// usable = 0.
+/// (kBase % P) / 64. Paged K/V (ip kPageSize > 0) where the page size is a
+/// multiple of `boxRows` and the page stride of P: page p's rows of KV head
+/// h start at row p s0 / P + (h s1) / P, chunk ((h s1) % P) / 64, and a
+/// tile is one box within a page. Never an error: a call the maps cannot
+/// serve gets usable = 0.
 /// `ip`: the call's integer parameters (KernelABI.h; the fixed words are
 /// all they read).
 KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,

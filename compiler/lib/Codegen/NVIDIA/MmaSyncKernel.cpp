@@ -761,9 +761,11 @@ SmallVector<Value> TensorCoreKernel::readCall(gpu::GPUFuncOp fn) {
     planCopies();
   } else {
     unsigned n = fn.getNumArguments();
+    // The runtime's flag: maps it could encode (contiguous K/V, or pages
+    // of a multiple of the tile's rows), and 16-byte rows.
     useTma = andI(cmp(arith::CmpIPredicate::ne,
                       toIdx(fn.getArgument(n - 1)), c0),
-                  contiguous);
+                  fastKV);
     for (unsigned m = 0; m < 2; ++m)
       maps.push_back(
           LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));

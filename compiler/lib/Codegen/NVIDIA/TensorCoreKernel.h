@@ -154,7 +154,9 @@ private:
   /// values, the work item, the copies' case, the mask's invariants; the
   /// wgmma form's tensor maps (their generic addresses) as the result.
   SmallVector<Value> readCall(gpu::GPUFuncOp fn);
-  void produceTiles(bool byTma, ArrayRef<Value> maps);
+  /// The producer's loop: by TMA (one lane; `pages`: the boxes' rows from
+  /// the page table) or by every producer thread's cp.async.
+  void produceTiles(bool byTma, ArrayRef<Value> maps, bool pages);
   /// After the stage's TMA loads landed: rows past the sequence of tile j
   /// (rows of other heads, or zeros past the tensor) set to zero, as
   /// cp.async's zero-fill leaves them.

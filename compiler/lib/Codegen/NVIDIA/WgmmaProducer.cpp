@@ -4,7 +4,8 @@
 // lowering its register budget it walks the item's visited tiles with the
 // consumers' own search and fills stage after stage once the consumers
 // have released it (`empty`): one lane issues K's and V's TMA boxes with an
-// expect-tx arrival on `full` where the call's tensor maps are usable, else
+// expect-tx arrival on `full` where the call's tensor maps are usable
+// (contiguous K/V, or pages of a multiple of the tile's rows), else
 // the warpgroup copies by cp.async, fences for the async proxy, meets its
 // own barrier and arrives once. And the consumers' zeroing of a TMA-fed
 // tail tile's rows past the sequence.
@@ -22,23 +23,32 @@ void TensorCoreKernel::produce(ArrayRef<Value> maps) {
   ifThenElse(
       useTma,
       [&] {
-        ifThen(cmp(arith::CmpIPredicate::eq, warp, cIdx(L.warps)),
-               [&] { produceTiles(true, maps); });
+        ifThen(cmp(arith::CmpIPredicate::eq, warp, cIdx(L.warps)), [&] {
+          ifThenElse(paged, [&] { produceTiles(true, maps, /*pages=*/true); },
+                     [&] { produceTiles(true, maps, /*pages=*/false); });
+        });
       },
-      [&] { produceTiles(false, maps); });
+      [&] { produceTiles(false, maps, /*pages=*/false); });
 }
 
-void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
+void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps,
+                                    bool pages) {
   Value nKT32 = u32OfIdx(nKT);
   // The item's first row in each map's view: chunk (base % P) / 64, row
-  // base / P, P the sequence stride.
-  SmallVector<Value> chunk, row0;
+  // base / P, P the sequence stride. Paged, the KV head's: base h s1 (the
+  // runtime checked that the page stride s0 is a multiple of P, and the
+  // page size of the tile's rows: page p's rows start p s0 / P rows on).
+  SmallVector<Value> chunk, row0, pageRows;
   if (byTma)
     for (int64_t m = 0; m < 2; ++m) {
-      Value base = m ? it.vBase : it.kBase;
-      Value p = (m ? e.vs : e.ks)[2];
-      chunk.push_back(u32OfIdx(divu(arith::RemUIOp::create(b_, base, p), 64)));
-      row0.push_back(u32OfIdx(arith::DivUIOp::create(b_, base, p)));
+      ArrayRef<Value> st = m ? e.vs : e.ks;
+      Value base = pages ? mul(it.kvh, st[1]) : m ? it.vBase : it.kBase;
+      chunk.push_back(u32OfIdx(divu(arith::RemUIOp::create(b_, base, st[2]), 64)));
+      row0.push_back(arith::DivUIOp::create(b_, base, st[2]));
+      if (pages)
+        pageRows.push_back(arith::DivUIOp::create(b_, st[0], st[2]));
+      else
+        row0.back() = u32OfIdx(row0.back());
     }
   Value first = nextVisited(
       u32OfIdx(it.jlo), nKT32, inv).first;
@@ -58,12 +68,22 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps) {
       Value dst = arith::AddIOp::create(
           b_, smemAddr, arith::MulIOp::create(b_, base32, cI32(2)));
       Value row = arith::MulIOp::create(b_, j32, cI32(BN));
+      // Paged: the tile is rows [row % pageSize, + BN) of one page.
+      Value page, inPage;
+      if (pages) {
+        Value key = idxOfU32(row);
+        page = pageOf(it, key);
+        inPage = arith::RemUIOp::create(b_, key, ipAt(abi::kPageSize));
+      }
       // K's tile, then V's, each one box: its 64-element chunks land as
       // the stage's atom columns (BN rows of 128 bytes, swizzled).
-      for (int64_t m = 0; m < 2; ++m)
+      for (int64_t m = 0; m < 2; ++m) {
+        Value first =
+            pages ? u32OfIdx(add(add(mul(page, pageRows[m]), row0[m]), inPage))
+                  : arith::AddIOp::create(b_, row0[m], row);
         tma.load3d(arith::AddIOp::create(b_, dst, cI32(m ? L.vOffset * 2 : 0)),
-                   maps[m], cI32(0), arith::AddIOp::create(b_, row0[m], row),
-                   chunk[m], bar);
+                   maps[m], cI32(0), first, chunk[m], bar);
+      }
     });
     tma.syncWarp();
   } else {
