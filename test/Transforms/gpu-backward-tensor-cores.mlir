@@ -67,6 +67,9 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-NOT:     workgroup(
 // CHECK:         %[[KRAW:.*]] = gpu.dynamic_shared_memory
 // CHECK:         %[[KSM:.*]] = memref.view %[[KRAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
+// The bias table's gradient t[h] reads neither q nor kv: a thread sums its
+// pairs' in a slot (private memory LLVM keeps in a register).
+// CHECK:         %[[SUM:.*]] = memref.alloca() : memref<1xf32>
 // K and V stay (copied and awaited once); per query head of the group and
 // visited Q tile, Q and dO are staged between barriers.
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
@@ -80,13 +83,20 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-NEXT:    gpu.barrier
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
-// The bias table's gradient: an atomic add per pair of an exact tile,
-// per kept pair of the others.
+// Per pair, into the slot, not the gradient buffer.
 // CHECK:         llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
-// CHECK:         memref.atomic_rmw addf %{{.*}} : (f32, memref<?xf32>) -> f32
+// CHECK:         memref.load %[[SUM]]
+// CHECK:         memref.store %{{.*}}, %[[SUM]]
+// CHECK-NOT:     memref.atomic_rmw
 // dV += P^T dO and dK += dX^T Q by ldmatrix.trans.
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = true}
 // CHECK:         nvvm.mma.sync
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = true}
 // CHECK:         nvvm.mma.sync
+// After the head's Q tiles: the warp's sum by five shuffles, one atomic add
+// by its lane 0.
+// CHECK:         memref.load %[[SUM]]
+// CHECK-COUNT-5: gpu.shuffle xor
+// CHECK:         memref.atomic_rmw addf %{{.*}} : (f32, memref<?xf32>) -> f32
+// CHECK-NOT:     memref.atomic_rmw
 // CHECK:         gpu.return

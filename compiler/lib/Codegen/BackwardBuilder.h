@@ -41,6 +41,17 @@ struct PairSection {
 /// tiles of bwd_kv); an op it does not expect is an error.
 mlir::FailureOr<PairSection> findPairSection(mlir::Block &body);
 
+/// score_grad's accumulates by what their element reads (of score_grad's
+/// arguments score, b, h, q, kv, dy): `item` neither q nor kv (b, h and
+/// captures: alibi's slope[h], a scalar parameter), `rows` not kv (qamp[b,
+/// h, q]), `cols` not q (key_factor[b, h, kv]); `pairs` the others (bias[h,
+/// q - kv], and those inside a sum): an add per pair. A form sums the
+/// first three where it holds their rows or keys, and adds the sums once.
+struct AccumulateKinds {
+  SmallVector<mlir::attn::AccumulateOp> item, rows, cols, pairs;
+};
+AccumulateKinds classifyAccumulates(mlir::attn::VariantOp v);
+
 class BackwardBuilder : public ProgramBuilder {
 public:
   using ProgramBuilder::ProgramBuilder;

@@ -58,6 +58,9 @@ inline rt::DType paramDType(Type t) {
 
 class ProgramBuilder {
 public:
+  /// Values of `block` that do not depend on its arguments `varying`.
+  static llvm::DenseSet<Value> uniformValues(Block &block,
+                                             ArrayRef<unsigned> varying);
   ProgramBuilder(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
            const FlashConfig &cfg)
       : ctx_(module.getContext()), b_(v.getLoc(), ctx_), v_(v), mask_(mask),
@@ -370,8 +373,6 @@ protected:
   /// computed here for `args` (e.g. a row's q-only values).
   IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,
                          ValueRange args);
-  /// Values of `block` that do not depend on its arguments `varying`.
-  llvm::DenseSet<Value> uniformValues(Block &block, ArrayRef<unsigned> varying);
   /// The modifier over W lanes: `vecArgs` maps the varying block arguments
   /// to vectors; uniform values come from `uniform` (scalars, computed once
   /// outside the lane loop) and are broadcast.

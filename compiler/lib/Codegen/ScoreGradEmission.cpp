@@ -148,6 +148,24 @@ Value BackwardBuilder::probability(const Entry &e, Value /*s*/, Value sm,
 
 namespace attnc::codegen {
 
+AccumulateKinds classifyAccumulates(attn::VariantOp v) {
+  AccumulateKinds kinds;
+  Block &grad = *v.getGradBlock();
+  // score_grad's arguments: score, b, h, q, kv, dy.
+  llvm::DenseSet<Value> ofRow = ProgramBuilder::uniformValues(grad, {0, 4, 5}),
+                        ofCol = ProgramBuilder::uniformValues(grad, {0, 3, 5});
+  grad.walk([&](attn::AccumulateOp a) {
+    auto within = [&](const llvm::DenseSet<Value> &u) {
+      return a->getBlock() == &grad &&
+             llvm::all_of(a.getIndices(), [&](Value i) { return u.contains(i); });
+    };
+    bool row = within(ofRow), col = within(ofCol);
+    (row && col ? kinds.item : row ? kinds.rows : col ? kinds.cols : kinds.pairs)
+        .push_back(a);
+  });
+  return kinds;
+}
+
 FailureOr<PairSection> findPairSection(Block &body) {
   PairSection sec;
   for (Operation &op : body.without_terminator()) {

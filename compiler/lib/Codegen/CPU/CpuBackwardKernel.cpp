@@ -92,22 +92,12 @@ private:
 };
 
 void CpuBackwardBuilder::classifyAccumulates() {
-  Block &grad = *v_.getGradBlock();
-  // score_grad's arguments: score, b, h, q, kv, dy.
-  llvm::DenseSet<Value> rowUniform = uniformValues(grad, {0, 4, 5}),
-                        colUniform = uniformValues(grad, {0, 3, 5});
-  grad.walk([&](attn::AccumulateOp a) {
-    auto within = [&](const llvm::DenseSet<Value> &u) {
-      return a->getBlock() == &grad &&
-             llvm::all_of(a.getIndices(), [&](Value i) { return u.contains(i); });
-    };
-    if (within(rowUniform))
-      sinks_.rows.push_back(a);
-    else if (within(colUniform))
-      sinks_.cols.push_back(a);
-    else
-      sinks_.perPair = true;
-  });
+  // (a row's include those of neither q nor kv)
+  AccumulateKinds kinds = codegen::classifyAccumulates(v_);
+  sinks_.rows = kinds.item;
+  sinks_.rows.append(kinds.rows);
+  sinks_.cols = kinds.cols;
+  sinks_.perPair = !kinds.pairs.empty();
   if (!sinks_.rows.empty())
     sinks_.rowAcc = alloca(int64_t(sinks_.rows.size()));
   if (!sinks_.cols.empty())

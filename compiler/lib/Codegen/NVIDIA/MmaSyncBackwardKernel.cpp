@@ -76,6 +76,23 @@ private:
   }
   Value packF32Pair(Value x0, Value x1) { return mf.packF32Pair(x0, x1); }
   MmaFragments mf{b_, elem_};
+  /// score_grad's accumulates summed in registers (_bwd_kv): those of the
+  /// item (one sum per thread) and of a key (two per thread: its keys g and
+  /// g + 8), slots of `sums_` (private memory LLVM keeps in registers),
+  /// added to the gradient buffer once per query head of the group after a
+  /// warp's (quad's) shuffle reduction. A query's (kinds_.rows: this
+  /// kernel's columns, spread over the warps) and kinds_.pairs add per pair.
+  AccumulateKinds kinds_;
+  Value sums_;
+  int64_t keySlot(size_t i, int64_t k) const {
+    return int64_t(kinds_.item.size()) + 2 * int64_t(i) + k;
+  }
+  /// Zeroes the sums (before a query head's tiles).
+  void zeroSums();
+  /// The sums of query head h into the gradient buffer: an item's by lane 0
+  /// of each warp, a key's by the first lane of its quad (live keys only).
+  void addSums(Value bI32, Value hI32, ArrayRef<Value> kv,
+               ArrayRef<Value> keyLive);
   /// The entry with its two buffers (the four tiles; LSE and delta per
   /// row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
@@ -384,6 +401,44 @@ SmallVector<Value> TensorCoreBackward::keepFlags(
   });
 }
 
+void TensorCoreBackward::zeroSums() {
+  int64_t n = keySlot(kinds_.cols.size(), 0);
+  for (int64_t i = 0; i < n; ++i)
+    store(cF32(0.0), sums_, cIdx(i));
+}
+
+void TensorCoreBackward::addSums(Value bI32, Value hI32, ArrayRef<Value> kv,
+                                 ArrayRef<Value> keyLive) {
+  Block &grad = *v_.getGradBlock();
+  Value lane = arith::RemUIOp::create(b_, tid, cIdx(32));
+  auto add = [&](attn::AccumulateOp a, Value sum, Value key) {
+    IRMapping m;
+    m.map(grad.getArgument(1), bI32);
+    m.map(grad.getArgument(2), hI32);
+    if (key)
+      m.map(grad.getArgument(4), key);
+    m.map(a.getValue(), sum);
+    addToGradients(a, m);
+  };
+  for (auto [i, a] : llvm::enumerate(kinds_.item)) {
+    Value s = load(sums_, cIdx(int64_t(i)));
+    for (int64_t off : {16, 8, 4, 2, 1})
+      s = arith::AddFOp::create(b_, s, mf.shflXor(s, off));
+    ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, lane, cIdx(0)),
+           [&] { add(a, s, Value()); });
+  }
+  Value quadLead = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, tig2,
+                                         cIdx(0));
+  for (auto [i, a] : llvm::enumerate(kinds_.cols))
+    for (int64_t k = 0; k < 2; ++k) {
+      Value s = load(sums_, cIdx(keySlot(i, k)));
+      for (int64_t off : {1, 2})
+        s = arith::AddFOp::create(b_, s, mf.shflXor(s, off));
+      ifThen(arith::AndIOp::create(b_, quadLead, keyLive[k]),
+             [&] { add(a, s, kv[k]); });
+    }
+}
+
 void TensorCoreBackward::storeRows(const Frags &acc, Value dst,
                                    ArrayRef<Value> strides,
                                    function_ref<Value(int64_t)> rowOffset,
@@ -572,6 +627,12 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
     SmallVector<Value> pdx(2 * s.size());
     for (size_t at = 0; at < s.size(); ++at) {
       int64_t k = (at & 3) >> 1;
+      // The summed accumulates of this pair: the item's, its key's.
+      for (auto [i, a] : llvm::enumerate(kinds_.item))
+        accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
+      for (auto [i, a] : llvm::enumerate(kinds_.cols))
+        accumulateSlots_[a] = {sums_, cIdx(keySlot(i, k))};
+      accumulateKeep_ = nullptr;
       auto grad = [&](bool) {
         std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
                                                 delta[at], bI32, hI32,
@@ -579,13 +640,17 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
         return SmallVector<Value>{pd.first, pd.second};
       };
       SmallVector<Value> pd;
-      if (!flagged) // every pair kept: its accumulates too
+      if (!flagged) { // every pair kept: its accumulates too
         pd = grad(true);
-      else if (accumulates()) // only kept pairs add into the gradients
+      } else if (!kinds_.pairs.empty() || !kinds_.rows.empty()) {
+        // Only kept pairs add into the gradient buffer.
         pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
                      [&] { return grad(true); });
-      else {
-        pd = grad(false);
+      } else {
+        // Sums (if any) add 0 for a pair not kept: no branch per pair.
+        accumulateKeep_ = keep[at];
+        pd = grad(true);
+        accumulateKeep_ = nullptr;
         pd = {select(keep[at], pd[0], e.zeroF),
               select(keep[at], pd[1], e.zeroF)};
       }
@@ -615,6 +680,11 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
   Entry e;
   Extra x;
   begin(module, name, e, x);
+  if (accumulates()) {
+    kinds_ = classifyAccumulates(v_);
+    if (int64_t n = keySlot(kinds_.cols.size(), 0))
+      sums_ = alloca(n);
+  }
   Value c0 = cIdx(0), c1 = cIdx(1);
   const TileLayout l = keyValueLayout();
   const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
@@ -648,6 +718,8 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       Value hI32 = headIndex(h);
       Value bI32 = arith::IndexCastOp::create(b_, i32_, kt.b);
       IRMapping inv = maskInvariants(kt, hI32);
+      if (sums_)
+        zeroSums();
       scf::ForOp qtiles = loop(c0, e.nQT, 1, acc0, [&](Value qt, ValueRange acc) {
         Item it = queryItem(e, kt, h, qt);
         Tile t = tileAt(it, kt.kt, inv);
@@ -680,8 +752,11 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
           return next;
         });
       });
+      if (sums_)
+        addSums(bI32, hI32, kv, keyLive);
       return SmallVector<Value>(qtiles.getResults());
     });
+    accumulateSlots_.clear();
     ValueRange fin = heads.getResults();
     storeRows(unflatten(fin.take_front(nK)), x.dk, x.dks,
               [&](int64_t k) { return offset4(x.dks, kt.b, kt.kvh, key[k]); },
@@ -779,19 +854,17 @@ public:
       return (s.blockM * n / 8 + threads - 1) / threads;
     };
     q.asyncCopies = kv.asyncCopies = perThread(d) + perThread(dv);
-    // score_grad's accumulates per pair: those in its block (one atomic add
-    // each; a warp's 16 keys x 16 queries of a chunk are 8 pairs per
-    // thread). One inside a sum runs a data-dependent number of times: the
-    // work is then not stated.
+    // score_grad's accumulates per pair: those it does not sum in registers
+    // (one atomic add each; a warp's 16 keys x 16 queries of a chunk are 8
+    // pairs per thread). One inside a sum runs a data-dependent number of
+    // times: the work is then not stated.
     if (variant) {
-      int64_t perPair = 0;
-      bool counted = true;
-      variant.getGradBlock()->walk([&](attn::AccumulateOp a) {
-        if (a->getParentOfType<attn::SumOp>())
-          counted = false;
-        ++perPair;
+      codegen::AccumulateKinds kinds = codegen::classifyAccumulates(variant);
+      bool counted = llvm::none_of(kinds.pairs, [](attn::AccumulateOp a) {
+        return bool(a->getParentOfType<attn::SumOp>());
       });
-      kv.atomics = chunks * 8 * perPair;
+      // (a query's are not summed here: its pairs span the block's warps)
+      kv.atomics = chunks * 8 * int64_t(kinds.pairs.size() + kinds.rows.size());
       if (!counted)
         kv = rt::TileWork();
     }
