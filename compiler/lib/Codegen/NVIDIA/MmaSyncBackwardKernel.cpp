@@ -17,7 +17,9 @@
 //                  (Q, dO, LSE and delta staged) a warp's keys get S^T =
 //                  K Q^T and dP^T = V dO^T, P and dX per element, then
 //                  dV += P^T dO and dK += dX^T Q; score_grad's accumulates
-//                  are atomic adds, per kept pair.
+//                  summed in registers where their element reads no query
+//                  (added once per query head), else atomic adds per kept
+//                  pair.
 //
 // Both kernels take a tile's R columns C = 16 at a time: S, dP, P and dX
 // of one chunk are live at once beside the accumulators, not of all R
