@@ -204,8 +204,7 @@ def test_versions_of_the_tile_loop_take_the_cheapest():
     # a key's gathered factor once per column, or per element): each
     # issues the stated work; the cheaper is the steady state, whichever
     # comes first in the code.
-    body = """
-        @P0 BRA `(.L_packed)
+    hoisted = """
     .L_hoisted:
         HMMA.16816.F32.BF16 R24, R28, R32, R24
         LDG.E R2, desc[UR8][R6.64]
@@ -213,6 +212,8 @@ def test_versions_of_the_tile_loop_take_the_cheapest():
         FADD R25, R25, R2
         @P1 BRA `(.L_hoisted)
         EXIT
+    """
+    packed = """
     .L_packed:
         HMMA.16816.F32.BF16 R24, R28, R32, R24
         LDG.E R2, desc[UR8][R6.64]
@@ -222,33 +223,14 @@ def test_versions_of_the_tile_loop_take_the_cheapest():
         @P1 BRA `(.L_packed)
         EXIT
     """
-    g = Cfg(func(body))
-    assert len(g.natural_loops()) == 2
-    m = path_metrics(g, steady_state(g, TileWork(1, 0)))
-    assert m.instructions == 5 and m.global_loads == 1
-    # The other order: the cheaper version last (the first loop found
+    # The cheaper version first, then last (where the first loop found
     # would be the per-element one).
-    body2 = """
-        @P0 BRA `(.L_hoisted)
-    .L_packed:
-        HMMA.16816.F32.BF16 R24, R28, R32, R24
-        LDG.E R2, desc[UR8][R6.64]
-        LDG.E R3, desc[UR8][R8.64]
-        FADD R24, R24, R2
-        FADD R25, R25, R3
-        @P1 BRA `(.L_packed)
-        EXIT
-    .L_hoisted:
-        HMMA.16816.F32.BF16 R24, R28, R32, R24
-        LDG.E R2, desc[UR8][R6.64]
-        FADD R24, R24, R2
-        FADD R25, R25, R2
-        @P1 BRA `(.L_hoisted)
-        EXIT
-    """
-    g2 = Cfg(func(body2))
-    m2 = path_metrics(g2, steady_state(g2, TileWork(1, 0)))
-    assert m2.instructions == 5 and m2.global_loads == 1
+    for first, second, other in ((hoisted, packed, "packed"),
+                                 (packed, hoisted, "hoisted")):
+        g = Cfg(func(f"@P0 BRA `(.L_{other})\n" + first + second))
+        assert len(g.natural_loops()) == 2
+        m = path_metrics(g, steady_state(g, TileWork(1, 0)))
+        assert m.instructions == 5 and m.global_loads == 1
 
 
 def test_subroutine_and_local_jump():
