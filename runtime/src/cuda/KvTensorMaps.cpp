@@ -54,16 +54,15 @@ KvTensorMaps kvTensorMaps(const DriverApi &api, const TensorView &k,
     // of the view and keep their D elements in its whole chunks: column
     // (b s0 + h s1) % P a multiple of 64, plus D, at most 64 floor(P / 64).
     // Paged, b is the pool's page, whose rows the kernel finds at page s0 / P
-    // rows into the view: s0 a multiple of P.
+    // rows into the view: s0 a multiple of P (then b adds no column).
     const int64_t chunks = P / kBoxCols;
     int64_t m0 = s0 % P, m1 = s1 % P;
     if (pageSize != 0 && m0 != 0)
       return no(fmt::format("{}'s page stride is not a multiple of its row stride",
                             name));
-    const int64_t outer = pageSize != 0 ? (t->shape.empty() ? 0 : t->shape[0]) : B;
     if (m0 % kBoxCols || m1 % kBoxCols)
       return no(fmt::format("{}'s heads do not start at 64-element columns", name));
-    if ((outer - 1) * m0 + (H - 1) * m1 + d > chunks * kBoxCols)
+    if ((B - 1) * m0 + (H - 1) * m1 + d > chunks * kBoxCols)
       return no(fmt::format("{}'s heads would wrap across rows of the view", name));
     const int64_t rows = (detail::extent(*t) + P - 1) / P;
     if (rows >= (int64_t(1) << 31) || P > (int64_t(1) << 32))

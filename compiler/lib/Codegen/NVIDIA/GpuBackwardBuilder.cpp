@@ -27,7 +27,6 @@ Value GpuBackwardBuilder::probability(const Entry &e, Value s, Value sm,
       .getResult(0);
 }
 
-
 FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind) {
   if (kernel.getKind() != kind)
     return kernel.emitOpError("expected a ") << kind << " kernel";

@@ -629,13 +629,10 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
     SmallVector<Value> pdx(2 * s.size());
     for (size_t at = 0; at < s.size(); ++at) {
       int64_t k = (at & 3) >> 1;
-      // The summed accumulates of this pair: the item's, its key's.
-      for (auto [i, a] : llvm::enumerate(kinds_.item))
-        accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
+      // The pair's key's sums (the item's slots are bound once).
       for (auto [i, a] : llvm::enumerate(kinds_.cols))
         accumulateSlots_[a] = {sums_, cIdx(keySlot(i, k))};
-      accumulateKeep_ = nullptr;
-      auto grad = [&](bool) {
+      auto grad = [&] {
         std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
                                                 delta[at], bI32, hI32,
                                                 qpos[at], kv[k]);
@@ -643,15 +640,14 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       };
       SmallVector<Value> pd;
       if (!flagged) { // every pair kept: its accumulates too
-        pd = grad(true);
+        pd = grad();
       } else if (!kinds_.pairs.empty() || !kinds_.rows.empty()) {
         // Only kept pairs add into the gradient buffer.
-        pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF},
-                     [&] { return grad(true); });
+        pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF}, grad);
       } else {
         // Sums (if any) add 0 for a pair not kept: no branch per pair.
         accumulateKeep_ = keep[at];
-        pd = grad(true);
+        pd = grad();
         accumulateKeep_ = nullptr;
         pd = {select(keep[at], pd[0], e.zeroF),
               select(keep[at], pd[1], e.zeroF)};
@@ -686,6 +682,8 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     kinds_ = classifyAccumulates(v_);
     if (int64_t n = keySlot(kinds_.cols.size(), 0))
       sums_ = alloca(n);
+    for (auto [i, a] : llvm::enumerate(kinds_.item))
+      accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
   }
   Value c0 = cIdx(0), c1 = cIdx(1);
   const TileLayout l = keyValueLayout();
