@@ -32,6 +32,11 @@ variant doc(d: i32[B, KV]) {
 variant fn_exp(x: f32[Q]) { score_mod(s, b, h, q, kv) = exp(x[q]) }
 variant fn_log(x: f32[Q]) { score_mod(s, b, h, q, kv) = log(x[q]) }
 variant fn_tanh(x: f32[Q]) { score_mod(s, b, h, q, kv) = tanh(x[q]) }
+variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
+variant capped(cap: f32) {
+  score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
+  mask_mod(b, h, q, kv) = q >= kv
+}
 )";
 
 struct Gpu {
@@ -140,36 +145,62 @@ TEST_CASE("emulated GPU: empty sequences and explicit query offsets",
 TEST_CASE("emulated GPU: probabilities by one FMA where the row maxima are "
           "small, by the exact difference where they are not",
           "[gpu-emulated]") {
-  // With no score_mod the tensor-core forms take exp2(s c - m c) when every
-  // row of the warp has |m c| < 2^10, else exp2((s - m) c). A scale of 200
+  // The tensor-core forms take exp2(s c - m c) when every row of the warp
+  // has |m c| < 2^10, else exp2((s - m) c): c is scale log2 e with no
+  // score_mod (m a maximum of products), log2 e after one (m of modified
+  // scores; capped's cap of 2000 leaves them near s scale). A scale of 200
   // puts head 0's rows with a maximum above 3.55 past it (those warps take
   // the exact form); head 1's Q, scaled down 20 times, keeps its warps on
   // the FMA. Both must match the reference.
   Gpu g;
-  for (const char *target : {"sm_80", "sm_90a"})
-    for (DType dt : {DType::F16, DType::BF16}) {
-      INFO(target << " " << dtypeName(dt));
-      auto k = g.kernel("causal", dt, 64, target);
-      HostProblem p(dt, 1, 2, 2, 100, 100, 64, 11);
-      for (int64_t i = 100 * 64; i < 2 * 100 * 64; ++i)
-        storeFromDouble(p.q.data(), dt, i,
-                        loadAsDouble(p.q.data(), dt, i) / 20.0);
-      p.a.scale = 200.0;
-      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
-      std::vector<double> ref, refLse;
-      REQUIRE(referenceAttention(k->variant(), p.a, ref, refLse).isOk());
-      double err = 0, lseErr = 0, bigRows = 0;
-      for (int64_t row = 0; row < 2 * 100; ++row) {
-        bigRows += row < 100 && refLse[row] > 3.55 * 200;
-        lseErr = std::max(lseErr, std::fabs(p.lse[row] - refLse[row]) /
-                                      std::max(1.0, std::fabs(refLse[row])));
-        for (int64_t d = 0; d < 64; ++d)
-          err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt, row * 64 + d) -
-                                        ref[row * 64 + d]));
+  for (const char *variant : {"causal", "capped"})
+    for (const char *target : {"sm_80", "sm_90a"})
+      for (DType dt : {DType::F16, DType::BF16}) {
+        INFO(variant << " " << target << " " << dtypeName(dt));
+        auto k = g.kernel(variant, dt, 64, target);
+        HostProblem p(dt, 1, 2, 2, 100, 100, 64, 11);
+        for (int64_t i = 100 * 64; i < 2 * 100 * 64; ++i)
+          storeFromDouble(p.q.data(), dt, i,
+                          loadAsDouble(p.q.data(), dt, i) / 20.0);
+        p.a.scale = 200.0;
+        if (std::string(variant) == "capped")
+          p.a.scalars.emplace_back("cap", 2000.0);
+        REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+        std::vector<double> ref, refLse;
+        REQUIRE(referenceAttention(k->variant(), p.a, ref, refLse).isOk());
+        double err = 0, lseErr = 0, bigRows = 0;
+        for (int64_t row = 0; row < 2 * 100; ++row) {
+          // LSE <= m + ln 100: above 3.55 * 200 + 4.7, m log2 e > 2^10.
+          bigRows += row < 100 && refLse[row] > 3.55 * 200 + 4.7;
+          lseErr = std::max(lseErr, std::fabs(p.lse[row] - refLse[row]) /
+                                        std::max(1.0, std::fabs(refLse[row])));
+          for (int64_t d = 0; d < 64; ++d)
+            err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt, row * 64 + d) -
+                                          ref[row * 64 + d]));
+        }
+        CHECK(bigRows > 10); // the exact form is taken
+        CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
+        CHECK(lseErr < 1e-5);
       }
-      CHECK(bigRows > 10); // the exact form is taken
-      CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
-      CHECK(lseErr < 1e-5);
+}
+
+TEST_CASE("emulated GPU: division by a divisor fixed for the loop, at the "
+          "ends of the float range",
+          "[gpu-emulated]") {
+  // d is the same for every score: its scale and reciprocal are computed
+  // once (1/4 above 2^126, 2^24 below 2^-126), each division is (x s) k.
+  // m / d = 1/2 in each case, so the scores are s / 2 whatever the scale.
+  Gpu g;
+  for (auto [m, d] : {std::pair{1.0, 2.0}, std::pair{1e38, 2e38},
+                      std::pair{1e-39, 2e-39}, std::pair{-3e-39, -6e-39}})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      INFO("m " << m << " d " << d << " " << dtypeName(dt));
+      auto k = g.kernel("divided", dt, 64);
+      HostProblem p(dt, 1, 2, 2, 70, 90, 64, 5);
+      p.a.scalars = {{"m", m}, {"d", d}};
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      // Denormal m and d: s m keeps ~20 bits, a relative 1e-6 in a score.
+      CHECK(p.maxError(k->variant()) < (dt == DType::F32 ? 2e-5 : 1.6e-2));
     }
 }
 

@@ -16,8 +16,9 @@
 //           within 2 ulp over the full range (Triton's `/`, nvcc's
 //           -prec-div=false) where IEEE's div.rn costs ~12 instructions
 //           and a slow-path branch per division. A divisor the same for
-//           many divisions (softcap's cap) has its reciprocal computed
-//           once by ptxas.
+//           a loop's iterations (softcap's cap) has its reciprocal and
+//           scale computed once, before the loop: two multiplies per
+//           division (emitDivision).
 //
 //===----------------------------------------------------------------------===//
 #include "SpecialFunctions.h"
@@ -26,6 +27,7 @@
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
 using namespace mlir;
@@ -98,6 +100,47 @@ Value emitTanh(Emit &e, Value x) {
       .getResult(0);
 }
 
+/// x / y. Where y is the same for every iteration of the loop around the
+/// division (softcap's cap in the tile loop), its part is computed once
+/// where y is defined: the scale s that div.full applies to both operands
+/// (1/4 for |y| > 2^126, 2^24 for |y| < 2^-126, else 1) and k = 1/(y s)
+/// correctly rounded; each division is then (x s) k, two multiplies where
+/// div.full issued three (its two scalings predicated per division), and
+/// within 1.5 ulp. Elsewhere div.full.
+Value emitDivision(Emit &e, Operation *op) {
+  Value x = op->getOperand(0), y = op->getOperand(1);
+  auto loop = op->getParentOfType<LoopLikeOpInterface>();
+  if (!loop || !loop.isDefinedOutsideOfLoop(y))
+    return LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
+                                         e.b.getStringAttr("llvm.nvvm.div.full"),
+                                         ValueRange{x, y})
+        .getResult(0);
+  Value s, k;
+  {
+    OpBuilder::InsertionGuard guard(e.b);
+    if (Operation *def = y.getDefiningOp())
+      e.b.setInsertionPointAfter(def);
+    else
+      e.b.setInsertionPointToStart(cast<BlockArgument>(y).getOwner());
+    Value a = math::AbsFOp::create(e.b, e.loc, y);
+    auto less = [&](Value l, float r) {
+      return arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OLT, l,
+                                   e.c(r));
+    };
+    Value huge = arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OGT,
+                                       a, e.c(0x1p126f));
+    s = arith::SelectOp::create(
+        e.b, e.loc, huge, e.c(0.25f),
+        arith::SelectOp::create(e.b, e.loc, less(a, 0x1p-126f), e.c(0x1p24f),
+                                e.c(1.0f)));
+    k = LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
+                                      e.b.getStringAttr("llvm.nvvm.rcp.rn.f"),
+                                      ValueRange{e.mul(y, s)})
+            .getResult(0);
+  }
+  return e.mul(e.mul(x, s), k);
+}
+
 struct SpecialFunction : RewritePattern {
   SpecialFunction(MLIRContext *ctx)
       : RewritePattern(MatchAnyOpTypeTag(), /*benefit=*/2, ctx) {}
@@ -108,12 +151,7 @@ struct SpecialFunction : RewritePattern {
       return failure();
     Emit e{rewriter, op->getLoc()};
     if (isa<arith::DivFOp>(op)) {
-      rewriter.replaceOp(
-          op, LLVM::CallIntrinsicOp::create(
-                  rewriter, op->getLoc(), rewriter.getF32Type(),
-                  rewriter.getStringAttr("llvm.nvvm.div.full"),
-                  ValueRange{op->getOperand(0), op->getOperand(1)})
-                  .getResult(0));
+      rewriter.replaceOp(op, emitDivision(e, op));
       return success();
     }
     Value x = op->getOperand(0);

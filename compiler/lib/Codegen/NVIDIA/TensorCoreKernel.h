@@ -329,15 +329,16 @@ private:
   /// (hoistColumns_).
   LogicalResult lowerTileLoops(flash::ForTilesOp loop);
   LogicalResult lowerTileLoop(flash::ForTilesOp loop);
-  /// The probabilities' map, exp2((s - m) c) with a score s and the rows' m
-  /// and c: c, or nothing when the map is not that.
-  std::optional<Value> exp2OfDifferenceFactor(flash::ScoresMapOp m);
+  /// The probabilities' map, exp2((s - m) c) with a score s, the rows' m
+  /// and c the rows' values or a constant: c per row of the thread, or
+  /// nothing when the map is not that.
+  std::optional<SmallVector<Value>> exp2OfDifferenceFactor(flash::ScoresMapOp m);
   /// exp2((s - m) c) per score, as one FMA, s c - m c, where every row of
   /// the warp has |m c| < 2^10 (m c's rounding then moves an exponent by
   /// at most 2^-14: a relative 4e-5 in a probability that f16/bf16 round
   /// to 5e-4 or 4e-3), else as the map states it (exact at any |m|: a row
   /// of scores near -1e30 needs it).
-  SmallVector<Value> probabilities(flash::ScoresMapOp m, Value factor);
+  SmallVector<Value> probabilities(flash::ScoresMapOp m, ArrayRef<Value> c);
   /// A map body per register: exp2 on the special-function unit.
   Value mapBody(Block &body, ValueRange args);
   void storeOutput(flash::StoreOutputOp op);

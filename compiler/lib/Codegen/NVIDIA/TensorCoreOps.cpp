@@ -15,38 +15,45 @@ using namespace mlir;
 
 namespace attnc::codegen {
 
-std::optional<Value>
+std::optional<SmallVector<Value>>
 TensorCoreKernel::exp2OfDifferenceFactor(flash::ScoresMapOp m) {
   Block &body = m.getBody().front();
   if (m.getScores().size() != 1 || m.getRows().size() < 1)
     return std::nullopt;
-  // Only where the factor is the rows' c (the scale in the exponents: no
-  // score_mod), not log2 e: kernels with a score_mod are at the register
-  // file's limit, and the two forms of the loop made synaptic spill in it.
-  auto it = body.begin();
-  if (std::distance(it, body.end()) != 4)
+  // The factor is the rows' c (the scale in the exponents: no score_mod)
+  // or a constant (log2 e, after a score_mod).
+  SmallVector<Operation *> ops;
+  for (Operation &op : body)
+    if (!isa<arith::ConstantOp>(op))
+      ops.push_back(&op);
+  if (ops.size() != 4)
     return std::nullopt;
-  auto sub = dyn_cast<arith::SubFOp>(*it++);
-  auto mul = dyn_cast<arith::MulFOp>(*it++);
-  auto exp = dyn_cast<math::Exp2Op>(*it++);
-  auto yield = dyn_cast<flash::YieldOp>(*it);
+  auto sub = dyn_cast<arith::SubFOp>(ops[0]);
+  auto mul = dyn_cast<arith::MulFOp>(ops[1]);
+  auto exp = dyn_cast<math::Exp2Op>(ops[2]);
+  auto yield = dyn_cast<flash::YieldOp>(ops[3]);
   if (!sub || !mul || !exp || !yield || sub.getLhs() != body.getArgument(0) ||
       sub.getRhs() != body.getArgument(1) || mul.getLhs() != sub ||
       exp.getOperand() != mul || yield.getValues().size() != 1 ||
       yield.getValues()[0] != exp)
     return std::nullopt;
+  if (auto cst = mul.getRhs().getDefiningOp<arith::ConstantOp>()) {
+    auto f = dyn_cast<FloatAttr>(cst.getValue());
+    if (!f)
+      return std::nullopt;
+    return SmallVector<Value>(2 * MT, cF32(f.getValueAsDouble()));
+  }
   auto arg = dyn_cast<BlockArgument>(mul.getRhs());
   if (!arg || arg.getOwner() != &body || arg.getArgNumber() < 2)
     return std::nullopt;
-  return Value(m.getRows()[arg.getArgNumber() - 1]);
+  return regs[m.getRows()[arg.getArgNumber() - 1]];
 }
 
 SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
-                                                   Value factor) {
+                                                   ArrayRef<Value> c) {
   const int64_t R = 2 * MT;
   const SmallVector<Value> &s = regs[m.getScores()[0]];
   const SmallVector<Value> &rowsM = regs[m.getRows()[0]];
-  const SmallVector<Value> &c = regs[factor];
   SmallVector<Value> mc(R);
   Value small = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
   for (int64_t r = 0; r < R; ++r) {
@@ -186,7 +193,7 @@ std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
     return success();
   }
   if (auto m = dyn_cast<flash::ScoresMapOp>(op)) {
-    if (std::optional<Value> factor = exp2OfDifferenceFactor(m)) {
+    if (std::optional<SmallVector<Value>> factor = exp2OfDifferenceFactor(m)) {
       regs[m] = probabilities(m, *factor);
       return success();
     }
