@@ -67,8 +67,14 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
     r = problemSize(z.getDim());
   else if (auto s = dyn_cast<attn::SumOp>(op))
     r = sum(s, map);
-  else
-    r = b_.clone(*op, map)->getResult(0);
+  else {
+    Operation *c = b_.clone(*op, map);
+    if (fuseScoreProducts_ && isa<arith::MulFOp, arith::AddFOp, arith::SubFOp>(c) &&
+        !v_.getMaskBlock().getParent()->isAncestor(op->getParentRegion()))
+      c->setAttr("fastmath", arith::FastMathFlagsAttr::get(
+                                 ctx_, arith::FastMathFlags::contract));
+    r = c->getResult(0);
+  }
   map.map(v, r);
   return r;
 }
@@ -154,7 +160,9 @@ Value ProgramBuilder::problemSize(StringRef dim) {
 
 Value ProgramBuilder::scaledScore(Value x, Value scale, Value b, Value h,
                                   Value q, Value kv, const IRMapping *row) {
-  Value xs = arith::MulFOp::create(b_, x, scale);
+  Value xs = arith::MulFOp::create(
+      b_, x, scale,
+      fuseScoreProducts_ ? arith::FastMathFlags::contract : arith::FastMathFlags::none);
   return emitModifier(v_.getScoreBlock(), {xs, b, h, q, kv}, row);
 }
 

@@ -437,6 +437,11 @@ protected:
   SmallVector<Value> captures_;               // per param (null for scalars)
   SmallVector<SmallVector<Value>> capDims_, capStrides_;
   SmallVector<Value> scalars_;                // per param (null for tensors)
+  /// The GPU forms: score_mod's and score_grad's float products may fuse
+  /// with the additions they feed (one rounding, an FMA: nvcc's and
+  /// Triton's default); mask_mod's arithmetic is never fused (the mask's
+  /// tile classification evaluates it as written).
+  bool fuseScoreProducts_ = false;
 };
 
 } // namespace attnc::codegen

@@ -29,7 +29,11 @@ FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind);
 
 class GpuBackwardBuilder : public BackwardBuilder {
 public:
-  using BackwardBuilder::BackwardBuilder;
+  GpuBackwardBuilder(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+                     const FlashConfig &cfg)
+      : BackwardBuilder(m, v, mask, cfg) {
+    fuseScoreProducts_ = true;
+  }
 
 protected:
   /// P = 2^((sm - lse) log2 e) on ex2.approx.ftz: a P below 2^-126 is 0,

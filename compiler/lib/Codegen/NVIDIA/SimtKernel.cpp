@@ -26,7 +26,11 @@ namespace {
 /// barriers but compute nothing.
 class SimtKernel : public ProgramBuilder {
 public:
-  using ProgramBuilder::ProgramBuilder;
+  SimtKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
+             const FlashConfig &cfg)
+      : ProgramBuilder(m, v, mask, cfg) {
+    fuseScoreProducts_ = true;
+  }
   LogicalResult lower(flash::KernelOp kernel, gpu::GPUModuleOp module);
 
 private:

@@ -27,6 +27,7 @@ public:
   TensorCoreKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
                    const FlashConfig &cfg, bool wgmma = false)
       : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)) {
+    fuseScoreProducts_ = true;
     MT = L.mTiles;
     NT = BN / 8;
     KS = D / 16;
