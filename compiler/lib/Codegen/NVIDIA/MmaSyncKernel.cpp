@@ -475,21 +475,26 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 
 LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
   ColumnValues cv = scoreColumnValues();
+  bool diagonals = !scoreDiagonalValues().ops.empty();
   hoistColumns_ = cv == ColumnValues::OfKey;
-  if (cv != ColumnValues::OfKeyAndHead)
+  if (cv != ColumnValues::OfKeyAndHead && !diagonals)
     return lowerTileLoop(loopOp);
   // score_mod's key values read h (synaptic's key_factor[b, h, kv]): once
   // per column where the item has one query head (P = 1: every prefill
-  // with Lq >= block_m), per element where GQA heads share the tile. Two
-  // versions of the loop, not of the element code inside it: the two in
-  // one loop spilled in it (synaptic, D=128).
+  // with Lq >= block_m), per element where GQA heads share the tile; its
+  // diagonal values likewise once per diagonal (P = 1: a row's position is
+  // then affine in its index). Two versions of the loop, not of the
+  // element code inside it: the two in one loop spilled in it (synaptic,
+  // D=128).
   SmallVector<Type> types;
   for (Value v : loopOp.getInits())
     for (Value r : regs[v])
       types.push_back(r.getType());
   LogicalResult result = success();
-  auto version = [&](bool hoist) {
-    hoistColumns_ = hoist;
+  auto version = [&](bool oneHead) {
+    hoistColumns_ = cv == ColumnValues::OfKey ||
+                    (oneHead && cv == ColumnValues::OfKeyAndHead);
+    shareDiagonals_ = oneHead && diagonals;
     if (failed(lowerTileLoop(loopOp)))
       result = failure();
     SmallVector<Value> out;
@@ -500,7 +505,7 @@ LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
   SmallVector<Value> out = ifElseYield(
       cmp(arith::CmpIPredicate::eq, e.P, cIdx(1)), types,
       [&] { return version(true); }, [&] { return version(false); });
-  hoistColumns_ = false;
+  hoistColumns_ = shareDiagonals_ = false;
   size_t at = 0;
   for (Value v : loopOp.getResults()) {
     size_t n = regs[v].size();

@@ -323,11 +323,26 @@ private:
   /// once per column: where they do not read h, or in the loop's version
   /// for items of one query head (P = 1), whose rows all have the item's.
   bool hoistColumns_ = false;
+  /// score_mod's diagonal values: those of (b, h) and one difference of
+  /// positions, kv - q or q - kv (alibi's f32(kv - q) x slope[h],
+  /// relative_bias's bias[h, min(abs(q - kv), 255)]), in block order; the
+  /// differences themselves first. Empty where only differences are.
+  struct DiagonalValues {
+    SmallVector<Operation *> differences; // arith.subi of kv and q
+    SmallVector<Operation *> ops;         // the rest, each of them
+  };
+  DiagonalValues scoreDiagonalValues();
+  /// Whether the tile loop being built computes the diagonal values once
+  /// per diagonal of the thread's fragment (kv - q is the same at element
+  /// (r, k) and (r + 1, k + 2): 34 distinct of 64 at 64x128, 18 of 32 at
+  /// 64x64): in the loop's version for items of one query head (P = 1),
+  /// where a row's position is the item's first plus its index.
+  bool shareDiagonals_ = false;
   std::optional<LogicalResult> lowerProductOp(Operation &op);
   std::optional<LogicalResult> lowerRowOp(Operation &op);
   /// The pipelined loop over visited tiles (flash.for_tiles).
   /// The tile loop, in two versions where score_mod's key values read h
-  /// (hoistColumns_).
+  /// (hoistColumns_) or it has diagonal values (shareDiagonals_).
   LogicalResult lowerTileLoops(flash::ForTilesOp loop);
   LogicalResult lowerTileLoop(flash::ForTilesOp loop);
   /// The probabilities' map, exp2((s - m) c) with a score s, the rows' m

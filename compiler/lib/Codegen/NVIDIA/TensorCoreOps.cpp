@@ -103,6 +103,32 @@ TensorCoreKernel::ColumnValues TensorCoreKernel::scoreColumnValues() {
   return ColumnValues::None;
 }
 
+TensorCoreKernel::DiagonalValues TensorCoreKernel::scoreDiagonalValues() {
+  Block &block = v_.getScoreBlock();
+  enum : unsigned { Score = 1, Q = 8, KV = 16, Diff = 32 };
+  llvm::DenseMap<Value, unsigned> of;
+  for (auto [i, a] : llvm::enumerate(block.getArguments()))
+    of[a] = 1u << i; // score, b, h, q, kv
+  Value q = block.getArgument(3), kv = block.getArgument(4);
+  DiagonalValues d;
+  for (Operation &op : block.without_terminator()) {
+    unsigned deps = 0;
+    auto sub = dyn_cast<arith::SubIOp>(op);
+    if (sub && ((sub.getLhs() == kv && sub.getRhs() == q) ||
+                (sub.getLhs() == q && sub.getRhs() == kv))) {
+      deps = Diff;
+      d.differences.push_back(&op);
+    } else {
+      attn::forEachValueRead(&op, [&](Value v) { deps |= of.lookup(v); });
+      if ((deps & Diff) && !(deps & (Score | Q | KV)) && op.getNumResults() == 1)
+        d.ops.push_back(&op);
+    }
+    for (Value r : op.getResults())
+      of[r] = deps;
+  }
+  return d;
+}
+
 SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
                                                    ArrayRef<Value> kvpos) {
   Block &block = v_.getScoreBlock();
@@ -116,6 +142,34 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
       column.push_back(hoistUniform(block, {0, 3},
                                     {e.zeroF, it.bI32, it.hI32, cI32(0), kv}));
   }
+  // Diagonal values per distinct kv - q of the thread's elements: row r is
+  // at rows[0]'s position + 16 (r / 2) + 8 (r % 2) (computeRows; rows past
+  // the item's end are clamped, but they are never stored), key k at
+  // kvpos[0]'s + 8 (k / 2) + k % 2; computed at their first element, so
+  // that few are live at once.
+  DiagonalValues diag;
+  Value base;
+  llvm::DenseMap<int64_t, IRMapping> diagonal;
+  if (shareDiagonals_) {
+    diag = scoreDiagonalValues();
+    base = arith::SubIOp::create(b_, kvpos[0], rows[0].qpos);
+  }
+  auto diagonalAt = [&](int64_t at) -> const IRMapping & {
+    auto [it, fresh] = diagonal.try_emplace(at);
+    if (!fresh)
+      return it->second;
+    IRMapping m = scoreRow[0];
+    Value kvMinusQ = add(base, cI32(at));
+    Value kv = v_.getScoreBlock().getArgument(4);
+    for (Operation *d : diag.differences)
+      m.map(d->getResult(0), d->getOperand(0) == kv
+                                 ? kvMinusQ
+                                 : arith::SubIOp::create(b_, cI32(0), kvMinusQ));
+    IRMapping out;
+    for (Operation *op : diag.ops)
+      out.map(op->getResult(0), materialize(op->getResult(0), m));
+    return diagonal[at] = out;
+  };
   SmallVector<Value> sv;
   for (int64_t mt = 0; mt < MT; ++mt)
     for (int64_t nt = 0; nt < NT; ++nt)
@@ -128,6 +182,10 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
           for (auto [from, to] : column[k].getValueMap())
             if (!isa<BlockArgument>(from) && !ofRow.contains(from))
               m.map(from, to);
+        if (shareDiagonals_)
+          for (auto [from, to] :
+               diagonalAt(8 * nt + (c & 1) - 16 * mt - 8 * (c >> 1)).getValueMap())
+            m.map(from, to);
         sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
                                  rows[r].hI32, rows[r].qpos, kvpos[k], &m));
       }
