@@ -108,8 +108,12 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
     PairSection sec, const Entry &e, Value s, Value dp, Value lse,
     Value delta, Value b, Value h, Value qpos, Value kv) {
   Value sm = scaledScore(s, e.scale, b, h, qpos, kv);
-  // score_grad takes the scaled score too (CSE shares the product).
-  Value xs = arith::MulFOp::create(b_, s, e.scale);
+  // score_grad takes the scaled score too (CSE shares the product: the
+  // same fast-math flags as scaledScore's, else LLVM merges the two and
+  // drops its contract).
+  Value xs = arith::MulFOp::create(
+      b_, s, e.scale,
+      fuseScoreProducts_ ? arith::FastMathFlags::contract : arith::FastMathFlags::none);
   Value p = probability(e, s, sm, lse);
   // Dropout's factor, where the section drops (b, h, qpos, kv are i32).
   Value z = sec.dropP || sec.dropDp ? dropoutFactor(e, b, h, qpos, kv) : Value();
