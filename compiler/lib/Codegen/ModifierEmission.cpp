@@ -14,25 +14,17 @@ namespace abi = attnc::rt::abi;
 namespace attnc::codegen {
 
 /// A gather with every index clamped into its dimension: never out of
-/// bounds, whatever the modifier computes. A literal extent (`f32[H, 256]`:
-/// the runtime has checked the capture's) is clamped in i32 against a
-/// constant, which folds with the modifier's own clamp (relative_bias's
-/// min(..., 255)); a named one in 64 bits against the capture's shape.
+/// bounds, whatever the modifier computes. A literal extent is a constant
+/// (loadEntryValues), so the clamp folds with the modifier's own
+/// (relative_bias's min(..., 255)).
 Value ProgramBuilder::gather(attn::GatherOp g, IRMapping &map) {
   size_t pi = 0;
   while (info_.params[pi].name != g.getCapture())
     ++pi;
   Value off = cIdx(0);
   for (auto [d, idx] : llvm::enumerate(g.getIndices())) {
-    const rt::DimSpec &dim = info_.params[pi].dims[d];
-    Value i;
-    if (dim.symbol.empty()) {
-      Value c = minI(maxI(map.lookup(idx), cI32(0)), cI32(dim.size - 1));
-      i = arith::IndexCastUIOp::create(b_, b_.getIndexType(), c);
-    } else {
-      i = minI(maxI(toIdx(map.lookup(idx)), cIdx(0)),
-               sub(capDims_[pi][d], cIdx(1)));
-    }
+    Value i = minI(maxI(toIdx(map.lookup(idx)), cIdx(0)),
+                   sub(capDims_[pi][d], cIdx(1)));
     off = add(off, mul(i, capStrides_[pi][d]));
   }
   Value x = load(captures_[pi], off);

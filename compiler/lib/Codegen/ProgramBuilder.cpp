@@ -34,8 +34,11 @@ void ProgramBuilder::loadEntryValues(ValueRange fnArgs, unsigned firstCapture) {
     }
     captures_.back() = fnArgs[argNo++];
     int64_t base = layout_.captureBase[i], r = p.dims.size();
+    // A literal extent (`f32[H, 256]`) as a constant: the runtime has
+    // checked the capture's, and gathers' clamps fold against it.
     for (int64_t d = 0; d < r; ++d) {
-      capDims_.back().push_back(ipAt(base + d));
+      capDims_.back().push_back(p.dims[d].symbol.empty() ? cIdx(p.dims[d].size)
+                                                         : ipAt(base + d));
       capStrides_.back().push_back(ipAt(base + r + d));
     }
   }

@@ -475,7 +475,8 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 
 LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
   ColumnValues cv = scoreColumnValues();
-  bool diagonals = !scoreDiagonalValues().ops.empty();
+  diagonals_ = scoreDiagonalValues();
+  bool diagonals = !diagonals_.ops.empty();
   hoistColumns_ = cv == ColumnValues::OfKey;
   if (cv != ColumnValues::OfKeyAndHead && !diagonals)
     return lowerTileLoop(loopOp);

@@ -332,6 +332,7 @@ private:
     SmallVector<Operation *> ops;         // the rest, each of them
   };
   DiagonalValues scoreDiagonalValues();
+  DiagonalValues diagonals_; // the variant's (lowerTileLoops)
   /// Whether the tile loop being built computes the diagonal values once
   /// per diagonal of the thread's fragment (kv - q is the same at element
   /// (r, k) and (r + 1, k + 2): 34 distinct of 64 at 64x128, 18 of 32 at

@@ -147,28 +147,24 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
   // the item's end are clamped, but they are never stored), key k at
   // kvpos[0]'s + 8 (k / 2) + k % 2; computed at their first element, so
   // that few are live at once.
-  DiagonalValues diag;
-  Value base;
+  Value base = shareDiagonals_
+                   ? arith::SubIOp::create(b_, kvpos[0], rows[0].qpos).getResult()
+                   : Value();
   llvm::DenseMap<int64_t, IRMapping> diagonal;
-  if (shareDiagonals_) {
-    diag = scoreDiagonalValues();
-    base = arith::SubIOp::create(b_, kvpos[0], rows[0].qpos);
-  }
   auto diagonalAt = [&](int64_t at) -> const IRMapping & {
-    auto [it, fresh] = diagonal.try_emplace(at);
+    auto [slot, fresh] = diagonal.try_emplace(at);
     if (!fresh)
-      return it->second;
+      return slot->second;
     IRMapping m = scoreRow[0];
     Value kvMinusQ = add(base, cI32(at));
-    Value kv = v_.getScoreBlock().getArgument(4);
-    for (Operation *d : diag.differences)
+    Value kv = block.getArgument(4);
+    for (Operation *d : diagonals_.differences)
       m.map(d->getResult(0), d->getOperand(0) == kv
                                  ? kvMinusQ
                                  : arith::SubIOp::create(b_, cI32(0), kvMinusQ));
-    IRMapping out;
-    for (Operation *op : diag.ops)
-      out.map(op->getResult(0), materialize(op->getResult(0), m));
-    return diagonal[at] = out;
+    for (Operation *op : diagonals_.ops)
+      slot->second.map(op->getResult(0), materialize(op->getResult(0), m));
+    return slot->second;
   };
   SmallVector<Value> sv;
   for (int64_t mt = 0; mt < MT; ++mt)
