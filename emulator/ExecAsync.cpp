@@ -24,8 +24,8 @@
 // or in a kernel without .maxnreg (its launch count, where every
 // warpgroup starts; a block that needs more than the 64K-register file
 // does not launch). setmaxnreg.inc waits (as on a device) until the
-// warpgroups' counts leave it room in the register file; if they never
-// do, that is a deadlock.
+// warpgroups' counts fit the CTA's pool, the launch's count for each of
+// its warps; if they never do, that is a deadlock.
 //
 //===----------------------------------------------------------------------===//
 #include "Decode.h"
@@ -323,13 +323,12 @@ void tmaLoad(Cta &c, Warp &w, const Instr &in, uint32_t m) {
     p.data.assign(bytes, 0);
     std::vector<uint8_t> row(rowBytes);
     uint8_t fill[8] = {};
-    if (d.oobFill == 1) { // a quiet NaN of the element type
-      if (eb == 2)
-        fill[1] = 0x7f, fill[0] = 0xff;
-      else if (eb == 4)
-        std::memcpy(fill, "\xff\xff\xff\x7f", 4);
-      else
-        std::memcpy(fill, "\xff\xff\xff\xff\xff\xff\xff\x7f", 8);
+    if (d.oobFill == 1) {
+      // A NaN, in the device's pattern: 0x7ff7 in every 2 bytes, for f32
+      // (0x7ff77ff7) as for 16-bit types (tma_probe.py on an H200, driver
+      // 580.159.04, 2026-11-27; 8-byte elements were not probed).
+      for (int i = 0; i < 8; i += 2)
+        fill[i] = 0xf7, fill[i + 1] = 0x7f;
     }
     for (uint64_t r = 0; r < rows; ++r) {
       // The row's outer coordinates; out of range: the whole row is fill.
@@ -424,13 +423,19 @@ void setMaxNReg(Cta &c, Warp &w0, const Instr &in, uint32_t) {
 bool warpgroupReady(const Cta &c, const Instr &in, size_t group) {
   if (in.fn != setMaxNReg || !in.aux2)
     return true;
-  // setmaxnreg.inc waits until the register file has room: every
-  // warpgroup counts the registers it set, or the launch's (.maxnreg,
-  // which a kernel with setmaxnreg must state) until it sets some.
+  // setmaxnreg.inc waits until the CTA's pool has room (PTX ISA: "a pool
+  // of available registers is maintained per-CTA"). The pool is what the
+  // block was launched with, the launch's count (.maxnreg, which a kernel
+  // with setmaxnreg must state) for each of its warps, not the SM's 64K
+  // file: an H200 hung on 48 x 128 + 232 x 256 = 65536 > 168 x 384. Every
+  // warpgroup counts the registers it set, or the launch's until it sets
+  // some; one whose warps exited keeps its count (on the device the pool
+  // did not get them back).
+  const uint64_t pool = uint64_t(c.warps.size()) * 32 * uint64_t(c.k->launchRegisters());
   uint64_t total = 0;
   for (size_t g = 0; g < c.maxnreg.size(); ++g)
     total += uint64_t(g == group ? in.aux : c.maxnreg[g]) * 128;
-  return total <= 65536;
+  return total <= pool;
 }
 
 namespace {

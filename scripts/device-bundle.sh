@@ -16,10 +16,11 @@
 # Pass `.device` in the device tool's `carry`.
 #   usage: scripts/device-bundle.sh [TARGET]        (default sm_90a: on an
 #   H100 or H200 the wgmma form where it applies, the mma.sync and SIMT
-#   forms elsewhere). packages-mma/ adds the same examples' mma.sync kernels
-#   (sm_90, bf16, D 64 and 128) for timing the two forms side by side, and
-#   packages-s2/ four examples' sm_90a kernels with two stages (--stages 2:
-#   no softmax/PV overlap) beside the default three. The
+#   forms elsewhere). packages-mma/ adds full's, causal's and synaptic's
+#   mma.sync kernels (sm_90, bf16, D 64 and 128) for timing the two forms
+#   side by side; with BUNDLE_S2=1, packages-s2/ four examples' sm_90a
+#   kernels with two stages (--stages 2: no softmax/PV overlap) beside the
+#   default three. The
 #   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1 and the large
 #   head dims only with BUNDLE_LARGE=1, which keeps the bundle and the
 #   working tree under 64 MiB together (the device tool's carry limit).
@@ -33,7 +34,7 @@ cmake -S "$src" -B "$src/build-device" -G Ninja -DATTNC_ENABLE_COMPILER=OFF \
 cmake --build "$src/build-device"
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" \
-  "$out/packages-s2" "$out/large" \
+  "$out/large" \
   "$out/candidates" "$out/backward" "$out/key-offsets"
 cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
    "$out/bin/"
@@ -46,9 +47,15 @@ for f in "$src"/examples/*.attn; do
   [[ "${BUNDLE_LARGE:-0}" == 1 ]] &&
     "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
       --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
-  "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
-    --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json"
+  # The mma.sync kernels the session times and ncu's (full, causal, synaptic).
+  case "$n" in full | causal | synaptic)
+    "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
+      --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json" ;;
+  esac
+  # The two-stage A/B (1.2 MB) only when asked: BUNDLE_S2=1.
+  [[ "${BUNDLE_S2:-0}" == 1 ]] || continue
   case "$n" in full | causal | document_mask | softcap)
+    mkdir -p "$out/packages-s2"
     "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90a \
       --dtypes=bf16 --head-dims=64,128 --stages 2 -o "$out/packages-s2/$n.json" ;;
   esac

@@ -117,10 +117,15 @@ fi
     PYTHONPATH=/tmp/attnc-python ATTNC_TEST_PACKAGES="$dev/packages" \
       python3 -m pytest -q -p no:cacheprovider "$src/python/tests/gpu" > "$a/python-gpu.txt" 2>&1
   fi ) &
-# Bounded: whatever has not finished by then is killed and reported so.
-( sleep "$budget_a"; pkill -f "$run" ; pkill -f compute-sanitizer; pkill -f pytest ) &
+# Bounded: whatever has not finished by then is killed and reported so,
+# the loops first (killing only their current attnc-run let a loop start
+# the next case, and a hung kernel (2026-11-27) then held the call past
+# its limit).
+jobs_a="$(jobs -p)"
+( sleep "$budget_a"; kill $jobs_a 2>/dev/null; pkill -f "$run" ; pkill -f compute-sanitizer
+  pkill -f pytest ) &
 killer=$!
-wait $(jobs -p | grep -v "^$killer$") 2>/dev/null
+wait $jobs_a 2>/dev/null
 kill $killer 2>/dev/null
 {
   for f in "$a"/parity-*.txt "$a"/backward-*.txt "$a"/key-offsets.txt; do

@@ -549,9 +549,9 @@ TEST_CASE("setmaxnreg trades from the launch's .maxnreg", "[emucuda]") {
   Quiet q;
   setenv("ATTNC_EMU_CC", "90", 1);
   // 12 warps: warpgroups 0 and 1 raise their budget, warpgroup 2 (threads
-  // 256-383) lowers its own first or not at all; everyone then meets at
-  // the CTA's barrier.
-  auto ws = [](const std::string &directives, bool producerGivesBack) {
+  // 256-383) lowers its own first (to `producer`) or not at all (0);
+  // everyone then meets at the CTA's barrier.
+  auto ws = [](const std::string &directives, int producer) {
     return std::string(".version 8.0\n.target sm_90a\n.address_size 64\n") +
            ".visible .entry k()\n" + directives +
            "{\n  .reg .b32 %r<4>;\n  .reg .pred %p<2>;\n"
@@ -561,28 +561,39 @@ TEST_CASE("setmaxnreg trades from the launch's .maxnreg", "[emucuda]") {
            "  setmaxnreg.inc.sync.aligned.u32 232;\n"
            "  bra.uni DONE;\n"
            "PRODUCER:\n" +
-           (producerGivesBack ? "  setmaxnreg.dec.sync.aligned.u32 48;\n" : "") +
+           (producer ? "  setmaxnreg.dec.sync.aligned.u32 " + std::to_string(producer) + ";\n"
+                     : std::string()) +
            "DONE:\n"
            "  bar.sync 0;\n"
            "  ret;\n}\n";
   };
-  // 48 x 128 + 232 x 256 = 65536: room once the producer gave back.
-  Ptx fits(ws(".maxnreg 168\n", true));
+  // The pool is the CTA's own, 168 x 384 = 64512 registers (PTX ISA: "a
+  // pool of available registers is maintained per-CTA"), not the SM's
+  // 65536: 40 x 128 + 232 x 256 = 64512 fits once the producer gave back.
+  Ptx fits(ws(".maxnreg 168\n", 40));
   REQUIRE(fits.status == 0);
   CHECK(fits.run("k", 1, 384, {}) == 0);
+  // 48 x 128 + 232 x 256 = 65536 does not: the register file would hold
+  // it, the pool does not, and on an H200 (2026-11-27) two warps of each
+  // consumer warpgroup waited in setmaxnreg.inc for good. The emulator
+  // counted the register file then and passed this.
+  Ptx over(ws(".maxnreg 168\n", 48));
+  REQUIRE(over.status == 0);
+  CHECK(over.run("k", 1, 384, {}) == 702);
+  CHECK_THAT(report(), Catch::Contains("deadlock") && Catch::Contains("setmaxnreg.inc"));
   // The producer keeps the launch's 168: the consumers' .inc never finds
-  // room (168 x 128 + 232 x 256 > 65536), a deadlock (a warpgroup that had
-  // set nothing used to count no registers, and this passed).
-  Ptx greedy(ws(".maxnreg 168\n", false));
+  // room, a deadlock (a warpgroup that had set nothing used to count no
+  // registers, and this passed).
+  Ptx greedy(ws(".maxnreg 168\n", 0));
   REQUIRE(greedy.status == 0);
   CHECK(greedy.run("k", 1, 384, {}) == 702);
   CHECK_THAT(report(), Catch::Contains("deadlock") && Catch::Contains("setmaxnreg.inc"));
   // setmaxnreg needs the launch's count (PTX ISA), and a block needs room
   // for it: 384 threads x 256 registers is more than the register file.
-  Ptx none(ws("", true));
+  Ptx none(ws("", 40));
   CHECK(none.status == 218);
   CHECK_THAT(none.log, Catch::Contains("uses setmaxnreg without .maxnreg"));
-  Ptx big(ws(".maxnreg 256\n", true));
+  Ptx big(ws(".maxnreg 256\n", 40));
   REQUIRE(big.status == 0);
   CHECK(big.run("k", 1, 384, {}) == 701);
   CHECK_THAT(report(), Catch::Contains("98304 registers, the register file holds 65536"));

@@ -9,8 +9,9 @@
 // before, committed and waited with the accumulators tied through the
 // wait) and a producer warpgroup that fills three stages (what 227 KB
 // hold at D=64). The launch
-// gives every thread 168 registers; the producer lowers its budget to 48
-// and the consumers raise theirs to 232 (setmaxnreg). Per stage a `full`
+// gives every thread 168 registers; the producer lowers its budget to 40
+// and the consumers raise theirs to 232 (setmaxnreg, within the CTA's
+// pool: 40 x 128 + 232 x 256 = 168 x 384). Per stage a `full`
 // mbarrier (one arrival) and an `empty` one (a consumer warp's arrival
 // each) are initialized before the CTA's one barrier. The producer waits
 // for `empty` and either issues a tile's two TMA boxes (K's 64 columns and
@@ -141,7 +142,7 @@ module {
 // CHECK: llvm.ptrtoint %[[KMAP]]
 // CHECK: llvm.ptrtoint %[[VMAP]]
 // The producer.
-// CHECK: "setmaxnreg.dec.sync.aligned.u32 48;"
+// CHECK: "setmaxnreg.dec.sync.aligned.u32 40;"
 // CHECK: scf.while
 // CHECK: mbarrier.try_wait.parity.shared::cta.b64
 // CHECK: "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], 32768;"

@@ -103,8 +103,12 @@ def compile_sm90a(fn, signature, constexprs, num_warps=4, num_stages=2, meta=Fal
             ptx, shared, warps, descs = json.load(f)[key]
     else:
         src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        # PTX ISA 9.0: what a CUDA 13.0 driver loads (the lent GPUs' 580
+        # driver refused Triton's default, this ptxas's 9.4, 2026-11-27);
+        # Triton generates code for at most 9.0's features either way.
         k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": num_warps, "num_stages": num_stages})
+                           options={"num_warps": num_warps, "num_stages": num_stages,
+                                    "ptx_version": 90})
         ptx, shared, warps = k.asm["ptx"], int(k.metadata.shared), int(k.metadata.num_warps)
         descs = list(getattr(k.metadata, "tensordesc_meta", None) or [])
         if _RECORD:

@@ -655,11 +655,9 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
   // The whole register file is the budget (one CTA per SM by design): left
   // to itself, ptxas caps some small-D kernels at 128 registers and spills.
   // The warp-specialized form launches with an even share (a multiple of
-  // 8); its warpgroups then trade registers (setmaxnreg).
+  // 8); its warpgroups then trade registers within it (setmaxnreg).
   fn->setAttr(NVVM::NVVMDialect::getMaxnregAttrName(),
-              b_.getI32IntegerAttr(
-                  L.producerWarps ? std::min<int64_t>(255, 65536 / threads / 8 * 8)
-                                  : 255));
+              b_.getI32IntegerAttr(int32_t(L.launchRegisters())));
   b_.setInsertionPointToStart(&fn.getBody().front());
   auto wg = gpu::AddressSpaceAttr::get(ctx_, gpu::AddressSpace::Workgroup);
   Value raw = gpu::DynamicSharedMemoryOp::create(
@@ -720,7 +718,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
         produce(maps);
       },
       [&] {
-        tma.setMaxRegisters(true, TensorCoreLayout::kConsumerRegisters);
+        tma.setMaxRegisters(true, L.consumerRegisters());
         firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
         myTurn = select(firstWarpgroup, cI32(kTurnBarrier), cI32(kTurnBarrier + 1));
         theirTurn = arith::SubIOp::create(b_, cI32(2 * kTurnBarrier + 1), myTurn);

@@ -12,6 +12,7 @@
 
 #include "attnc/runtime/Attention.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace attnc {
@@ -29,8 +30,26 @@ struct TensorCoreLayout {
   /// stages (TMA, or cp.async where the maps cannot serve) and lowers its
   /// register budget so the consumers can raise theirs (setmaxnreg).
   int64_t producerWarps = 0;
-  static constexpr int64_t kProducerRegisters = 48, kConsumerRegisters = 232;
+  static constexpr int64_t kProducerRegisters = 40;
   int64_t launchWarps() const { return warps + producerWarps; }
+  /// Registers per thread at launch (.maxnreg): the whole register file
+  /// (one CTA per SM by design) up to ptxas's 255; for the warp-specialized
+  /// form an even share of it, a multiple of 8 (setmaxnreg's unit).
+  int64_t launchRegisters() const {
+    return producerWarps ? std::min<int64_t>(248, 65536 / (launchWarps() * 32) / 8 * 8)
+                         : 255;
+  }
+  /// What the consumers raise theirs to: setmaxnreg.inc draws from the
+  /// CTA's pool, the launch's count for each of its threads, not from the
+  /// SM's 64K file (PTX ISA), so the consumers get what the producer gives
+  /// back, in multiples of 8: (168 x 12 - 40 x 4) / 8 = 232 at 12 warps.
+  /// Asking for more parks them in setmaxnreg.inc for good (an H200 hung
+  /// on 48 + 2 x 232 > 3 x 168, 2026-11-27).
+  int64_t consumerRegisters() const {
+    return std::min<int64_t>(
+        248, (launchRegisters() * launchWarps() - kProducerRegisters * producerWarps) /
+                 warps / 8 * 8);
+  }
   /// The sm_90a form: Q, K and V in 128-byte swizzled atoms of 8 rows x 64
   /// elements (Wgmma.h), an atom's elements per region (rows x 64), Q kept
   /// in shared memory (wgmma reads it there), 1 KB to align the base.
