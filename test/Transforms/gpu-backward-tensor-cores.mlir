@@ -2,8 +2,8 @@
 // The GPU backward on tensor cores (TensorCoreBackwardKernel.cpp): bf16
 // with head dims multiples of 16 gets 64-row tiles and 4 warps (128
 // threads). Both kernels keep four bf16 tiles in dynamic shared memory (2
-// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements) and LSE and delta per row
-// after them. Tiles are copied by 16-byte cp.async where the tensor's rows
+// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements) and LSE, delta and LSE
+// log2 e per row after them (3 x 64 f32). Tiles are copied by 16-byte cp.async where the tensor's rows
 // allow (a run-time check), else element by element; one wait before the
 // barrier that publishes them. The first products (S, dP) take B by
 // ldmatrix without .trans; the second (dQ, or dV and dK) by
@@ -25,7 +25,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-SAME:    kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // CHECK:         %[[RAW:.*]] = gpu.dynamic_shared_memory
 // CHECK:         %[[SM:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
-// CHECK:         %[[FS:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<128xf32, #gpu.address_space<workgroup>>
+// CHECK:         %[[FS:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<192xf32, #gpu.address_space<workgroup>>
 // Q and dO rows are staged once, by 16-byte copies or element by element,
 // with LSE and delta per row.
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
@@ -34,6 +34,15 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         nvvm.cp.async.commit.group
 // CHECK-NEXT:    nvvm.cp.async.wait.group 0
 // CHECK-NEXT:    gpu.barrier
+// A thread's two rows: LSE, delta and LSE log2 e (at 0, 64 and 128 of
+// fs); one vote of the warp: every row's |LSE log2 e| below 2^10.
+// CHECK:         memref.load %[[FS]]
+// CHECK:         arith.addi %{{.*}}, %c64 : index
+// CHECK-NEXT:    memref.load %[[FS]]
+// CHECK-NEXT:    %[[L128:.*]] = arith.addi %{{.*}}, %c128 : index
+// CHECK-NEXT:    %[[L:.*]] = memref.load %[[FS]][%[[L128]]]
+// CHECK:         math.absf %[[L]] : f32
+// CHECK:         %[[SMALL:.*]] = nvvm.vote.sync  all %{{.*}}, %{{.*}} -> i1
 // Per visited KV tile: stage K and V, then S and dP on the tensor cores.
 // CHECK:         scf.for
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
@@ -41,19 +50,21 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         nvvm.cp.async.commit.group
 // CHECK-NEXT:    nvvm.cp.async.wait.group 0
 // CHECK-NEXT:    gpu.barrier
-// An exact tile (full, all 64 rows and keys in range) runs a version of
-// the body without keep flags (the first branch); the other tiles select.
+// An exact tile (full, all 64 rows and keys in range) whose warp passed
+// the vote runs a version of the body without keep flags (the first
+// branch); the other tiles select.
 // CHECK:         %{{.*}} = arith.andi
-// CHECK-NEXT:    %{{.*}}:8 = scf.if %{{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// CHECK-NEXT:    %[[EXACT:.*]] = arith.andi %{{.*}}, %[[SMALL]] : i1
+// CHECK-NEXT:    %{{.*}}:8 = scf.if %[[EXACT]] -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // CHECK:         nvgpu.ldmatrix %[[SM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
 // CHECK-SAME:    multiplicandAPtxType = #nvvm.mma_type<bf16>
 // CHECK-SAME:    shape = #nvvm.shape<m = 16, n = 8, k = 16>
-// P = 2^((score_mod - LSE) log2 e) on ex2.approx.ftz; dX =
+// P = 2^(score_mod log2 e - LSE log2 e), one FMA, on ex2.approx.ftz; dX =
 // score_grad(...), whose factor `scale` dQ takes once at its store.
-// CHECK:         arith.subf
-// CHECK-NEXT:    arith.mulf
-// CHECK-NEXT:    llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK:         %[[NL:.*]] = arith.negf %[[L]] : f32
+// CHECK-NEXT:    %[[X:.*]] = math.fma %{{.*}}, %{{.*}}, %[[NL]] : f32
+// CHECK-NEXT:    llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"(%[[X]])
 // CHECK-NOT:     arith.select
 // dQ += dX K: dX rounded to bf16 as A, K by ldmatrix.trans.
 // CHECK:         arith.truncf %{{.*}} : f32 to bf16
@@ -81,10 +92,21 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         memref.store %{{.*}}, %[[KSM]]
 // CHECK:         nvvm.cp.async.wait.group 0
 // CHECK-NEXT:    gpu.barrier
+// The Q tile's rows' LSE log2 e (at 128 of fs), two per lane, one vote:
+// an exact tile whose rows all passed takes P as one FMA per pair.
+// CHECK:         %[[KL:.*]] = memref.load %[[KFS:.*]][%{{.*}}] : memref<192xf32, #gpu.address_space<workgroup>>
+// CHECK:         math.absf %[[KL]] : f32
+// CHECK:         %[[KSMALL:.*]] = nvvm.vote.sync  all %{{.*}}, %{{.*}} -> i1
+// CHECK:         %[[KEXACT:.*]] = arith.andi %{{.*}}, %[[KSMALL]] : i1
 // CHECK:         nvgpu.ldmatrix %[[KSM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync
+// CHECK:         scf.if %[[KEXACT]]
+// CHECK-NEXT:    arith.addi %{{.*}}, %c128 : index
+// CHECK-NEXT:    %[[PL:.*]] = memref.load %[[KFS]]
+// CHECK:         %[[PNL:.*]] = arith.negf %[[PL]] : f32
+// CHECK-NEXT:    %[[PX:.*]] = math.fma %{{.*}}, %{{.*}}, %[[PNL]] : f32
 // Per pair, into the slot, not the gradient buffer.
-// CHECK:         llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"
+// CHECK-NEXT:    llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f32"(%[[PX]])
 // CHECK:         memref.load %[[SUM]]
 // CHECK:         memref.store %{{.*}}, %[[SUM]]
 // CHECK-NOT:     memref.atomic_rmw

@@ -485,13 +485,16 @@ void checkBackwardKernel(const Session &session, const std::string &name,
                          const rt::CpuKernel &forward,
                          const BackwardRun &backward, Shape shape, double tol,
                          rt::DType dqType, rt::DType dkvType, int threads = 0,
-                         const rt::DropoutRequest &drop = {}) {
+                         const rt::DropoutRequest &drop = {},
+                         const std::function<void(rt::AttentionArgs &)> &adjust = {}) {
   rt::VariantInfo info;
   REQUIRE(session.info(name, info).isOk());
   Inputs in = inputsFor(info, shape);
   rt::AttentionArgs &a = in.args;
   a.numThreads = threads;
   a.dropout = drop;
+  if (adjust)
+    adjust(a);
   REQUIRE(forward.run(a).isOk());
 
   std::vector<uint8_t> dOut = attnc::test::randomValues(shape.dtype, a.out.numel(), 5);
@@ -787,6 +790,60 @@ TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
     checkBackwardKernel(*session, "synaptic", *kernels.forward, gpu.run(), s,
                         1e-3, c.dtype, c.dtype);
   }
+}
+
+TEST_CASE("the tensor-core GPU backward's exponent: one FMA where the rows' "
+          "LSE log2 e are small, the exact difference where they are not",
+          "[backward][kernel][gpu-emulated]") {
+  // An exact tile's P is ex2(fma(sm, log2 e, -L)), L = LSE log2 e, when a
+  // warp vote finds every row's |L| < 2^10; else the tile takes the
+  // flagged path and its exact difference (sm - LSE) log2 e. A scale of
+  // 200 puts head 0's rows far past the bound (LSE ~ 200 max s); head 1's
+  // Q, scaled down 2000 times, keeps its rows below it. 128 queries and
+  // keys: two full 64-row tiles each way, every one exact under `full`
+  // (under causal the diagonal tiles are partial). Both heads must match
+  // the fp64 backward.
+  for (const char *example : {"full", "alibi"})
+    for (rt::DType dt : {rt::DType::BF16, rt::DType::F16}) {
+      INFO(example << " " << rt::dtypeName(dt));
+      auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/" + example + ".attn");
+      const std::string name = session->variants().front();
+      Shape s;
+      s.batch = 1;
+      s.heads = s.kvHeads = 2;
+      s.qLen = s.kvLen = 128;
+      s.headDim = s.vHeadDim = 64;
+      s.dtype = dt;
+      rt::KernelSpec spec;
+      spec.dtype = dt;
+      spec.headDim = spec.vHeadDim = 64;
+      KernelPair kernels = compilePair(*session, name, spec); // CPU forward
+      GpuBackward gpu(*session, name, spec);
+      REQUIRE(gpu.image.spec.blockM == 64);
+      double bigRows = 0;
+      checkBackwardKernel(
+          *session, name, *kernels.forward, gpu.run(), s, 1e-3, dt, dt, 0, {},
+          [&](rt::AttentionArgs &a) {
+            a.scale = 200.0;
+            for (int64_t i = 128 * 64; i < 2 * 128 * 64; ++i)
+              rt::storeFromDouble(a.q.data, dt, i,
+                                  rt::loadAsDouble(a.q.data, dt, i) / 2000.0);
+            // Head 0's rows: |LSE log2 e| >= max(s) 200 log2 e, above 2^10
+            // where max(s) > 3.55.
+            for (int64_t i = 0; i < 128; ++i) {
+              double m = -INFINITY;
+              for (int64_t j = 0; j < 128; ++j) {
+                double dot = 0;
+                for (int64_t d = 0; d < 64; ++d)
+                  dot += rt::loadAsDouble(a.q.data, dt, i * 64 + d) *
+                         rt::loadAsDouble(a.k.data, dt, j * 64 + d);
+                m = std::max(m, dot);
+              }
+              bigRows += m > 3.55;
+            }
+          });
+      CHECK(bigRows > 64); // the exact difference is taken
+    }
 }
 
 TEST_CASE("the CPU backward kernels refuse bad calls by name",

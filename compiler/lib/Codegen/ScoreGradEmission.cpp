@@ -44,10 +44,14 @@ void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
   if (accumulateKeep_)
     v = select(accumulateKeep_, v, cF32(0.0));
   auto [mem, at] = slot->second;
-  // Reassociable: a per-row sum may be vectorized across keys.
+  // Reassociable: a per-row sum may be vectorized across keys. Where the
+  // score's products are fused (the GPU forms), so is the term's last
+  // product with this add (alibi's dslope: one FMA per pair, not two ops).
+  arith::FastMathFlags flags = arith::FastMathFlags::reassoc;
+  if (fuseScoreProducts_)
+    flags = flags | arith::FastMathFlags::contract;
   Value sum = arith::AddFOp::create(
-      b_, load(mem, at), v,
-      arith::FastMathFlagsAttr::get(b_.getContext(), arith::FastMathFlags::reassoc));
+      b_, load(mem, at), v, arith::FastMathFlagsAttr::get(b_.getContext(), flags));
   store(sum, mem, at);
 }
 

@@ -18,13 +18,31 @@ Value GpuBackwardBuilder::probability(const Entry &e, Value s, Value sm,
   // score_mod the identity: sm is scale s, and s scale - lse one FMA.
   auto scaled = sm.getDefiningOp<arith::MulFOp>();
   bool plain = scaled && scaled.getLhs() == s && scaled.getRhs() == e.scale;
-  Value t = plain ? Value(math::FmaOp::create(b_, s, e.scale,
-                                              arith::NegFOp::create(b_, lse)))
-                  : Value(arith::SubFOp::create(b_, sm, lse));
+  Value x;
+  if (lseLog2e_) {
+    Value l = arith::NegFOp::create(b_, lseLog2e_);
+    x = plain ? math::FmaOp::create(b_, s, arith::MulFOp::create(b_, e.scale, e.log2e), l)
+              : math::FmaOp::create(b_, sm, e.log2e, l);
+  } else {
+    Value t = plain ? Value(math::FmaOp::create(b_, s, e.scale,
+                                                arith::NegFOp::create(b_, lse)))
+                    : Value(arith::SubFOp::create(b_, sm, lse));
+    x = arith::MulFOp::create(b_, t, e.log2e);
+  }
   return LLVM::CallIntrinsicOp::create(
-             b_, f32_, b_.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"),
-             ValueRange{arith::MulFOp::create(b_, t, e.log2e)})
+             b_, f32_, b_.getStringAttr("llvm.nvvm.ex2.approx.ftz.f32"), ValueRange{x})
       .getResult(0);
+}
+
+Value GpuBackwardBuilder::smallExponents(ArrayRef<Value> l) {
+  Value small = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  for (Value x : l)
+    small = arith::AndIOp::create(
+        b_, small,
+        arith::CmpFOp::create(b_, arith::CmpFPredicate::OLT,
+                              math::AbsFOp::create(b_, x), cF32(1024.0f)));
+  return NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
+                                  NVVM::VoteSyncKind::all);
 }
 
 FailureOr<PairSection> backwardSection(flash::KernelOp kernel, StringRef kind) {

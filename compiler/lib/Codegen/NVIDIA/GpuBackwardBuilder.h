@@ -38,10 +38,18 @@ public:
 protected:
   /// P = 2^((sm - lse) log2 e) on ex2.approx.ftz: a P below 2^-126 is 0,
   /// where the IEEE ex2 costs a compare and two predicated multiplies per
-  /// pair; without a score_mod, sm - lse is one FMA, s scale - lse. (Not
-  /// the FMA s (scale log2 e) - lse log2 e: lse log2 e's rounding grows
-  /// with |lse|, the forward's "exponent's price", docs/kernels.md.)
+  /// pair; without a score_mod, sm - lse is one FMA, s scale - lse. Where
+  /// lseLog2e_ is set (the pair's row's lse log2 e, on a tile whose warp
+  /// vote found every such |value| below 2^10), the exponent is one FMA,
+  /// sm log2 e - lse log2 e (s (scale log2 e) - lse log2 e without a
+  /// score_mod): lse log2 e's rounding grows with |lse|, and the bound
+  /// keeps it within 2^-14, the forward's "exponent's price"
+  /// (docs/kernels.md).
   Value probability(const Entry &e, Value s, Value sm, Value lse) override;
+  /// Whether every lane's `l` (rows' lse log2 e) is below 2^10 in
+  /// magnitude: one warp vote (the same for every lane).
+  Value smallExponents(ArrayRef<Value> l);
+  Value lseLog2e_;
 
   /// The backward operands after the forward's, and the strides the
   /// backward's ip slots hold.

@@ -126,8 +126,9 @@ private:
   /// A Q tile's Q and dO rows into the tiles at qS and oS (`rowOffset(st,
   /// r)`: row r's offset in q or dO, whose strides are st; `affine`: it is
   /// rowOffset(st, 0) + r * st[2]), and its rows' LSE and delta
-  /// (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past the end. The
-  /// LSE and delta loads take a thread per row.
+  /// (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past the end, and
+  /// after them LSE log2 e (the exponent's FMA, probability). The LSE and
+  /// delta loads take a thread per row.
   void stageQueryTile(const Entry &e, int64_t qS, int64_t oS, Value rows,
                       function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
                       function_ref<std::pair<Value, Value>(Value)> lseDelta,
@@ -203,7 +204,7 @@ private:
   TileLayout keyValueLayout() const {
     return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
   }
-  Value smem, fs, tid, warp, g, tig2, zeroE;
+  Value smem, fs, tid, laneId, warp, g, tig2, zeroE;
   // Whether Q and dO, and K and V, take 16-byte copies (stageTile).
   Value vectorsQO, vectorsKV;
   // The lane's (row, column) in the A, B and B.trans fragments (begin()).
@@ -213,13 +214,13 @@ private:
 gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
                                          StringRef name, Entry &e, Extra &x) {
   gpu::GPUFuncOp fn =
-      createEntry(module, name, {{2 * R * (ldQ + ldO), elem_}, {2 * R, f32_}},
+      createEntry(module, name, {{2 * R * (ldQ + ldO), elem_}, {3 * R, f32_}},
                   e, x, /*dynamic=*/true);
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
   smem = shared_[0];
   fs = shared_[1];
   tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
-  Value lane = arith::RemUIOp::create(b_, tid, cIdx(32));
+  Value lane = laneId = arith::RemUIOp::create(b_, tid, cIdx(32));
   warp = arith::DivUIOp::create(b_, tid, cIdx(32));
   g = arith::DivUIOp::create(b_, lane, cIdx(4));
   tig2 = mul(arith::RemUIOp::create(b_, lane, cIdx(4)), cIdx(2));
@@ -336,8 +337,10 @@ void TensorCoreBackward::stageQueryTile(
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
     Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, rows);
     std::pair<Value, Value> ld = lseDelta(minI(tid, sub(rows, cIdx(1))));
-    store(select(in, ld.first, e.ninf), fs, tid);
+    Value lse = select(in, ld.first, e.ninf);
+    store(lse, fs, tid);
     store(select(in, ld.second, e.zeroF), fs, add(tid, cIdx(R)));
+    store(arith::MulFOp::create(b_, lse, e.log2e), fs, add(tid, cIdx(2 * R)));
   });
 }
 
@@ -498,7 +501,7 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   gpu::BarrierOp::create(b_);
   // This thread's rows g and g + 8 of its warp's 16.
   SmallVector<Value> live(2), h(2), i(2), hI32(2), qpos(2), lse(2), delta(2),
-      rowLive(2);
+      rowLive(2), lseLog2e(2);
   for (int64_t k = 0; k < 2; ++k) {
     Value r = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
     live[k] = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, r, it.rows);
@@ -509,10 +512,14 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
     qpos[k] = arith::IndexCastOp::create(b_, i32_, add(it.qpos0, i[k]));
     lse[k] = load(fs, r);
     delta[k] = load(fs, add(r, cIdx(R)));
+    lseLog2e[k] = load(fs, add(r, cIdx(2 * R)));
     rowLive[k] =
         arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[k], e.ninf);
   }
 
+  // The warp's rows' exponents within the FMA's bound: the exact tiles'
+  // P is one FMA and an ex2 (probability); else they take the flagged path.
+  Value smallRows = smallExponents(lseLog2e);
   IRMapping inv;
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
@@ -563,9 +570,11 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
           SmallVector<Value> dx(s.size());
           for (size_t at = 0; at < s.size(); ++at) {
             int64_t k = (at & 3) >> 1;
+            lseLog2e_ = exact ? lseLog2e[k] : Value();
             Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
                                   it.bI32, hI32[k], qpos[k], kv[at])
                            .second;
+            lseLog2e_ = nullptr;
             dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
           }
           accumulate(dq, dx, C, kS + from * ldQ, ldQ, D);
@@ -573,7 +582,8 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         return flatten(dq);
       };
       SmallVector<Value> next = ifElseYield(
-          exactTile(t, it.rows), acc.getTypes(), [&] { return chunks(true); },
+          arith::AndIOp::create(b_, exactTile(t, it.rows), smallRows), acc.getTypes(),
+          [&] { return chunks(true); },
           [&] { return chunks(false); });
       // Every warp is done with K and V before the next tile's copy.
       gpu::BarrierOp::create(b_);
@@ -640,7 +650,10 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       };
       SmallVector<Value> pd;
       if (!flagged) { // every pair kept: its accumulates too
+        // Its exponent one FMA (the tile's rows passed smallExponents).
+        lseLog2e_ = load(fs, add(colOf(c0, int64_t(at)), cIdx(2 * R)));
         pd = grad();
+        lseLog2e_ = nullptr;
       } else if (!kinds_.pairs.empty() || !kinds_.rows.empty()) {
         // Only kept pairs add into the gradient buffer.
         pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF}, grad);
@@ -743,7 +756,15 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
           gpu::BarrierOp::create(b_);
           Frags dk = unflatten(acc.take_front(nK)),
                 dv = unflatten(acc.drop_front(nK));
-          Value exact = exactTile(t, it.rows);
+          // Exact, and the Q tile's exponents within the FMA's bound (one
+          // vote over its rows' LSE log2 e, the same in every warp): the
+          // chunks' unflagged path (else the flagged one, for every tile).
+          SmallVector<Value> rowsL;
+          for (int64_t j = 0; j < R; j += 32)
+            rowsL.push_back(load(fs, add(minI(add(laneId, cIdx(j)), cIdx(R - 1)),
+                                         cIdx(2 * R))));
+          Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
+                                              smallExponents(rowsL));
           for (int64_t from = 0; from < R; from += C)
             keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
                           dk, dv);
@@ -780,11 +801,11 @@ namespace attnc {
 namespace {
 
 /// Dynamic shared memory for R rows: four element tiles (pitch width + 8)
-/// and LSE and delta per row, as the kernel lays them out.
+/// and LSE, delta and LSE log2 e per row, as the kernel lays them out.
 int64_t sharedBytes(const rt::KernelSpec &s, int64_t R) {
   int64_t elem = rt::dtypeSize(s.dtype);
   return codegen::dynamicSharedBytes(
-      {{2 * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {2 * R, 4}});
+      {{2 * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {3 * R, 4}});
 }
 
 /// f16 or bf16, head dims multiples of 16 up to 256.
