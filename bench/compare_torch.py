@@ -138,7 +138,14 @@ def attnc_case(args, c, tensors, sets, tmp):
         cmd += ["--set", "%s=%s" % (name, v)]
     out = os.path.join(tmp, "out.npy")
     cmd += ["--backward"] if args.backward else ["--output", out]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=args.attnc_timeout)
+    except subprocess.TimeoutExpired:
+        # A hung kernel (the first H200 run of the warp-specialized form,
+        # 2026-11-27) costs this case, not the rest of the run.
+        raise RuntimeError("attnc-run did not finish in %d s (a hung kernel?)"
+                           % args.attnc_timeout)
     if r.returncode != 0:
         raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1])
     row = json.loads(r.stdout.strip().splitlines()[-1])
@@ -317,6 +324,8 @@ def main():
                    help="also time attnc through its Python package (import "
                    "attnc: PYTHONPATH at the runtime-only build, see "
                    ".device/build-python.sh) on the torch tensors, from --packages")
+    p.add_argument("--attnc-timeout", type=int, default=120,
+                   help="seconds one attnc-run case may take (default 120)")
     p.add_argument("--attnc-run", help="attnc-run (runtime only) to time "
                    "attnc's kernels with, e.g. .device/bin/attnc-run")
     p.add_argument("--packages", default=os.path.join(ROOT, ".device",

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One lent-GPU session's work in one call, each part time-boxed so the call
 # ends inside the device tool's limit and every part reports:
+#   0. smoke: one small case per kernel form (SIMT, mma.sync, the runtime's
+#      choice, decode, the backward), 20 s each; a form that fails or
+#      hangs is named first, and the forward's timings then use the
+#      mma.sync packages;
 #   A. correctness, in parallel (CPU-bound fp64 references on the device's
 #      cores): the forward parity matrix of every packaged example, the
 #      backward suite (never run on a GPU before 2026-11-26), key blocks at
@@ -49,6 +53,35 @@ t0=$(date +%s)
 } > "$logs/device.txt" 2>&1
 cat "$logs/device.txt"
 cp "$logs/device.txt" "$out/"
+
+# 0: one small case per kernel form, 20 s each, so that a form that hangs
+# (2026-11-27: the warp-specialized wgmma form, every f16/bf16 call) is
+# named in the first seconds; the forward's timings then take the mma.sync
+# packages instead of the hung form.
+fwd_packages="$dev/packages"
+smoke() {  # name, then attnc-run's arguments
+  local name="$1"; shift
+  if timeout 20 "$run" "$@" > "$logs/smoke-$name.txt" 2>&1; then
+    echo "smoke $name: $(grep -hoE '[0-9]+ passed, [0-9]+ failed' "$logs/smoke-$name.txt")"
+  else
+    echo "smoke $name: FAILED or hung (exit $?): $(tail -1 "$logs/smoke-$name.txt")"
+    return 1
+  fi
+}
+{
+  small=(--batch 1 --heads 2 --kv-heads 1 --q-len 100 --kv-len 100)
+  smoke simt-f32 "$dev/packages/full.json" --dtype f32 "${small[@]}"
+  [[ -f "$dev/packages-mma/full.json" ]] &&
+    smoke mma-sync-bf16 "$dev/packages-mma/full.json" --dtype bf16 "${small[@]}"
+  smoke runtime-choice-bf16 "$dev/packages/full.json" --dtype bf16 "${small[@]}" ||
+    { [[ -d "$dev/packages-mma" ]] && fwd_packages="$dev/packages-mma" &&
+      echo "forward timings from packages-mma/ (the runtime's choice failed)"; }
+  smoke decode-bf16 "$dev/packages/full.json" --dtype bf16 --mode decode \
+    --batch 1 --heads 8 --kv-heads 2 --kv-len 300
+  smoke backward-bf16 "$dev/backward/causal.json" --backward --dtype bf16 "${small[@]}"
+} 2>&1 | tee "$logs/smoke.txt"
+grep -q "packages-mma/ (the runtime" "$logs/smoke.txt" && fwd_packages="$dev/packages-mma"
+cp "$logs/smoke.txt" "$out/"
 
 # A: correctness, in parallel, bounded.
 a=$logs/a
@@ -173,9 +206,9 @@ bench() {  # remaining-budget-bounded compare_torch run
 # The forward first; synaptic's backward last: flex's compile of it took
 # longer than the time box in both calls of 2026-11-26 and cut decode and
 # the D=64 gym after it.
-bench --suite gym --lengths 8192 --head-dims 128 --packages "$dev/packages"
-bench --suite decode --lengths 8192,32768 --packages "$dev/packages"
-bench --suite gym --lengths 8192 --head-dims 64 --packages "$dev/packages"
+bench --suite gym --lengths 8192 --head-dims 128 --packages "$fwd_packages"
+bench --suite decode --lengths 8192,32768 --packages "$fwd_packages"
+bench --suite gym --lengths 8192 --head-dims 64 --packages "$fwd_packages"
 bench --suite gym --backward --lengths 8192 --head-dims 128 \
   --variants causal,document_mask --packages "$dev/backward"
 bench --suite gym --backward --lengths 8192 --head-dims 64 \
@@ -251,7 +284,7 @@ pack c
 d=$logs/d
 for cache in 1 0; do
   s=$(date +%s%N)
-  CUDA_CACHE_DISABLE=$cache "$run" "$dev/packages/causal.json" --bench \
+  CUDA_CACHE_DISABLE=$cache timeout 60 "$run" "$dev/packages/causal.json" --bench \
     --warmup 0 --iters 1 --q-len 1024 --kv-len 1024 --dtype bf16 \
     --head-dim 128 > "$d/cold-$cache.txt" 2>&1
   e=$(date +%s%N)
