@@ -96,6 +96,9 @@ protected:
   /// accumulateKeep_ (0 for a pair that is masked or out of range).
   llvm::DenseMap<Operation *, std::pair<Value, Value>> accumulateSlots_;
   Value accumulateKeep_;
+  /// The pair's diagonal values of score_mod and of score_grad, computed
+  /// once per kv - q by a form that shares them (diagonalAt), or null.
+  const IRMapping *pairScoreDiagonal_ = nullptr, *pairGradDiagonal_ = nullptr;
 
   Value grads_;
   bool atomicGrads_ = false;

@@ -175,6 +175,48 @@ Value ProgramBuilder::emitModifier(Block &block, ValueRange args,
                      map);
 }
 
+ProgramBuilder::DiagonalValues
+ProgramBuilder::diagonalValues(Block &block, ArrayRef<unsigned> varying) {
+  enum : unsigned { Element = 1, Q = 2, KV = 4, Diff = 8 };
+  llvm::DenseMap<Value, unsigned> of;
+  for (unsigned i : varying)
+    of[block.getArgument(i)] = Element;
+  Value q = block.getArgument(3), kv = block.getArgument(4);
+  of[q] = Q;
+  of[kv] = KV;
+  DiagonalValues d;
+  for (Operation &op : block.without_terminator()) {
+    unsigned deps = 0;
+    auto sub = dyn_cast<arith::SubIOp>(op);
+    if (sub && ((sub.getLhs() == kv && sub.getRhs() == q) ||
+                (sub.getLhs() == q && sub.getRhs() == kv))) {
+      deps = Diff;
+      d.differences.push_back(&op);
+    } else {
+      attn::forEachValueRead(&op, [&](Value v) { deps |= of.lookup(v); });
+      if ((deps & Diff) && !(deps & (Element | Q | KV)) && op.getNumResults() == 1)
+        d.ops.push_back(&op);
+      d.positionGathers |= isa<attn::GatherOp>(op) && (deps & (Q | KV));
+    }
+    for (Value r : op.getResults())
+      of[r] = deps;
+  }
+  return d;
+}
+
+IRMapping ProgramBuilder::diagonalAt(const DiagonalValues &d, Block &block,
+                                     Value kvMinusQ, const IRMapping &base) {
+  IRMapping m = base, out;
+  Value kv = block.getArgument(4);
+  for (Operation *s : d.differences)
+    m.map(s->getResult(0), s->getOperand(0) == kv
+                               ? kvMinusQ
+                               : arith::SubIOp::create(b_, cI32(0), kvMinusQ).getResult());
+  for (Operation *op : d.ops)
+    out.map(op->getResult(0), materialize(op->getResult(0), m));
+  return out;
+}
+
 IRMapping ProgramBuilder::hoistUniform(Block &block, ArrayRef<unsigned> varying,
                                        ValueRange args) {
   llvm::DenseSet<Value> uniform = uniformValues(block, varying);

@@ -369,6 +369,25 @@ protected:
   /// outside the loop) are reused.
   Value emitModifier(Block &block, ValueRange args,
                      const IRMapping *hoisted = nullptr);
+  /// A modifier's diagonal values: those that depend on (b, h) and one
+  /// difference kv - q or q - kv (`differences`, arith.subi of its
+  /// arguments 4 and 3) and on nothing else per element (the arguments
+  /// `varying`: score, and score_grad's dy), so they are equal wherever
+  /// kv - q is (alibi's f32(kv - q) slope[h], a barrier's abs(q - kv), a
+  /// gathered bias[h, min(abs(q - kv), 255)]).
+  struct DiagonalValues {
+    SmallVector<Operation *> differences;
+    SmallVector<Operation *> ops;
+    /// Whether the block also gathers at an index of q or kv themselves
+    /// (synaptic's qamp[b, h, q]): per-row or per-key values.
+    bool positionGathers = false;
+  };
+  static DiagonalValues diagonalValues(Block &block, ArrayRef<unsigned> varying);
+  /// `d`'s values where kv - q is `kvMinusQ` (i32), the block's other
+  /// arguments mapped as `base` maps them: a mapping of the ops' results
+  /// only (to seed an element's, as emitModifier's `hoisted`).
+  IRMapping diagonalAt(const DiagonalValues &d, Block &block, Value kvMinusQ,
+                       const IRMapping &base);
   /// The values of `block` that depend on none of its arguments `varying`,
   /// computed here for `args` (e.g. a row's q-only values).
   IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,

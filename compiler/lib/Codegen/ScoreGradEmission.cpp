@@ -111,7 +111,7 @@ Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
 std::pair<Value, Value> BackwardBuilder::pairValues(
     PairSection sec, const Entry &e, Value s, Value dp, Value lse,
     Value delta, Value b, Value h, Value qpos, Value kv) {
-  Value sm = scaledScore(s, e.scale, b, h, qpos, kv);
+  Value sm = scaledScore(s, e.scale, b, h, qpos, kv, pairScoreDiagonal_);
   // score_grad takes the scaled score too (CSE shares the product: the
   // same fast-math flags as scaledScore's, else LLVM merges the two and
   // drops its contract).
@@ -135,6 +135,8 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   Value ds = emitMapBody(sec.ds.getBody().front(), args);
   Block &grad = *v_.getGradBlock();
   IRMapping map;
+  if (pairGradDiagonal_)
+    map = *pairGradDiagonal_;
   SmallVector<Value> gargs = {xs, b, h, qpos, kv, ds};
   map.map(grad.getArguments(), gargs);
   Value dx = emitGrad(grad, map, sec.dx.getAccumulate());

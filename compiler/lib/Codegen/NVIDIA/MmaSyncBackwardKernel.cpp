@@ -48,6 +48,8 @@
 #include "GpuBackwardBuilder.h"
 #include "MmaFragments.h"
 
+#include <map>
+
 using namespace mlir;
 
 namespace attnc::codegen {
@@ -205,6 +207,16 @@ private:
     return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
   }
   Value smem, fs, tid, laneId, warp, g, tig2, zeroE;
+  /// _bwd_kv's diagonal values of score_mod and score_grad (diagonalValues):
+  /// at the thread's element (key g + 8k, query column c0 + 8 nt + 2 tig +
+  /// at % 2 of the Q tile) kv - q is diagBase_ + 8k - c0 - 8 nt - at % 2,
+  /// 18 distinct of a tile's 32 at R = 64; each one's values are computed
+  /// at its first use, before its chunk's two versions, and serve both
+  /// (and the next chunk, which shares two of them).
+  DiagonalValues scoreDiag_, gradDiag_;
+  Value diagBase_;
+  IRMapping diagScoreArgs_, diagGradArgs_;
+  std::map<int64_t, std::pair<IRMapping, IRMapping>> diagAt_;
   // Whether Q and dO, and K and V, take 16-byte copies (stageTile).
   Value vectorsQO, vectorsKV;
   // The lane's (row, column) in the A, B and B.trans fragments (begin()).
@@ -617,6 +629,26 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
     lse[at] = load(fs, r);
     delta[at] = load(fs, add(r, cIdx(R)));
   }
+  // The element's diagonal values, at their first use in the tile, before
+  // the chunk's two versions (both use them; the next chunk shares two).
+  auto diagonal = [&](size_t at) -> std::pair<IRMapping, IRMapping> & {
+    int64_t off = 8 * int64_t((at & 3) >> 1) - c0 - 8 * int64_t(at / 4) -
+                  int64_t(at & 1);
+    auto [slot, fresh] = diagAt_.try_emplace(off);
+    if (fresh) {
+      Value kvMinusQ = add(diagBase_, cI32(off));
+      slot->second.first =
+          diagonalAt(scoreDiag_, v_.getScoreBlock(), kvMinusQ, diagScoreArgs_);
+      if (!gradDiag_.ops.empty())
+        slot->second.second =
+            diagonalAt(gradDiag_, *v_.getGradBlock(), kvMinusQ, diagGradArgs_);
+    }
+    return slot->second;
+  };
+  SmallVector<std::pair<IRMapping, IRMapping> *> diag(s.size(), nullptr);
+  if (diagBase_)
+    for (size_t at = 0; at < s.size(); ++at)
+      diag[at] = &diagonal(at);
   // P and dX of the chunk's pairs, with or without the flags of kept pairs.
   auto pairTerms = [&](bool flagged) {
     SmallVector<Value> keep;
@@ -643,9 +675,14 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       for (auto [i, a] : llvm::enumerate(kinds_.cols))
         accumulateSlots_[a] = {sums_, cIdx(keySlot(i, k))};
       auto grad = [&] {
+        if (diag[at]) {
+          pairScoreDiagonal_ = &diag[at]->first;
+          pairGradDiagonal_ = &diag[at]->second;
+        }
         std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
                                                 delta[at], bI32, hI32,
                                                 qpos[at], kv[k]);
+        pairScoreDiagonal_ = pairGradDiagonal_ = nullptr;
         return SmallVector<Value>{pd.first, pd.second};
       };
       SmallVector<Value> pd;
@@ -698,6 +735,15 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     for (auto [i, a] : llvm::enumerate(kinds_.item))
       accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
   }
+  scoreDiag_ = diagonalValues(v_.getScoreBlock(), {0});
+  gradDiag_ = diagonalValues(*v_.getGradBlock(), {0, 5});
+  // Not where score_mod also gathers per query or key (synaptic's qamp[b,
+  // h, q], key_factor[b, h, kv]) and D > 64: with dK and dV's accumulators
+  // those values already fill the registers, and the diagonal values' made
+  // its loop spill (static model, sm_80 D=128: 0 -> 9 local-memory
+  // instructions per tile).
+  const bool shareDiagonals = (!scoreDiag_.ops.empty() || !gradDiag_.ops.empty()) &&
+                              !(scoreDiag_.positionGathers && std::max(D, DV) > 64);
   Value c0 = cIdx(0), c1 = cIdx(1);
   const TileLayout l = keyValueLayout();
   const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
@@ -765,6 +811,21 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
                                          cIdx(2 * R))));
           Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
                                               smallExponents(rowsL));
+          // The tile's diagonal values, from key g's kv - q at column 2 tig.
+          diagAt_.clear();
+          diagBase_ = nullptr;
+          if (shareDiagonals) {
+            diagBase_ = arith::SubIOp::create(
+                b_, kv[0],
+                arith::IndexCastOp::create(b_, i32_,
+                                           add(it.qpos0, add(it.r0, tig2))));
+            for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
+              m->clear();
+            diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
+            diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
+            diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
+            diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+          }
           for (int64_t from = 0; from < R; from += C)
             keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
                           dk, dv);

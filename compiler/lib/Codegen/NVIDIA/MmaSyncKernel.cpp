@@ -475,7 +475,7 @@ void TensorCoreKernel::storeOutput(flash::StoreOutputOp op) {
 
 LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
   ColumnValues cv = scoreColumnValues();
-  diagonals_ = scoreDiagonalValues();
+  diagonals_ = diagonalValues(v_.getScoreBlock(), {0});
   bool diagonals = !diagonals_.ops.empty();
   hoistColumns_ = cv == ColumnValues::OfKey;
   if (cv != ColumnValues::OfKeyAndHead && !diagonals)

@@ -327,12 +327,7 @@ private:
   /// positions, kv - q or q - kv (alibi's f32(kv - q) x slope[h],
   /// relative_bias's bias[h, min(abs(q - kv), 255)]), in block order; the
   /// differences themselves first. Empty where only differences are.
-  struct DiagonalValues {
-    SmallVector<Operation *> differences; // arith.subi of kv and q
-    SmallVector<Operation *> ops;         // the rest, each of them
-  };
-  DiagonalValues scoreDiagonalValues();
-  DiagonalValues diagonals_; // the variant's (lowerTileLoops)
+  DiagonalValues diagonals_; // score_mod's (lowerTileLoops)
   /// Whether the tile loop being built computes the diagonal values once
   /// per diagonal of the thread's fragment (kv - q is the same at element
   /// (r, k) and (r + 1, k + 2): 34 distinct of 64 at 64x128, 18 of 32 at

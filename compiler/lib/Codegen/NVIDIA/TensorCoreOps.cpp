@@ -103,32 +103,6 @@ TensorCoreKernel::ColumnValues TensorCoreKernel::scoreColumnValues() {
   return ColumnValues::None;
 }
 
-TensorCoreKernel::DiagonalValues TensorCoreKernel::scoreDiagonalValues() {
-  Block &block = v_.getScoreBlock();
-  enum : unsigned { Score = 1, Q = 8, KV = 16, Diff = 32 };
-  llvm::DenseMap<Value, unsigned> of;
-  for (auto [i, a] : llvm::enumerate(block.getArguments()))
-    of[a] = 1u << i; // score, b, h, q, kv
-  Value q = block.getArgument(3), kv = block.getArgument(4);
-  DiagonalValues d;
-  for (Operation &op : block.without_terminator()) {
-    unsigned deps = 0;
-    auto sub = dyn_cast<arith::SubIOp>(op);
-    if (sub && ((sub.getLhs() == kv && sub.getRhs() == q) ||
-                (sub.getLhs() == q && sub.getRhs() == kv))) {
-      deps = Diff;
-      d.differences.push_back(&op);
-    } else {
-      attn::forEachValueRead(&op, [&](Value v) { deps |= of.lookup(v); });
-      if ((deps & Diff) && !(deps & (Score | Q | KV)) && op.getNumResults() == 1)
-        d.ops.push_back(&op);
-    }
-    for (Value r : op.getResults())
-      of[r] = deps;
-  }
-  return d;
-}
-
 SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
                                                    ArrayRef<Value> kvpos) {
   Block &block = v_.getScoreBlock();
@@ -151,19 +125,10 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
                    ? arith::SubIOp::create(b_, kvpos[0], rows[0].qpos).getResult()
                    : Value();
   llvm::DenseMap<int64_t, IRMapping> diagonal;
-  auto diagonalAt = [&](int64_t at) -> const IRMapping & {
+  auto diagonalOf = [&](int64_t at) -> const IRMapping & {
     auto [slot, fresh] = diagonal.try_emplace(at);
-    if (!fresh)
-      return slot->second;
-    IRMapping m = scoreRow[0];
-    Value kvMinusQ = add(base, cI32(at));
-    Value kv = block.getArgument(4);
-    for (Operation *d : diagonals_.differences)
-      m.map(d->getResult(0), d->getOperand(0) == kv
-                                 ? kvMinusQ
-                                 : arith::SubIOp::create(b_, cI32(0), kvMinusQ));
-    for (Operation *op : diagonals_.ops)
-      slot->second.map(op->getResult(0), materialize(op->getResult(0), m));
+    if (fresh)
+      slot->second = diagonalAt(diagonals_, block, add(base, cI32(at)), scoreRow[0]);
     return slot->second;
   };
   SmallVector<Value> sv;
@@ -180,7 +145,7 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
               m.map(from, to);
         if (shareDiagonals_)
           for (auto [from, to] :
-               diagonalAt(8 * nt + (c & 1) - 16 * mt - 8 * (c >> 1)).getValueMap())
+               diagonalOf(8 * nt + (c & 1) - 16 * mt - 8 * (c >> 1)).getValueMap())
             m.map(from, to);
         sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
                                  rows[r].hI32, rows[r].qpos, kvpos[k], &m));
