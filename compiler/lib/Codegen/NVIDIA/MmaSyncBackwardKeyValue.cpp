@@ -1,0 +1,264 @@
+//===- MmaSyncBackwardKeyValue.cpp - The tensor-core _bwd_kv ---------------===//
+//
+// `_bwd_kv` of the tensor-core GPU backward (MmaSyncBackwardKernel.cpp
+// describes the form): items (b, KV head, KV tile), K and V staged once;
+// per query head of the group and visited Q tile, Q, dO, LSE, delta and
+// LSE log2 e staged; per 16-column chunk of the Q tile, S^T and dP^T on
+// the tensor cores, P and dX per pair (exact tiles without keep flags,
+// their exponent one FMA where the tile's vote allows, score_mod's and
+// score_grad's diagonal values once per kv - q), then dV += P^T dO and
+// dK += dX^T Q.
+//
+//===----------------------------------------------------------------------===//
+#include "MmaSyncBackward.h"
+
+using namespace mlir;
+
+namespace attnc::codegen {
+
+void TensorCoreBackward::keyValueChunk(const PairSection &sec,
+                                       const Entry &e, const Item &it,
+                                       const Tile &t, Value exact, int64_t c0,
+                                       ArrayRef<Value> keyLive,
+                                       ArrayRef<Value> kv, Value bI32,
+                                       Value hI32, Frags &dk, Frags &dv) {
+  const TileLayout l = keyValueLayout();
+  const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
+  SmallVector<Value> s =
+      flatten(rowsByCols(kS, ldQ, D / 16, qS + c0 * ldQ, ldQ, C));
+  SmallVector<Value> dp =
+      flatten(rowsByCols(vS, ldO, DV / 16, oS + c0 * ldO, ldO, C));
+  SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size());
+  for (size_t at = 0; at < s.size(); ++at) {
+    Value r = colOf(c0, int64_t(at));
+    qpos[at] =
+        arith::IndexCastOp::create(b_, i32_, add(it.qpos0, add(it.r0, r)));
+    lse[at] = load(fs, r);
+    delta[at] = load(fs, add(r, cIdx(R)));
+  }
+  // The element's diagonal values, at their first use in the tile, before
+  // the chunk's two versions (both use them; the next chunk shares two).
+  auto diagonal = [&](size_t at) -> std::pair<IRMapping, IRMapping> & {
+    int64_t off = 8 * int64_t((at & 3) >> 1) - c0 - 8 * int64_t(at / 4) -
+                  int64_t(at & 1);
+    auto [slot, fresh] = diagAt_.try_emplace(off);
+    if (fresh) {
+      Value kvMinusQ = add(diagBase_, cI32(off));
+      slot->second.first =
+          diagonalAt(scoreDiag_, v_.getScoreBlock(), kvMinusQ, diagScoreArgs_);
+      if (!gradDiag_.ops.empty())
+        slot->second.second =
+            diagonalAt(gradDiag_, *v_.getGradBlock(), kvMinusQ, diagGradArgs_);
+    }
+    return slot->second;
+  };
+  SmallVector<std::pair<IRMapping, IRMapping> *> diag(s.size(), nullptr);
+  if (diagBase_)
+    for (size_t at = 0; at < s.size(); ++at)
+      diag[at] = &diagonal(at);
+  // P and dX of the chunk's pairs, with or without the flags of kept pairs.
+  auto pairTerms = [&](bool flagged) {
+    SmallVector<Value> keep;
+    if (flagged) {
+      // A query with no key (LSE -inf, also rows past the end) has P = 0
+      // everywhere.
+      SmallVector<Value> base(s.size());
+      for (size_t at = 0; at < s.size(); ++at)
+        base[at] = arith::AndIOp::create(
+            b_, keyLive[(at & 3) >> 1],
+            arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[at],
+                                  e.ninf));
+      keep = keepFlags(
+          t, base,
+          [&](int64_t at) {
+            return std::pair<Value, Value>{qpos[at], kv[(at & 3) >> 1]};
+          },
+          bI32, hI32);
+    }
+    SmallVector<Value> pdx(2 * s.size());
+    for (size_t at = 0; at < s.size(); ++at) {
+      int64_t k = (at & 3) >> 1;
+      // The pair's key's sums (the item's slots are bound once).
+      for (auto [i, a] : llvm::enumerate(kinds_.cols))
+        accumulateSlots_[a] = {sums_, cIdx(keySlot(i, k))};
+      auto grad = [&] {
+        if (diag[at]) {
+          pairScoreDiagonal_ = &diag[at]->first;
+          pairGradDiagonal_ = &diag[at]->second;
+        }
+        std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
+                                                delta[at], bI32, hI32,
+                                                qpos[at], kv[k]);
+        pairScoreDiagonal_ = pairGradDiagonal_ = nullptr;
+        return SmallVector<Value>{pd.first, pd.second};
+      };
+      SmallVector<Value> pd;
+      if (!flagged) { // every pair kept: its accumulates too
+        // Its exponent one FMA (the tile's rows passed smallExponents).
+        lseLog2e_ = load(fs, add(colOf(c0, int64_t(at)), cIdx(2 * R)));
+        pd = grad();
+        lseLog2e_ = nullptr;
+      } else if (!kinds_.pairs.empty() || !kinds_.rows.empty()) {
+        // Only kept pairs add into the gradient buffer.
+        pd = ifYield(keep[at], ValueRange{e.zeroF, e.zeroF}, grad);
+      } else {
+        // Sums (if any) add 0 for a pair not kept: no branch per pair.
+        accumulateKeep_ = keep[at];
+        pd = grad();
+        accumulateKeep_ = nullptr;
+        pd = {select(keep[at], pd[0], e.zeroF),
+              select(keep[at], pd[1], e.zeroF)};
+      }
+      pdx[at] = pd[0];
+      pdx[s.size() + at] = pd[1];
+    }
+    return pdx;
+  };
+  SmallVector<Type> f32s(2 * s.size(), f32_);
+  SmallVector<Value> pdx = ifElseYield(
+      exact, f32s, [&] { return pairTerms(false); },
+      [&] { return pairTerms(true); });
+  ArrayRef<Value> p = ArrayRef<Value>(pdx).take_front(s.size()),
+                  dx = ArrayRef<Value>(pdx).drop_front(s.size());
+  accumulate(dv, p, C, oS + c0 * ldO, ldO, DV);
+  accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D);
+}
+
+LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
+                                                     gpu::GPUModuleOp module) {
+  FailureOr<PairSection> found = backwardSection(kernel, "bwd_kv");
+  if (failed(found))
+    return failure();
+  PairSection sec = *found;
+  StringRef name = kernel.getSymName();
+  OpBuilder::InsertionGuard guard(b_);
+  Entry e;
+  Extra x;
+  begin(module, name, e, x);
+  if (accumulates()) {
+    kinds_ = classifyAccumulates(v_);
+    if (int64_t n = keySlot(kinds_.cols.size(), 0))
+      sums_ = alloca(n);
+    for (auto [i, a] : llvm::enumerate(kinds_.item))
+      accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
+  }
+  scoreDiag_ = diagonalValues(v_.getScoreBlock(), {0});
+  gradDiag_ = diagonalValues(*v_.getGradBlock(), {0, 5});
+  // Not where score_mod also gathers per query or key (synaptic's qamp[b,
+  // h, q], key_factor[b, h, kv]) and D > 64: with dK and dV's accumulators
+  // those values already fill the registers, and the diagonal values' made
+  // its loop spill (static model, sm_80 D=128: 0 -> 9 local-memory
+  // instructions per tile).
+  const bool shareDiagonals = (!scoreDiag_.ops.empty() || !gradDiag_.ops.empty()) &&
+                              !(scoreDiag_.positionGathers && std::max(D, DV) > 64);
+  Value c0 = cIdx(0), c1 = cIdx(1);
+  const TileLayout l = keyValueLayout();
+  const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
+  KeyTile kt = decodeKeyTile(blockItem(x));
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, kt.cols, c0), [&] {
+    Item first = queryItem(e, kt, mul(kt.kvh, e.G), c0);
+    auto keyRow = [&](Value base, Value stride, Value c) {
+      return add(base, mul(add(kt.kv0, c), stride));
+    };
+    auto kStart = [&](Value c) { return keyRow(first.kBase, e.ks[2], c); };
+    auto vStart = [&](Value c) { return keyRow(first.vBase, e.vs[2], c); };
+    stageTile(kS, ldQ, D, kt.cols, e.k, e.ks[3], vectorsKV,
+              {kStart, kStart(cIdx(0)), e.ks[2]});
+    stageTile(vS, ldO, DV, kt.cols, e.v, e.vs[3], vectorsKV,
+              {vStart, vStart(cIdx(0)), e.vs[2]});
+    // Landed before any Q tile's barrier publishes them (and before the
+    // block exits when it visits none).
+    awaitTiles();
+    // This thread's keys g and g + 8 of its warp's 16.
+    SmallVector<Value> keyLive(2), key(2), kv(2);
+    for (int64_t k = 0; k < 2; ++k) {
+      Value c = add(add(mul(warp, cIdx(16)), g), cIdx(8 * k));
+      keyLive[k] = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, kt.cols);
+      key[k] = add(kt.kv0, minI(c, sub(kt.cols, c1)));
+      kv[k] = keyPos(kt.kvpos0, key[k]);
+    }
+    const int64_t nK = D / 8 * 4;
+    SmallVector<Value> init((D + DV) / 8 * 4, e.zeroF);
+    scf::ForOp heads = loop(c0, e.G, 1, init, [&](Value gi, ValueRange acc0) {
+      Value h = add(mul(kt.kvh, e.G), gi);
+      Value hI32 = headIndex(h);
+      Value bI32 = arith::IndexCastOp::create(b_, i32_, kt.b);
+      IRMapping inv = maskInvariants(kt, hI32);
+      if (sums_)
+        zeroSums();
+      scf::ForOp qtiles = loop(c0, e.nQT, 1, acc0, [&](Value qt, ValueRange acc) {
+        Item it = queryItem(e, kt, h, qt);
+        Tile t = tileAt(it, kt.kt, inv);
+        // The class is the block's: the barriers are reached by all or none.
+        return ifYield(t.visit, acc, [&] {
+          // Every warp is done with the previous Q tile.
+          gpu::BarrierOp::create(b_);
+          stageQueryTile(
+              e, qS, oS, it.rows,
+              [&](ArrayRef<Value> st, Value r) {
+                return offset4(st, kt.b, h, add(it.r0, r));
+              },
+              [&](Value r) {
+                Value row = add(it.r0, r);
+                return std::pair<Value, Value>{
+                    load(e.lse, offset4(e.ls, kt.b, h, row)),
+                    load(x.delta, deltaAt(e, kt.b, h, row))};
+              },
+              /*affine=*/true);
+          awaitTiles();
+          gpu::BarrierOp::create(b_);
+          Frags dk = unflatten(acc.take_front(nK)),
+                dv = unflatten(acc.drop_front(nK));
+          // Exact, and the Q tile's exponents within the FMA's bound (one
+          // vote over its rows' LSE log2 e, the same in every warp): the
+          // chunks' unflagged path (else the flagged one, for every tile).
+          SmallVector<Value> rowsL;
+          for (int64_t j = 0; j < R; j += 32)
+            rowsL.push_back(load(fs, add(minI(add(laneId, cIdx(j)), cIdx(R - 1)),
+                                         cIdx(2 * R))));
+          Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
+                                              smallExponents(rowsL));
+          // The tile's diagonal values, from key g's kv - q at column 2 tig.
+          diagAt_.clear();
+          diagBase_ = nullptr;
+          if (shareDiagonals) {
+            diagBase_ = arith::SubIOp::create(
+                b_, kv[0],
+                arith::IndexCastOp::create(b_, i32_,
+                                           add(it.qpos0, add(it.r0, tig2))));
+            for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
+              m->clear();
+            diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
+            diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
+            diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
+            diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+          }
+          for (int64_t from = 0; from < R; from += C)
+            keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
+                          dk, dv);
+          SmallVector<Value> next = flatten(dk);
+          next.append(flatten(dv));
+          return next;
+        });
+      });
+      if (sums_)
+        addSums(bI32, hI32, kv, keyLive);
+      return SmallVector<Value>(qtiles.getResults());
+    });
+    accumulateSlots_.clear();
+    ValueRange fin = heads.getResults();
+    storeRows(unflatten(fin.take_front(nK)), x.dk, x.dks,
+              [&](int64_t k) { return offset4(x.dks, kt.b, kt.kvh, key[k]); },
+              keyLive, e.scale);
+    storeRows(unflatten(fin.drop_front(nK)), x.dv, x.dvs,
+              [&](int64_t k) { return offset4(x.dvs, kt.b, kt.kvh, key[k]); },
+              keyLive);
+  });
+  // Keys past this sequence's length (up to the K/V capacity) get 0.
+  ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)),
+         [&] { zeroKeyPastLength(kt, x, tid); });
+  gpu::ReturnOp::create(b_);
+  return success();
+}
+
+} // namespace attnc::codegen
