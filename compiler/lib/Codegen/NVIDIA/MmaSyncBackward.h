@@ -58,8 +58,8 @@ private:
   /// of each warp, a key's by the first lane of its quad (live keys only).
   void addSums(Value bI32, Value hI32, ArrayRef<Value> kv,
                ArrayRef<Value> keyLive);
-  /// The entry with its two buffers (the four tiles; LSE and delta per
-  /// row) and the lane decomposition.
+  /// The entry with its two buffers (the four tiles; LSE, delta and LSE
+  /// log2 e per row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
                        Extra &x);
   /// The block copies `count` rows of `width` elements into the tile at
