@@ -5,7 +5,8 @@
 # its large head dims, f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
 # of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), causal's
 # and synaptic's key-offset kernels (forward and backward, under
-# key-offsets/), and
+# key-offsets/), causal's and document_mask's backward with one K/V stage
+# in _bwd_q (backward-s1/, bf16 D 64 and 128: the ring's A/B), and
 # run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
@@ -36,8 +37,11 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" \
   "$out/large" \
   "$out/candidates" "$out/backward" "$out/key-offsets"
-cp "$src/build-device/bin/attnc-run" "$src/build-device/bin/attnc-embed-example" \
-   "$out/bin/"
+cp "$src/build-device/bin/attnc-run" "$out/bin/"
+# The embedding example (2.2 MB) only when asked: BUNDLE_EMBED=1 (with it
+# the bundle and the working tree passed the carry's 64 MiB, 2026-11-27).
+[[ "${BUNDLE_EMBED:-0}" == 1 ]] &&
+  cp "$src/build-device/bin/attnc-embed-example" "$out/bin/"
 for f in "$src"/examples/*.attn; do
   n="$(basename "$f" .attn)"
   [[ "$n" == tour ]] && continue
@@ -73,6 +77,14 @@ for n in causal document_mask synaptic; do
   "$src/scripts/merge-packages.py" "$out/backward/$n.json" \
     "$out/backward/$n.json" "$out/backward/$n.kvoff.json"
   rm "$out/backward/$n.kvoff.json"
+done
+# The backward's K/V ring A/B: _bwd_q with one stage (--backward-stages 1:
+# each tile's copy waited for before its products) beside backward/'s two.
+mkdir -p "$out/backward-s1"
+for n in causal document_mask; do
+  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
+    --backward --backward-stages 1 --target="$first" --dtypes=bf16 \
+    --head-dims=64,128 -o "$out/backward-s1/$n.json"
 done
 # Key-offset kernels (a key block at its true positions: context
 # parallelism), forward and backward, for the chunk cases with --kv-offsets.

@@ -17,7 +17,9 @@
 #      at 8k for D 64 and 128, decode, and the backward; then the mma.sync
 #      form on the same shapes (packages-mma/); first of all, the sm_90a
 #      form with three stages (the softmax overlapping the previous tile's
-#      P V, packages/) against two (--stages 2, packages-s2/), interleaved;
+#      P V, packages/) against two (--stages 2, packages-s2/), interleaved,
+#      and the backward's _bwd_q with two K/V stages (backward/) against
+#      one (backward-s1/);
 #   C. ncu on the headline kernel (full, bf16, D=128, 8k): tensor-pipe busy
 #      and issue activity, to recalibrate the static SASS model;
 #   D. cold start: a fresh process from package load to its first launch,
@@ -195,6 +197,30 @@ for l in open(sys.argv[1]):
     print('overlap A/B %-14s D=%-3d %.3f ms  %s' % (r['variant'], r['D'], r['ms_median'], r['kernel']))
 " "$b/overlap-ab.jsonl" | tee "$b/overlap-ab.txt"
   echo "B (overlap A/B) took $(( $(date +%s) - tb )) s"
+fi
+# The backward's K/V ring A/B: _bwd_q with two stages (backward/, the
+# default since 2026-11-27) and one (backward-s1/), alternating, twice;
+# attnc-run times the backward (both kernels) per call.
+if [[ -d "$dev/backward-s1" ]]; then
+  for round in 1 2; do
+    for n in causal document_mask; do
+      for d in 64 128; do
+        for pk in backward backward-s1; do
+          timeout 30 "$run" "$dev/$pk/$n.json" --backward --bench --json \
+            --warmup 5 --iters 30 --batch 2 --heads 16 --kv-heads 16 \
+            --q-len 8192 --kv-len 8192 --head-dim $d --dtype bf16 \
+            >> "$b/backward-ab.jsonl" 2>/dev/null
+        done
+      done
+    done
+  done
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print('backward A/B %-14s D=%-3d %.3f ms  %s' % (r['variant'], r['D'], r['ms_median'], r['kernel']))
+" "$b/backward-ab.jsonl" | tee "$b/backward-ab.txt" | tee -a "$b/summary.txt"
+  echo "B (backward A/B) took $(( $(date +%s) - tb )) s"
 fi
 bench() {  # remaining-budget-bounded compare_torch run
   local left=$(( budget_b - ($(date +%s) - tb) ))

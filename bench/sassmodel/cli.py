@@ -153,13 +153,20 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    ipm = args.instructions_per_mma
+    if not 0 < args.busy <= 1:
+        raise SystemExit(f"sass_model calibrate: --busy is a fraction in (0, 1], got {args.busy}")
+    ipm, fpi = args.instructions_per_mma, args.flop_per_instruction
     if args.record:
-        ipm = json.loads(Path(args.record).read_text())["instructions_per_mma"]
-    if ipm is None:
-        raise SystemExit("sass_model calibrate: give --instructions-per-mma or --record")
-    k = model.calibrate(args.busy, ipm)
-    print(f"k = {args.busy} x {ipm} = {k}")
+        rec = json.loads(Path(args.record).read_text())
+        ipm, fpi = rec["instructions_per_mma"], rec["mma_flop_per_instruction"]
+    if ipm is None and fpi is None:
+        raise SystemExit("sass_model calibrate: give --instructions-per-mma, "
+                         "--flop-per-instruction or --record")
+    if ipm is not None:
+        print(f"k = {args.busy} x {ipm} = {model.calibrate(args.busy, ipm)}")
+    if fpi is not None:
+        print(f"flop_per_instruction_at_full_busy = {fpi} / {args.busy} = "
+              f"{model.calibrate_flop(args.busy, fpi)}")
     return 0
 
 
@@ -216,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_analyze)
     p = sub.add_parser("calibrate")
     p.add_argument("--busy", type=float, required=True, help="ncu's tensor-pipe busy, 0..1")
-    p.add_argument("--instructions-per-mma", type=float)
-    p.add_argument("--record")
+    p.add_argument("--instructions-per-mma", type=float,
+                   help="the model's figure for the measured kernel (mma.sync: gives k)")
+    p.add_argument("--flop-per-instruction", type=float,
+                   help="the model's MMA-FLOP per instruction for it (wgmma: gives "
+                        "flop_per_instruction_at_full_busy)")
+    p.add_argument("--record", help="one kernel's record from `run --json` (gives both)")
     p.set_defaults(fn=cmd_calibrate)
     args = ap.parse_args(argv)
     return _guarded(args.fn)(args)

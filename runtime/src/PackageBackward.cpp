@@ -54,8 +54,9 @@ namespace {
 /// manifest's block_m, block_n, warps and thread counts: a relabelled
 /// manifest would launch the kernel over the wrong grid or block.
 /// Tensor-core kernels (warps > 0) run warps x 32 threads in both entries,
-/// a warp per 16 query rows, two stages; SIMT kernels a thread per query
-/// row (_bwd_q) and per key row (_bwd_kv), one stage.
+/// a warp per 16 query rows, _bwd_q's K and V in one or two stages; SIMT
+/// kernels a thread per query row (_bwd_q) and per key row (_bwd_kv), one
+/// stage.
 bool checkBackwardTiles(const GpuBackwardImage &k, const std::string &tiles,
                         std::string &why) {
   int64_t m = k.spec.blockM, n = k.spec.blockN, w = k.spec.warps;
@@ -63,6 +64,8 @@ bool checkBackwardTiles(const GpuBackwardImage &k, const std::string &tiles,
   std::string want = fmt::format("m{}n{}w{}s{}", m, n,
                                  mma ? w : (k.queryThreads + 31) / 32,
                                  mma ? 2 : 1);
+  if (mma && tiles == fmt::format("m{}n{}w{}s1", m, n, w))
+    want = tiles;
   if (tiles != want) {
     why = fmt::format("backward kernel '{}' names tiles '{}', its manifest "
                       "gives '{}' (block_m, block_n, warps, threads)",

@@ -1,9 +1,10 @@
 // RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 backward=1 dtype=bf16 head-dim=16 v-head-dim=32" -convert-flash-to-mma-sync -canonicalize | FileCheck %s
 // The GPU backward on tensor cores (TensorCoreBackwardKernel.cpp): bf16
 // with head dims multiples of 16 gets 64-row tiles and 4 warps (128
-// threads). Both kernels keep four bf16 tiles in dynamic shared memory (2
-// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements) and LSE, delta and LSE
-// log2 e per row after them (3 x 64 f32). Tiles are copied by 16-byte cp.async where the tensor's rows
+// threads). _bwd_kv keeps four bf16 tiles in dynamic shared memory (2
+// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements), _bwd_q six (Q and dO,
+// and K and V in two stages: 12288) and LSE, delta and LSE log2 e per row
+// after them (3 x 64 f32). Tiles are copied by 16-byte cp.async where the tensor's rows
 // allow (a run-time check), else element by element; one wait before the
 // barrier that publishes them. The first products (S, dP) take B by
 // ldmatrix without .trans; the second (dQ, or dV and dK) by
@@ -24,7 +25,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-NOT:     workgroup(
 // CHECK-SAME:    kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // CHECK:         %[[RAW:.*]] = gpu.dynamic_shared_memory
-// CHECK:         %[[SM:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
+// CHECK:         %[[SM:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<12288xbf16, #gpu.address_space<workgroup>>
 // CHECK:         %[[FS:.*]] = memref.view %[[RAW]][%{{.*}}][] : {{.*}} to memref<192xf32, #gpu.address_space<workgroup>>
 // Q and dO rows are staged once, by 16-byte copies or element by element,
 // with LSE and delta per row.
@@ -43,18 +44,29 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-NEXT:    %[[L:.*]] = memref.load %[[FS]][%[[L128]]]
 // CHECK:         math.absf %[[L]] : f32
 // CHECK:         %[[SMALL:.*]] = nvvm.vote.sync  all %{{.*}}, %{{.*}} -> i1
-// Per visited KV tile: stage K and V, then S and dP on the tensor cores.
-// CHECK:         scf.for
+// K and V a visited tile ahead, in two stages: the first visited tile
+// (a search, tile by tile for this closed-form mask) into stage 0; then
+// per visited tile the next one found and its copy issued into the other
+// stage, this tile's copy (one group back) waited for and published, then
+// S and dP on the tensor cores.
+// CHECK:         scf.while
+// CHECK:         scf.if
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
+// CHECK:         nvvm.cp.async.commit.group
+// CHECK-NEXT:    %{{.*}} = scf.while
+// CHECK:         scf.while
+// CHECK:         scf.if
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[SM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         memref.store %{{.*}}, %[[SM]]
 // CHECK:         nvvm.cp.async.commit.group
-// CHECK-NEXT:    nvvm.cp.async.wait.group 0
+// CHECK-NEXT:    nvvm.cp.async.wait.group 1
 // CHECK-NEXT:    gpu.barrier
 // An exact tile (full, all 64 rows and keys in range) whose warp passed
 // the vote runs a version of the body without keep flags (the first
-// branch); the other tiles select.
-// CHECK:         %{{.*}} = arith.andi
-// CHECK-NEXT:    %[[EXACT:.*]] = arith.andi %{{.*}}, %[[SMALL]] : i1
+// branch); the other tiles select. The tile's stage starts 64 x (24 +
+// 40) = 4096 elements on per stage.
+// CHECK:         arith.muli %{{.*}}, %c4096 : index
+// CHECK:         %[[EXACT:.*]] = arith.andi %{{.*}}, %[[SMALL]] : i1
 // CHECK-NEXT:    %{{.*}}:8 = scf.if %[[EXACT]] -> (f32, f32, f32, f32, f32, f32, f32, f32) {
 // CHECK:         nvgpu.ldmatrix %[[SM]][%{{.*}}] {numTiles = 4 : i32, transpose = false}
 // CHECK:         nvvm.mma.sync

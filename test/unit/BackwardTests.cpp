@@ -752,19 +752,24 @@ TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
     const char *form; // the kernel form asked for ("": the registry's)
     int64_t ask;      // the tile's rows asked for (0: the form's choice)
     int64_t rows;     // the backward's tile (0: SIMT)
+    int64_t askStages = 0; // _bwd_q's K/V stages asked for (0: the form's)
+    int64_t stages = 2;    // and built (tensor cores)
   };
   // The form's choice is 64 rows wherever the tiles fit the target's
-  // dynamic shared memory (sm_90 here: D=256 too); smaller tiles when
-  // asked for.
+  // dynamic shared memory (sm_90 here: D=256 too), and two K/V stages in
+  // _bwd_q where a third pair of tiles fits too (here everywhere: D=256's
+  // 64 rows take 203 KB); smaller tiles and one stage when asked for.
   for (Case c : {Case{rt::DType::BF16, 32, 32, "", 0, 64},
                  Case{rt::DType::F16, 128, 128, "", 0, 64},
                  Case{rt::DType::F16, 128, 128, "", 32, 32},
+                 Case{rt::DType::F16, 128, 128, "", 64, 64, 1, 1},
                  Case{rt::DType::BF16, 256, 256, "", 0, 64},
                  Case{rt::DType::BF16, 256, 256, "", 16, 16},
                  Case{rt::DType::BF16, 32, 32, "simt", 0, 0},
                  Case{rt::DType::F16, 32, 32, "simt", 0, 0}}) {
-    INFO(rt::dtypeName(c.dtype) << " D " << c.d << "/" << c.dv << " form "
-                                << c.form << " rows " << c.ask);
+    INFO(rt::dtypeName(c.dtype)
+         << " D " << c.d << "/" << c.dv << " form " << c.form << " rows "
+         << c.ask << " stages " << c.askStages);
     Shape s;
     s.batch = 1;
     s.heads = 2;
@@ -782,9 +787,18 @@ TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
     if (c.ask) {
       spec.blockM = spec.blockN = c.ask;
       spec.warps = c.ask / 16;
+      spec.stages = c.askStages;
     }
     GpuBackward gpu(*session, "synaptic", spec);
     CHECK(gpu.image.spec.blockM == (c.rows ? c.rows : 32));
+    if (c.rows) { // the name says _bwd_q's stages; its shared memory holds them
+      CHECK_THAT(gpu.image.query,
+                 Catch::EndsWith("w" + std::to_string(c.rows / 16) + "s" +
+                                 std::to_string(c.stages) + "_bwd_q"));
+      int64_t pairBytes = c.rows * (c.d + 8 + c.dv + 8) * 2;
+      CHECK(gpu.image.queryDynamicSharedBytes >= (1 + c.stages) * pairBytes);
+      CHECK(gpu.image.queryDynamicSharedBytes < (2 + c.stages) * pairBytes);
+    }
     CHECK(gpu.image.spec.warps == (c.rows ? c.rows / 16 : 0));
     CHECK(gpu.image.queryThreads == (c.rows ? 2 * c.rows : 32));
     checkBackwardKernel(*session, "synaptic", *kernels.forward, gpu.run(), s,

@@ -380,6 +380,21 @@ def test_sm90a_has_no_borrowed_constant():
     assert p["predicted_tensor_busy"] is None and p["calibrated_on"] == "none"
 
 
+def test_sm90a_predicts_per_flop():
+    # A wgmma's cycles grow with its N: sm_90a's record is MMA-FLOP per
+    # instruction at full busy, not a constant per instruction.
+    cal = {"targets": {"sm_90": {"k": 2.0},
+                       "sm_90a": {"flop_per_instruction_at_full_busy": 3000.0}}}
+    g = Cfg(func(WGMMA_LOOP))
+    m = path_metrics(g, steady_state(g, TileWork(3, 1)))
+    p = model.predict(m, "sm_90a", cal)
+    assert p["calibrated_on"] == "sm_90a"
+    assert p["predicted_tensor_busy"] == round(min(1.0, m.mma_flop_per_instruction / 3000.0), 3)
+    assert model.calibrate_flop(0.5, 1500.0) == 3000.0
+    # sm_80 and sm_89 borrow sm_90's constant, never sm_90a's.
+    assert model.predict(m, "sm_80", cal)["calibrated_on"] == "sm_90"
+
+
 def test_serialized_wgmma_is_refused():
     from sassmodel import toolchain
     ok = "ptxas info    : Used 255 registers, used 1 barriers\n"

@@ -80,6 +80,10 @@ compile options:
                     with --emit=tiled|cpu|llvm: the backward program;
                     with --emit=package: the backward's kernels too, one
                     per target, dtype and head dims
+  --backward-stages N
+                    the tensor-core backward's K/V stages in _bwd_q: 2
+                    (default, where they fit the target's shared memory)
+                    or 1 (each tile's copy waited for before its products)
   --dropout         kernels that apply attention dropout (docs/dropout.md;
                     p, seed and offset are run-time arguments)
   --key-offsets     kernels that read each sequence's first key position
@@ -165,6 +169,7 @@ struct CompileOptions {
   bool tileCandidates = false; // --tile-candidates
   bool bothKeyOffsets = false; // --key-offsets=both: packages hold either kind
   bool backward = false;       // --backward: the GPU stages' backward program
+  int64_t backwardStages = 0;  // --backward-stages N: _bwd_q's K/V stages
 };
 
 std::vector<std::string> splitList(const std::string &s) {
@@ -266,7 +271,9 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
           if (o.backward) {
             // The backward's tiles are its own (its form's).
             rt::GpuBackwardImage img;
-            if (rt::Status s = attnc::compileBackwardForGpu(v, spec, t, img);
+            rt::KernelSpec bspec = spec;
+            bspec.stages = o.backwardStages;
+            if (rt::Status s = attnc::compileBackwardForGpu(v, bspec, t, img);
                 !s) {
               std::cerr << "attnc: error: " << s.message() << "\n";
               return 1;
@@ -327,6 +334,8 @@ int emitLaterStage(mlir::ModuleOp module, const CompileOptions &o,
     }
     attnc::FlashConfig config;
     config.spec = o.spec;
+    if (o.backward)
+      config.spec.stages = o.backwardStages;
     if (o.emit == "tiled") {
       // The tiled program of the form the request gets on the target.
       std::string error;
@@ -470,6 +479,7 @@ int runCompile(const std::vector<std::string> &args) {
           std::tuple{"--block-n", &o.spec.blockN, 8, 1024},
           std::tuple{"--warps", &o.spec.warps, 1, 16},
           std::tuple{"--stages", &o.spec.stages, 2, 8},
+          std::tuple{"--backward-stages", &o.backwardStages, 1, 2},
           std::tuple{"--q-len", &o.qLen, 1, 1 << 20},
           std::tuple{"--kv-len", &o.kvLen, 1, 1 << 20}}) {
       r = intValue(flag, *dst, lo, hi);

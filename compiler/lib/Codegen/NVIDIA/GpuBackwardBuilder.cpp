@@ -7,6 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GpuBackwardBuilder.h"
+#include "WarpTileSearch.h"
+
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
@@ -143,6 +146,159 @@ gpu::GPUFuncOp GpuBackwardBuilder::createEntry(gpu::GPUModuleOp module,
   x.hasDLse = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne,
                                     slot(abi::kBwdHasDLse), cIdx(0));
   return fn;
+}
+
+std::pair<Value, Value>
+GpuBackwardBuilder::visitedFrom(Value from, Value hi32, Value lane32,
+                                function_ref<Tile(Value j, Value cls)> tileOf) {
+  Type i8 = b_.getI8Type();
+  auto idx = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  auto below = [&](Value j) {
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ult, j, hi32);
+  };
+  Value empty = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
+  auto classOf = [&](Value j, Value inRange) {
+    return ifYield(inRange, ValueRange{empty}, [&] {
+      return SmallVector<Value>{tileOf(idx(j), {}).cls};
+    })[0];
+  };
+  if (mask_.kind != rt::MaskKind::Data) {
+    // Tile by tile: a closed-form class is arithmetic.
+    auto w =
+        scf::WhileOp::create(b_, TypeRange{i32_, i8}, ValueRange{from, empty});
+    OpBuilder::InsertionGuard guard(b_);
+    SmallVector<Location> locs(2, b_.getLoc());
+    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_, i8}, locs);
+    Value j = before->getArgument(0);
+    Value inRange = below(j);
+    Value cls = classOf(j, inRange);
+    Value skip = arith::AndIOp::create(
+        b_, inRange,
+        arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, cls, empty));
+    scf::ConditionOp::create(b_, skip, ValueRange{j, cls});
+    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_, i8}, locs);
+    scf::YieldOp::create(b_, ValueRange{arith::AddIOp::create(
+                                            b_, after->getArgument(0), cI32(1)),
+                                        after->getArgument(1)});
+    return {w.getResult(0), w.getResult(1)};
+  }
+  // Tile `from` alone first (one class load: a dense mask visits it, and
+  // its path stays that long); past an empty one, the warp's search.
+  Value inRange = below(from);
+  Value cls = classOf(from, inRange);
+  Value hit = arith::AndIOp::create(
+      b_, inRange,
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, cls, empty));
+  SmallVector<Value> r = ifElseYield(
+      hit, TypeRange{i32_, i8},
+      [&] {
+        return SmallVector<Value>{from, cls};
+      },
+      [&] {
+        auto [j, c] = firstVisitedByWarp(
+            b_, lane32, arith::AddIOp::create(b_, from, cI32(1)), hi32,
+            classOf);
+        return SmallVector<Value>{j, c};
+      });
+  return {r[0], r[1]};
+}
+
+SmallVector<Value> GpuBackwardBuilder::forVisitedTiles(
+    Value lo, Value hi, ValueRange init, Value lane32,
+    function_ref<Tile(Value j, Value cls)> tileOf,
+    function_ref<SmallVector<Value>(Value j, const Tile &, ValueRange)> body) {
+  if (mask_.kind != rt::MaskKind::Data) {
+    scf::ForOp tiles = loop(lo, hi, 1, init, [&](Value j, ValueRange acc) {
+      Tile t = tileOf(j, {});
+      return ifYield(t.visit, acc, [&] { return body(j, t, acc); });
+    });
+    return SmallVector<Value>(tiles.getResults());
+  }
+  auto u32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
+  auto idx = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  Value hi32 = u32(hi);
+  // One search, in the loop's condition: from the tile after the last one
+  // (lo first) to the next visited one.
+  SmallVector<Value> args{u32(lo)};
+  args.append(init.begin(), init.end());
+  SmallVector<Type> types(ValueRange(args).getTypes());
+  SmallVector<Type> found{i32_, b_.getI8Type()};
+  found.append(init.getTypes().begin(), init.getTypes().end());
+  auto w = scf::WhileOp::create(b_, found, args);
+  OpBuilder::InsertionGuard guard(b_);
+  Block *before =
+      b_.createBlock(&w.getBefore(), {}, types,
+                     SmallVector<Location>(types.size(), b_.getLoc()));
+  auto [j, cls] = visitedFrom(before->getArgument(0), hi32, lane32, tileOf);
+  SmallVector<Value> carried{j, cls};
+  carried.append(before->getArguments().begin() + 1,
+                 before->getArguments().end());
+  scf::ConditionOp::create(
+      b_, arith::CmpIOp::create(b_, arith::CmpIPredicate::ult, j, hi32),
+      carried);
+  Block *after =
+      b_.createBlock(&w.getAfter(), {}, found,
+                     SmallVector<Location>(found.size(), b_.getLoc()));
+  Value at = after->getArgument(0);
+  Tile t = tileOf(idx(at), after->getArgument(1));
+  SmallVector<Value> yield{arith::AddIOp::create(b_, at, cI32(1))};
+  yield.append(body(idx(at), t, after->getArguments().drop_front(2)));
+  scf::YieldOp::create(b_, yield);
+  return SmallVector<Value>(w.getResults().drop_front(2));
+}
+
+SmallVector<Value> GpuBackwardBuilder::forVisitedTilesStaged(
+    Value lo, Value hi, ValueRange init, Value lane32,
+    function_ref<Tile(Value j, Value cls)> tileOf,
+    function_ref<void(Value j, const Tile &, Value stage)> prefetch,
+    function_ref<SmallVector<Value>(Value j, const Tile &, Value stage,
+                                    ValueRange)>
+        body) {
+  auto u32 = [&](Value x) { return arith::IndexCastUIOp::create(b_, i32_, x); };
+  auto idx = [&](Value x) {
+    return arith::IndexCastUIOp::create(b_, b_.getIndexType(), x);
+  };
+  auto below = [&](Value j, Value n) {
+    return arith::CmpIOp::create(b_, arith::CmpIPredicate::ult, j, n);
+  };
+  Value hi32 = u32(hi);
+  // The first visited tile's copy into stage 0.
+  auto [first, firstCls] = visitedFrom(u32(lo), hi32, lane32, tileOf);
+  ifThen(below(first, hi32),
+         [&] { prefetch(idx(first), tileOf(idx(first), firstCls), cI32(0)); });
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+  SmallVector<Value> args{first, firstCls, cI32(0)};
+  args.append(init.begin(), init.end());
+  SmallVector<Type> types(ValueRange(args).getTypes());
+  auto w = scf::WhileOp::create(b_, types, args);
+  OpBuilder::InsertionGuard guard(b_);
+  SmallVector<Location> locs(types.size(), b_.getLoc());
+  Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+  scf::ConditionOp::create(b_, below(before->getArgument(0), hi32),
+                           before->getArguments());
+  Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+  Value j = after->getArgument(0), cls = after->getArgument(1),
+        stage = after->getArgument(2);
+  Value other = arith::SubIOp::create(b_, cI32(1), stage);
+  // The next visited tile, and its copy into the other stage (which the
+  // previous tile's body, ended by its barrier, no longer reads); then
+  // this tile's copy, one group back, landed and published.
+  auto [next, nextCls] =
+      visitedFrom(arith::AddIOp::create(b_, j, cI32(1)), hi32, lane32, tileOf);
+  ifThen(below(next, hi32),
+         [&] { prefetch(idx(next), tileOf(idx(next), nextCls), other); });
+  NVVM::CpAsyncCommitGroupOp::create(b_);
+  NVVM::CpAsyncWaitGroupOp::create(b_, 1);
+  gpu::BarrierOp::create(b_);
+  Tile t = tileOf(idx(j), cls);
+  SmallVector<Value> yield{next, nextCls, other};
+  yield.append(body(idx(j), t, stage, after->getArguments().drop_front(3)));
+  scf::YieldOp::create(b_, yield);
+  return SmallVector<Value>(w.getResults().drop_front(3));
 }
 
 Value GpuBackwardBuilder::blockItem(const Extra &x) {

@@ -102,6 +102,41 @@ protected:
   }
   /// The mask's (b, h)-only values for query head h (as i32: hI32).
   IRMapping maskInvariants(const KeyTile &k, Value hI32);
+  /// `body(j, t, acc)` over the visited tiles t (index j) of [lo, hi) in order,
+  /// carrying `init`; returns the last values. `tileOf(j, cls)` is tile j
+  /// (index), classified unless its class `cls` (i8) is given. With a
+  /// data-dependent mask the warp's search (WarpTileSearch.h, `lane32`
+  /// the lane's index) finds each next visited tile 32 classes at a time;
+  /// otherwise tiles are classified one by one (closed-form classes are
+  /// arithmetic). Every thread of the block reaches it alike. A visited
+  /// tile's `tileOf` is the last one called before its `body`, in the
+  /// block `body` is built in, so what it builds dominates the body.
+  /// The first visited tile of [from, hi32) (i32) and its class (i8):
+  /// (hi32, ...) where none. Tile by tile for a closed-form mask; for a
+  /// data-dependent one, tile `from` alone (one class load) and past an
+  /// empty one the warp's search.
+  std::pair<Value, Value>
+  visitedFrom(Value from, Value hi32, Value lane32,
+              function_ref<Tile(Value j, Value cls)> tileOf);
+  SmallVector<Value> forVisitedTiles(
+      Value lo, Value hi, ValueRange init, Value lane32,
+      function_ref<Tile(Value j, Value cls)> tileOf,
+      function_ref<SmallVector<Value>(Value j, const Tile &, ValueRange)> body);
+  /// forVisitedTiles with the tiles' copies a tile ahead, in a ring of two
+  /// stages: `prefetch(j, t, stage)` issues tile j's cp.async copies into
+  /// `stage` (i32, 0 or 1); `body(j, t, stage, acc)` runs once tile j's
+  /// copies landed and a barrier published them, and must end with a
+  /// barrier (the next tile's prefetch refills the stage it read). Each
+  /// iteration finds the next visited tile, issues its copies, then waits
+  /// for its own (cp.async.wait_group 1): the copies of tile j + 1 overlap
+  /// tile j's products. The same tileOf contract.
+  SmallVector<Value> forVisitedTilesStaged(
+      Value lo, Value hi, ValueRange init, Value lane32,
+      function_ref<Tile(Value j, Value cls)> tileOf,
+      function_ref<void(Value j, const Tile &, Value stage)> prefetch,
+      function_ref<SmallVector<Value>(Value j, const Tile &, Value stage,
+                                      ValueRange)>
+          body);
   /// Zero dK and dV rows of key `c` of the tile (c < the tile's width) when
   /// it is past the sequence's length but within the K/V capacity.
   void zeroKeyPastLength(const KeyTile &k, const Extra &x, Value c);

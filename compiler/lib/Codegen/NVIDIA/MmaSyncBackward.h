@@ -61,11 +61,11 @@ private:
   /// The entry with its two buffers (the four tiles; LSE, delta and LSE
   /// log2 e per row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
-                       Extra &x);
+                       Extra &x, int64_t tilePairs = 2);
   /// The block copies `count` rows of `width` elements into the tile at
   /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
   void stage(int64_t base, int64_t ld, int64_t width, Value count,
-             function_ref<Value(Value, Value)> at);
+             function_ref<Value(Value, Value)> at, Value baseOff = {});
   /// Where a tile's rows are in a tensor: row r starts at start(r); with
   /// `stride`, at first + r * stride (affine: each of a thread's copies
   /// after its first adds a constant to the address).
@@ -77,9 +77,11 @@ private:
   /// rows.start(r) + d * dStride: with `vectors` (rowsInVectors, a run-time
   /// value) as 16-byte cp.async, the thread's share unrolled and rows past
   /// `count` zero-filled without a read (their address is formed, not
-  /// read); else by `stage`. awaitTiles waits for the copies.
+  /// read); else by `stage`. awaitTiles waits for the copies. `baseOff`
+  /// (index, where given) moves the tile: a stage of a ring.
   void stageTile(int64_t base, int64_t ld, int64_t width, Value count,
-                 Value src, Value dStride, Value vectors, const RowPlace &rows);
+                 Value src, Value dStride, Value vectors, const RowPlace &rows,
+                 Value baseOff = {});
   /// Commits this thread's copies and waits for all of them (before the
   /// barrier that publishes the tiles).
   void awaitTiles() {
@@ -98,12 +100,13 @@ private:
                       bool affine);
   /// The warp's 16 rows of the tile at `aBase` times the columns of the
   /// tile at `bBase` (both [rows][k], k = 16 kSteps): n / 8 accumulators.
+  /// `bOff` (index, where given) is added to bBase: a ring's stage.
   Frags rowsByCols(int64_t aBase, int64_t lda, int64_t kSteps, int64_t bBase,
-                   int64_t ldb, int64_t n);
+                   int64_t ldb, int64_t n, Value bOff = {});
   /// acc += X B: X the warp's [16][kCols] f32 accumulators (rounded to the
   /// element type), B the tile at `bBase` ([kCols][n], by ldmatrix.trans).
   void accumulate(Frags &acc, ArrayRef<Value> x, int64_t kCols, int64_t bBase,
-                  int64_t ldb, int64_t n);
+                  int64_t ldb, int64_t n, Value bOff = {});
   /// _bwd_kv's work on the Q tile's rows [c0, c0 + C) (staged): the
   /// warp's keys get S^T and dP^T, P and dX per element, then dV += P^T dO
   /// and dK += dX^T Q. The pair terms have two versions, chosen by `exact`
@@ -167,6 +170,11 @@ private:
   TileLayout keyValueLayout() const {
     return {R * (ldQ + ldO), R * (2 * ldQ + ldO), 0, R * ldQ};
   }
+  /// _bwd_q's K and V ring: with two stages (spec.stages), stage s's K and
+  /// V tiles sit s x this many elements after queryLayout's, past dO.
+  int64_t keyValueStage() const { return R * (ldQ + ldO); }
+  /// _bwd_q's K/V stages: 1 or 2 (lowerQueryGrads).
+  int64_t stages_ = 1;
   Value smem, fs, tid, laneId, warp, g, tig2, zeroE;
   /// _bwd_kv's diagonal values of score_mod and score_grad (diagonalValues):
   /// at the thread's element (key g + 8k, query column c0 + 8 nt + 2 tig +

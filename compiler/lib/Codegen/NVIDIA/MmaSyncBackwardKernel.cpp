@@ -53,12 +53,12 @@ using namespace mlir;
 
 namespace attnc::codegen {
 
-
 gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
-                                         StringRef name, Entry &e, Extra &x) {
-  gpu::GPUFuncOp fn =
-      createEntry(module, name, {{2 * R * (ldQ + ldO), elem_}, {3 * R, f32_}},
-                  e, x, /*dynamic=*/true);
+                                         StringRef name, Entry &e, Extra &x,
+                                         int64_t tilePairs) {
+  gpu::GPUFuncOp fn = createEntry(
+      module, name, {{tilePairs * R * (ldQ + ldO), elem_}, {3 * R, f32_}}, e, x,
+      /*dynamic=*/true);
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
   smem = shared_[0];
   fs = shared_[1];
@@ -91,15 +91,18 @@ gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
 
 void TensorCoreBackward::stage(int64_t base, int64_t ld, int64_t width,
                                Value count,
-                               function_ref<Value(Value, Value)> at) {
+                               function_ref<Value(Value, Value)> at,
+                               Value baseOff) {
   stageRows(smem, R, width, count, tid, TH, at, [&](Value r, Value d) {
-    return add(cIdx(base), add(mul(r, cIdx(ld)), d));
+    Value b = baseOff ? add(baseOff, cIdx(base)) : cIdx(base);
+    return add(b, add(mul(r, cIdx(ld)), d));
   });
 }
 
 void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
                                    Value count, Value src, Value dStride,
-                                   Value vectors, const RowPlace &rows) {
+                                   Value vectors, const RowPlace &rows,
+                                   Value baseOff) {
   const int64_t chunks = width / 8, total = R * chunks;
   auto copy = [&](Value dst, Value from, Value live) {
     nvgpu::DeviceAsyncCopyOp::create(
@@ -122,6 +125,8 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
           Value from = add(add(rows.first, mul(row, rows.stride)), ch8);
           Value step = mul(rows.stride, cIdx(rowStep));
           Value to = add(mul(row, cIdx(ld)), ch8);
+          if (baseOff)
+            to = add(to, baseOff);
           for (int64_t i = 0; i * TH < total; ++i) {
             Value at = add(to, cIdx(base + i * rowStep * ld));
             Value live = slt(add(row, cIdx(i * rowStep)), count);
@@ -134,10 +139,13 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
           }
         },
         [&] {
-          stage(base, ld, width, count, [&](Value r, Value d) {
-            return load(src, add(add(rows.first, mul(r, rows.stride)),
-                                 mul(d, dStride)));
-          });
+          stage(
+              base, ld, width, count,
+              [&](Value r, Value d) {
+                return load(src, add(add(rows.first, mul(r, rows.stride)),
+                                     mul(d, dStride)));
+              },
+              baseOff);
         });
     return;
   }
@@ -149,7 +157,8 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
           auto issue = [&] {
             Value row = arith::DivUIOp::create(b_, c, cIdx(chunks));
             Value ch8 = mul(arith::RemUIOp::create(b_, c, cIdx(chunks)), cIdx(8));
-            copy(add(cIdx(base), add(mul(row, cIdx(ld)), ch8)),
+            Value b = baseOff ? add(baseOff, cIdx(base)) : cIdx(base);
+            copy(add(b, add(mul(row, cIdx(ld)), ch8)),
                  add(rows.start(row), ch8), slt(row, count));
           };
           if ((i + 1) * TH <= total)
@@ -159,9 +168,12 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
         }
       },
       [&] {
-        stage(base, ld, width, count, [&](Value r, Value d) {
-          return load(src, add(rows.start(r), mul(d, dStride)));
-        });
+        stage(
+            base, ld, width, count,
+            [&](Value r, Value d) {
+              return load(src, add(rows.start(r), mul(d, dStride)));
+            },
+            baseOff);
       });
 }
 
@@ -187,16 +199,16 @@ void TensorCoreBackward::stageQueryTile(
   });
 }
 
-TensorCoreBackward::Frags TensorCoreBackward::rowsByCols(int64_t aBase,
-                                                         int64_t lda,
-                                                         int64_t kSteps,
-                                                         int64_t bBase,
-                                                         int64_t ldb,
-                                                         int64_t n) {
+TensorCoreBackward::Frags
+TensorCoreBackward::rowsByCols(int64_t aBase, int64_t lda, int64_t kSteps,
+                               int64_t bBase, int64_t ldb, int64_t n,
+                               Value bOff) {
   Frags acc(n / 8, Frag(4, cF32(0.0)));
   // A: (aLane, aCol + 16 ks); B: (bLane + 16 nt2, bCol + 16 ks).
   Value aAt = add(cIdx(aBase), add(mul(aLane, cIdx(lda)), aCol));
   Value bAt = add(cIdx(bBase), add(mul(bLane, cIdx(ldb)), bCol));
+  if (bOff)
+    bAt = add(bOff, bAt);
   for (int64_t ks = 0; ks < kSteps; ++ks) {
     Frag a = ldMatrix(smem, add(aAt, cIdx(16 * ks)), /*trans=*/false);
     for (int64_t nt2 = 0; nt2 < n / 16; ++nt2) {
@@ -212,9 +224,11 @@ TensorCoreBackward::Frags TensorCoreBackward::rowsByCols(int64_t aBase,
 
 void TensorCoreBackward::accumulate(Frags &acc, ArrayRef<Value> x,
                                     int64_t kCols, int64_t bBase, int64_t ldb,
-                                    int64_t n) {
+                                    int64_t n, Value bOff) {
   // B.trans: (tLane + 16 kk, aCol + 16 dt2).
   Value tAt = add(cIdx(bBase), add(mul(tLane, cIdx(ldb)), aCol));
+  if (bOff)
+    tAt = add(bOff, tAt);
   // x's accumulator pairs are A's pairs: columns 8 nt + 2 tig (+1) of rows
   // g and g + 8; two n-tiles make one k-step of 16.
   auto pair = [&](int64_t nt, int64_t c) {
@@ -315,7 +329,10 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
-  begin(module, name, e, x);
+  // Two stages of K and V where the spec asks for them (the form's choice:
+  // where the three tile pairs fit the target's shared memory).
+  stages_ = cfg_.spec.stages >= 2 ? 2 : 1;
+  begin(module, name, e, x, 1 + stages_);
   Value c1 = cIdx(1);
   const TileLayout l = queryLayout();
   const int64_t qS = l.q, oS = l.dO, kS = l.k, vS = l.v;
@@ -368,74 +385,99 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
   SmallVector<Value> init(D / 8 * 4, e.zeroF);
-  scf::ForOp tiles = loop(it.jlo, it.jhi, 1, init, [&](Value j, ValueRange acc) {
-    Tile t = tileAt(it, j, inv);
-    return ifYield(t.visit, acc, [&] {
-      auto kStart = [&](Value c) {
-        return add(it.kBase, mul(add(t.kv0, c), e.ks[2]));
-      };
-      auto vStart = [&](Value c) {
-        return add(it.vBase, mul(add(t.kv0, c), e.vs[2]));
-      };
-      stageTile(kS, ldQ, D, t.cols, e.k, e.ks[3], vectorsKV,
-                {kStart, kStart(cIdx(0)), e.ks[2]});
-      stageTile(vS, ldO, DV, t.cols, e.v, e.vs[3], vectorsKV,
-                {vStart, vStart(cIdx(0)), e.vs[2]});
-      awaitTiles();
-      gpu::BarrierOp::create(b_);
-      // On an exact tile (exactTile) without the flags of kept pairs.
-      auto chunks = [&](bool exact) {
-        Frags dq = unflatten(acc);
-        for (int64_t from = 0; from < R; from += C) {
-          SmallVector<Value> s = flatten(
-              rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C));
-          SmallVector<Value> dp = flatten(
-              rowsByCols(oS, ldO, DV / 16, vS + from * ldO, ldO, C));
-          SmallVector<Value> kv(s.size()), base(s.size());
-          for (size_t at = 0; at < s.size(); ++at) {
-            Value col = colOf(from, int64_t(at));
-            kv[at] = keyPos(t.pos0, col);
-            if (!exact)
-              base[at] = arith::AndIOp::create(
-                  b_, rowLive[(at & 3) >> 1],
-                  arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
-                                        t.cols));
-          }
-          // One head per item: the rows share h (hI32[0]).
-          SmallVector<Value> keep;
+  // Tile t's K and V rows into stage `stage` of the ring (off: its first
+  // element past stage 0's; null with one stage).
+  auto stageKeyValue = [&](const Tile &t, Value off) {
+    auto kStart = [&](Value c) {
+      return add(it.kBase, mul(add(t.kv0, c), e.ks[2]));
+    };
+    auto vStart = [&](Value c) {
+      return add(it.vBase, mul(add(t.kv0, c), e.vs[2]));
+    };
+    stageTile(kS, ldQ, D, t.cols, e.k, e.ks[3], vectorsKV,
+              {kStart, kStart(cIdx(0)), e.ks[2]}, off);
+    stageTile(vS, ldO, DV, t.cols, e.v, e.vs[3], vectorsKV,
+              {vStart, vStart(cIdx(0)), e.vs[2]}, off);
+  };
+  auto stageOffset = [&](Value stage) {
+    return mul(arith::IndexCastUIOp::create(b_, b_.getIndexType(), stage),
+               cIdx(keyValueStage()));
+  };
+  // The tile's products on its staged K and V (at `off`); ends with the
+  // barrier after which K and V may be refilled.
+  auto tileBody = [&](const Tile &t, ValueRange acc, Value off) {
+    // On an exact tile (exactTile) without the flags of kept pairs.
+    auto chunks = [&](bool exact) {
+      Frags dq = unflatten(acc);
+      for (int64_t from = 0; from < R; from += C) {
+        SmallVector<Value> s =
+            flatten(rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C, off));
+        SmallVector<Value> dp =
+            flatten(rowsByCols(oS, ldO, DV / 16, vS + from * ldO, ldO, C, off));
+        SmallVector<Value> kv(s.size()), base(s.size());
+        for (size_t at = 0; at < s.size(); ++at) {
+          Value col = colOf(from, int64_t(at));
+          kv[at] = keyPos(t.pos0, col);
           if (!exact)
-            keep = keepFlags(
-                t, base,
-                [&](int64_t at) {
-                  return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
-                },
-                it.bI32, hI32[0]);
-          SmallVector<Value> dx(s.size());
-          for (size_t at = 0; at < s.size(); ++at) {
-            int64_t k = (at & 3) >> 1;
-            lseLog2e_ = exact ? lseLog2e[k] : Value();
-            Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
-                                  it.bI32, hI32[k], qpos[k], kv[at])
-                           .second;
-            lseLog2e_ = nullptr;
-            dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
-          }
-          accumulate(dq, dx, C, kS + from * ldQ, ldQ, D);
+            base[at] = arith::AndIOp::create(
+                b_, rowLive[(at & 3) >> 1],
+                arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, col,
+                                      t.cols));
         }
-        return flatten(dq);
-      };
-      SmallVector<Value> next = ifElseYield(
-          arith::AndIOp::create(b_, exactTile(t, it.rows), smallRows), acc.getTypes(),
-          [&] { return chunks(true); },
-          [&] { return chunks(false); });
-      // Every warp is done with K and V before the next tile's copy.
-      gpu::BarrierOp::create(b_);
-      return next;
-    });
-  });
-  storeRows(unflatten(tiles.getResults()), x.dq, x.dqs,
-            [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live,
-            e.scale);
+        // One head per item: the rows share h (hI32[0]).
+        SmallVector<Value> keep;
+        if (!exact)
+          keep = keepFlags(
+              t, base,
+              [&](int64_t at) {
+                return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
+              },
+              it.bI32, hI32[0]);
+        SmallVector<Value> dx(s.size());
+        for (size_t at = 0; at < s.size(); ++at) {
+          int64_t k = (at & 3) >> 1;
+          lseLog2e_ = exact ? lseLog2e[k] : Value();
+          Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
+                                it.bI32, hI32[k], qpos[k], kv[at])
+                         .second;
+          lseLog2e_ = nullptr;
+          dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
+        }
+        accumulate(dq, dx, C, kS + from * ldQ, ldQ, D, off);
+      }
+      return flatten(dq);
+    };
+    SmallVector<Value> next = ifElseYield(
+        arith::AndIOp::create(b_, exactTile(t, it.rows), smallRows),
+        acc.getTypes(), [&] { return chunks(true); },
+        [&] { return chunks(false); });
+    // Every warp is done with K and V before the next tile's copy.
+    gpu::BarrierOp::create(b_);
+    return next;
+  };
+  Value lane32 = arith::IndexCastUIOp::create(b_, i32_, laneId);
+  auto tileOf = [&](Value j, Value cls) { return tileAt(it, j, inv, {}, cls); };
+  SmallVector<Value> tiles =
+      stages_ == 2
+          ? forVisitedTilesStaged(
+                it.jlo, it.jhi, init, lane32, tileOf,
+                [&](Value, const Tile &t, Value stage) {
+                  stageKeyValue(t, stageOffset(stage));
+                },
+                [&](Value, const Tile &t, Value stage, ValueRange acc) {
+                  return tileBody(t, acc, stageOffset(stage));
+                })
+          : forVisitedTiles(it.jlo, it.jhi, init, lane32, tileOf,
+                            [&](Value, const Tile &t, ValueRange acc) {
+                              stageKeyValue(t, {});
+                              awaitTiles();
+                              gpu::BarrierOp::create(b_);
+                              return tileBody(t, acc, {});
+                            });
+  storeRows(
+      unflatten(tiles), x.dq, x.dqs,
+      [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live,
+      e.scale);
   gpu::ReturnOp::create(b_);
   return success();
 }
@@ -445,12 +487,18 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
 namespace attnc {
 namespace {
 
-/// Dynamic shared memory for R rows: four element tiles (pitch width + 8)
-/// and LSE, delta and LSE log2 e per row, as the kernel lays them out.
-int64_t sharedBytes(const rt::KernelSpec &s, int64_t R) {
+/// Dynamic shared memory for R rows: `pairs` pairs of element tiles (Q and
+/// dO, K and V; pitch width + 8) and LSE, delta and LSE log2 e per row, as
+/// the kernel lays them out. _bwd_kv has two pairs, _bwd_q one per K/V
+/// stage besides Q and dO.
+int64_t sharedBytes(const rt::KernelSpec &s, int64_t R, int64_t pairs = 2) {
   int64_t elem = rt::dtypeSize(s.dtype);
   return codegen::dynamicSharedBytes(
-      {{2 * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {3 * R, 4}});
+      {{pairs * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {3 * R, 4}});
+}
+/// _bwd_q's shared memory with the spec's K/V stages.
+int64_t querySharedBytes(const rt::KernelSpec &s) {
+  return sharedBytes(s, s.blockM, 1 + s.stages);
 }
 
 /// f16 or bf16, head dims multiples of 16 up to 256.
@@ -464,7 +512,10 @@ bool isMmaSyncShape(const rt::KernelSpec &s) {
 /// blockN of 64, 32 or 16 rows, the most whose four tiles fit the target's
 /// opt-in shared memory (dynamic: 227 KB on sm_90, 99 KB on sm_86/sm_89),
 /// unless the request names tiles the form builds. At D=128 R went from 32
-/// (the 48 KiB of static shared memory) to 64 on every target.
+/// (the 48 KiB of static shared memory) to 64 on every target. _bwd_q's K
+/// and V take two stages (spec.stages, the name's s<stages>) where a third
+/// pair of tiles fits too (every target at D=64, sm_80 and sm_90 at D=128),
+/// else one.
 class MmaSyncBackwardForm final : public KernelForm {
 public:
   StringRef name() const override { return "mma-sync"; }
@@ -478,8 +529,13 @@ public:
       return std::nullopt;
     // The forward's tiles (what a package's request names) are not the
     // backward's: only a request this form builds as given is kept.
-    if (!requestsDefaultTiles(request) && accepts(request, target))
-      return request;
+    if (!requestsDefaultTiles(request)) {
+      rt::KernelSpec r = request;
+      if (r.stages == 0) // the tiles named, the stages left to the form
+        r.stages = stagesFor(r, target);
+      if (accepts(r, target))
+        return r;
+    }
     rt::KernelSpec s = request;
     s.blockM = 16;
     for (int64_t R : {64, 32})
@@ -489,23 +545,33 @@ public:
       }
     s.blockN = s.blockM;
     s.warps = s.blockM / 16;
+    // One stage where asked for (an A/B of the ring: --stages 1), else the
+    // form's choice.
+    s.stages = request.stages == 1 ? 1 : stagesFor(s, target);
     return s;
+  }
+  /// Two K/V stages for _bwd_q where its three pairs of tiles fit.
+  static int64_t stagesFor(const rt::KernelSpec &s, StringRef target) {
+    return sharedBytes(s, s.blockM, 3) <= gpuSharedOptIn(target.str()) ? 2 : 1;
   }
   bool accepts(const rt::KernelSpec &s, StringRef target) const override {
     return isMmaSyncShape(s) && s.blockM == s.blockN &&
            (s.blockM == 16 || s.blockM == 32 || s.blockM == 64) &&
-           s.warps == s.blockM / 16 &&
-           sharedBytes(s, s.blockM) <= gpuSharedOptIn(target.str());
+           s.warps == s.blockM / 16 && (s.stages == 1 || s.stages == 2) &&
+           sharedBytes(s, s.blockM) <= gpuSharedOptIn(target.str()) &&
+           querySharedBytes(s) <= gpuSharedOptIn(target.str());
   }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
-    // Named as the forward's tiles of the same shape would be (two stages).
-    return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, 2};
+    // s<stages>: _bwd_q's K/V stages.
+    return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, s.stages};
   }
   std::vector<KernelEntry> entries(const rt::KernelSpec &s,
                                    attn::VariantOp variant) const override {
     LaunchFacts l;
     l.threads = s.warps * 32;
     l.dynamicSharedBytes = sharedBytes(s, s.blockM);
+    LaunchFacts lq = l;
+    lq.dynamicSharedBytes = querySharedBytes(s);
     // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv
     // (dP) give 2 MMAs per k-step; each accumulate gives 2 per 16 columns
     // of its width.
@@ -534,7 +600,7 @@ public:
       if (!counted)
         kv = rt::TileWork();
     }
-    return {KernelEntry{"_bwd_q", l, q}, KernelEntry{"_bwd_kv", l, kv}};
+    return {KernelEntry{"_bwd_q", lq, q}, KernelEntry{"_bwd_kv", l, kv}};
   }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {

@@ -186,64 +186,68 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       IRMapping inv = maskInvariants(kt, hI32);
       if (sums_)
         zeroSums();
-      scf::ForOp qtiles = loop(c0, e.nQT, 1, acc0, [&](Value qt, ValueRange acc) {
-        Item it = queryItem(e, kt, h, qt);
-        Tile t = tileAt(it, kt.kt, inv);
-        // The class is the block's: the barriers are reached by all or none.
-        return ifYield(t.visit, acc, [&] {
-          // Every warp is done with the previous Q tile.
-          gpu::BarrierOp::create(b_);
-          stageQueryTile(
-              e, qS, oS, it.rows,
-              [&](ArrayRef<Value> st, Value r) {
-                return offset4(st, kt.b, h, add(it.r0, r));
-              },
-              [&](Value r) {
-                Value row = add(it.r0, r);
-                return std::pair<Value, Value>{
-                    load(e.lse, offset4(e.ls, kt.b, h, row)),
-                    load(x.delta, deltaAt(e, kt.b, h, row))};
-              },
-              /*affine=*/true);
-          awaitTiles();
-          gpu::BarrierOp::create(b_);
-          Frags dk = unflatten(acc.take_front(nK)),
-                dv = unflatten(acc.drop_front(nK));
-          // Exact, and the Q tile's exponents within the FMA's bound (one
-          // vote over its rows' LSE log2 e, the same in every warp): the
-          // chunks' unflagged path (else the flagged one, for every tile).
-          SmallVector<Value> rowsL;
-          for (int64_t j = 0; j < R; j += 32)
-            rowsL.push_back(load(fs, add(minI(add(laneId, cIdx(j)), cIdx(R - 1)),
-                                         cIdx(2 * R))));
-          Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
-                                              smallExponents(rowsL));
-          // The tile's diagonal values, from key g's kv - q at column 2 tig.
-          diagAt_.clear();
-          diagBase_ = nullptr;
-          if (shareDiagonals) {
-            diagBase_ = arith::SubIOp::create(
-                b_, kv[0],
-                arith::IndexCastOp::create(b_, i32_,
-                                           add(it.qpos0, add(it.r0, tig2))));
-            for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
-              m->clear();
-            diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
-            diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
-            diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
-            diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
-          }
-          for (int64_t from = 0; from < R; from += C)
-            keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
-                          dk, dv);
-          SmallVector<Value> next = flatten(dk);
-          next.append(flatten(dv));
-          return next;
-        });
-      });
+      // The class is the block's: the barriers are reached by all or none.
+      Item it; // the visited tile's, from its tileOf
+      SmallVector<Value> qtiles = forVisitedTiles(
+          c0, e.nQT, acc0, arith::IndexCastUIOp::create(b_, i32_, laneId),
+          [&](Value qt, Value cls) {
+            it = queryItem(e, kt, h, qt);
+            return tileAt(it, kt.kt, inv, {}, cls);
+          },
+          [&](Value, const Tile &t, ValueRange acc) {
+            // Every warp is done with the previous Q tile.
+            gpu::BarrierOp::create(b_);
+            stageQueryTile(
+                e, qS, oS, it.rows,
+                [&](ArrayRef<Value> st, Value r) {
+                  return offset4(st, kt.b, h, add(it.r0, r));
+                },
+                [&](Value r) {
+                  Value row = add(it.r0, r);
+                  return std::pair<Value, Value>{
+                      load(e.lse, offset4(e.ls, kt.b, h, row)),
+                      load(x.delta, deltaAt(e, kt.b, h, row))};
+                },
+                /*affine=*/true);
+            awaitTiles();
+            gpu::BarrierOp::create(b_);
+            Frags dk = unflatten(acc.take_front(nK)),
+                  dv = unflatten(acc.drop_front(nK));
+            // Exact, and the Q tile's exponents within the FMA's bound (one
+            // vote over its rows' LSE log2 e, the same in every warp): the
+            // chunks' unflagged path (else the flagged one, for every tile).
+            SmallVector<Value> rowsL;
+            for (int64_t j = 0; j < R; j += 32)
+              rowsL.push_back(
+                  load(fs, add(minI(add(laneId, cIdx(j)), cIdx(R - 1)),
+                               cIdx(2 * R))));
+            Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
+                                                smallExponents(rowsL));
+            // The tile's diagonal values, from key g's kv - q at column 2 tig.
+            diagAt_.clear();
+            diagBase_ = nullptr;
+            if (shareDiagonals) {
+              diagBase_ = arith::SubIOp::create(
+                  b_, kv[0],
+                  arith::IndexCastOp::create(b_, i32_,
+                                             add(it.qpos0, add(it.r0, tig2))));
+              for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
+                m->clear();
+              diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
+              diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
+              diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
+              diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+            }
+            for (int64_t from = 0; from < R; from += C)
+              keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
+                            dk, dv);
+            SmallVector<Value> next = flatten(dk);
+            next.append(flatten(dv));
+            return next;
+          });
       if (sums_)
         addSums(bI32, hI32, kv, keyLive);
-      return SmallVector<Value>(qtiles.getResults());
+      return qtiles;
     });
     accumulateSlots_.clear();
     ValueRange fin = heads.getResults();

@@ -3,10 +3,11 @@
 // The first KV tile at or after a given one that the work item visits, and
 // its class, for the tensor-core forward's loop and the wgmma form's
 // producer: tile by tile for closed-form masks, 32 tiles a step of the
-// warp (a ballot) for data-dependent ones.
+// warp (a ballot, WarpTileSearch.h) for data-dependent ones.
 //
 //===----------------------------------------------------------------------===//
 #include "TensorCoreKernel.h"
+#include "WarpTileSearch.h"
 
 using namespace mlir;
 
@@ -67,56 +68,12 @@ std::pair<Value, Value> TensorCoreKernel::nextVisited(Value from, Value nKT,
 }
 
 /// nextVisited for a data-dependent mask: the block mask's classes are
-/// loads, and a tile at a time each waits for the one before (a document
-/// mask at 4% density searched ~60 empty tiles serially per query tile).
-/// Each lane classifies one of 32 tiles at once; a ballot finds the first
-/// visited one and a shuffle brings its class from the lane that read it.
+/// loads, 32 tiles a step of the warp (WarpTileSearch.h).
 std::pair<Value, Value> TensorCoreKernel::nextVisitedByWarp(Value from, Value nKT,
                                                             IRMapping &inv) {
-  Type i8 = b_.getI8Type();
-  Value lane32 = u32OfIdx(lane);
-  Value all = cI32(-1);
-  auto w = scf::WhileOp::create(b_, TypeRange{i32_, i32_, i32_},
-                                ValueRange{from, cI32(0), cI32(0)});
-  {
-    OpBuilder::InsertionGuard guard(b_);
-    SmallVector<Location> locs(3, b_.getLoc());
-    Block *before = b_.createBlock(&w.getBefore(), {}, {i32_, i32_, i32_}, locs);
-    Value j0 = before->getArgument(0);
-    Value j = arith::AddIOp::create(b_, j0, lane32);
-    Value inRange = cmp(arith::CmpIPredicate::ult, j, nKT);
-    Value none = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kEmpty));
-    Value cls = blockMaskClass(j, inRange, inv);
-    Value visit = arith::CmpIOp::create(b_, arith::CmpIPredicate::ne, cls, none);
-    Value found = NVVM::VoteSyncOp::create(b_, i32_, all, visit,
-                                           NVVM::VoteSyncKind::ballot);
-    Value next = arith::AddIOp::create(b_, j0, cI32(32));
-    Value more = andI(cmp(arith::CmpIPredicate::eq, found, cI32(0)),
-                      cmp(arith::CmpIPredicate::ult, next, nKT));
-    scf::ConditionOp::create(
-        b_, more,
-        ValueRange{j0, found, arith::ExtUIOp::create(b_, i32_, cls)});
-    Block *after = b_.createBlock(&w.getAfter(), {}, {i32_, i32_, i32_}, locs);
-    scf::YieldOp::create(
-        b_, ValueRange{arith::AddIOp::create(b_, after->getArgument(0), cI32(32)),
-                       after->getArgument(1), after->getArgument(2)});
-  }
-  Value j0 = w.getResult(0), found = w.getResult(1), cls = w.getResult(2);
-  // 32 when none (llvm.cttz with zero defined; math.cttz has no NVVM
-  // lowering).
-  Value first =
-      LLVM::CallIntrinsicOp::create(
-          b_, i32_, b_.getStringAttr("llvm.cttz.i32"),
-          ValueRange{found, arith::ConstantOp::create(b_, b_.getBoolAttr(false))})
-          .getResult(0);
-  Value at = arith::MinUIOp::create(b_, first, cI32(31));
-  Value clsAt = gpu::ShuffleOp::create(b_, cls, at, cI32(32),
-                                       gpu::ShuffleMode::IDX)
-                    .getShuffleResult();
-  Value any = cmp(arith::CmpIPredicate::ne, found, cI32(0));
-  Value j = select(any, arith::AddIOp::create(b_, j0, first), nKT);
-  Value full = arith::ConstantOp::create(b_, b_.getI8IntegerAttr(abi::kFull));
-  return {j, select(any, arith::TruncIOp::create(b_, i8, clsAt), full)};
+  return firstVisitedByWarp(
+      b_, u32OfIdx(lane), from, nKT,
+      [&](Value j, Value inRange) { return blockMaskClass(j, inRange, inv); });
 }
 
 } // namespace attnc::codegen
