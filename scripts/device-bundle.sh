@@ -5,8 +5,8 @@
 # its large head dims, f16/bf16 D 256 and 192:128, under large/), the backward's kernels of three
 # of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), causal's
 # and synaptic's key-offset kernels (forward and backward, under
-# key-offsets/), causal's and document_mask's backward with one K/V stage
-# in _bwd_q (backward-s1/, bf16 D 64 and 128: the ring's A/B), and
+# key-offsets/), causal's backward with one K/V stage in _bwd_q
+# (backward-s1/, bf16 D 64 and 128: the ring's A/B), and
 # run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
@@ -17,9 +17,9 @@
 # Pass `.device` in the device tool's `carry`.
 #   usage: scripts/device-bundle.sh [TARGET]        (default sm_90a: on an
 #   H100 or H200 the wgmma form where it applies, the mma.sync and SIMT
-#   forms elsewhere). packages-mma/ adds full's, causal's and synaptic's
-#   mma.sync kernels (sm_90, bf16, D 64 and 128) for timing the two forms
-#   side by side; with BUNDLE_S2=1, packages-s2/ four examples' sm_90a
+#   forms elsewhere). packages-mma/ adds full's and causal's mma.sync
+#   kernels (sm_90, bf16, D 64 and 128) for timing the two forms side by
+#   side; with BUNDLE_S2=1, packages-s2/ four examples' sm_90a
 #   kernels with two stages (--stages 2: no softmax/PV overlap) beside the
 #   default three. The
 #   tuner's candidates (16 MB) come only with BUNDLE_TUNE=1 and the large
@@ -51,8 +51,8 @@ for f in "$src"/examples/*.attn; do
   [[ "${BUNDLE_LARGE:-0}" == 1 ]] &&
     "$src/build/bin/attnc" compile "$f" --emit=package --target="$first" \
       --dtypes=f16,bf16 --head-dims=256,192:128 -o "$out/large/$n.json"
-  # The mma.sync kernels the session times and ncu's (full, causal, synaptic).
-  case "$n" in full | causal | synaptic)
+  # The mma.sync kernels the session times and ncu's (full, causal).
+  case "$n" in full | causal)
     "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
       --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json" ;;
   esac
@@ -81,11 +81,9 @@ done
 # The backward's K/V ring A/B: _bwd_q with one stage (--backward-stages 1:
 # each tile's copy waited for before its products) beside backward/'s two.
 mkdir -p "$out/backward-s1"
-for n in causal document_mask; do
-  "$src/build/bin/attnc" compile "$src/examples/$n.attn" --emit=package \
-    --backward --backward-stages 1 --target="$first" --dtypes=bf16 \
-    --head-dims=64,128 -o "$out/backward-s1/$n.json"
-done
+"$src/build/bin/attnc" compile "$src/examples/causal.attn" --emit=package \
+  --backward --backward-stages 1 --target="$first" --dtypes=bf16 \
+  --head-dims=64,128 -o "$out/backward-s1/causal.json"
 # Key-offset kernels (a key block at its true positions: context
 # parallelism), forward and backward, for the chunk cases with --kv-offsets.
 for n in causal synaptic; do
@@ -130,3 +128,12 @@ PYTHONPATH="$src/build/python" "$src/.venv/bin/python" \
 # The packages are built from the working tree: -dirty says it had changes.
 git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
 du -sh "$out"
+# The device tool carries the working tree and .device together, 64 MiB at
+# most (2026-11-27: 65.4 MiB with the embedding example and two A/B
+# packages); say so here rather than on the device.
+tree=$(cd "$src" && git ls-files -z --cached --others --exclude-standard |
+       xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+bundle=$(du -sb "$out" | cut -f1)
+total=$(( (tree + bundle) / 1048576 ))
+echo "bundle $(( bundle / 1048576 )) MiB + working tree $(( tree / 1048576 )) MiB = $total MiB (carry limit 64)"
+(( tree + bundle < 64 * 1048576 )) || { echo "device-bundle: over the carry limit: leave out BUNDLE_* extras" >&2; exit 1; }

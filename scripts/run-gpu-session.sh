@@ -176,52 +176,41 @@ pack a
 # B: timings, one at a time.
 b=$logs/b
 tb=$(date +%s)
+# ab NAME "EXAMPLES" "HEAD_DIMS" PACKAGE_A PACKAGE_B [attnc-run options]:
+# an A/B of two packages' kernels on the same shape (bf16, B=2, H=16, 8k),
+# alternating, twice; the medians into $b/NAME.jsonl and NAME.txt.
+ab() {
+  local name="$1" examples="$2" dims="$3" pa="$4" pb="$5"
+  shift 5
+  [[ -d "$dev/$pb" ]] || return 0
+  for round in 1 2; do
+    for n in $examples; do
+      for d in $dims; do
+        for pk in "$pa" "$pb"; do
+          timeout 30 "$run" "$dev/$pk/$n.json" --bench --json "$@" \
+            --batch 2 --heads 16 --kv-heads 16 --q-len 8192 --kv-len 8192 \
+            --head-dim $d --dtype bf16 >> "$b/$name.jsonl" 2>/dev/null
+        done
+      done
+    done
+  done
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print('%s %-14s D=%-3d %.3f ms  %s' % (sys.argv[2], r['variant'], r['D'], r['ms_median'], r['kernel']))
+" "$b/$name.jsonl" "$name" | tee "$b/$name.txt" | tee -a "$b/summary.txt"
+  echo "B ($name) took $(( $(date +%s) - tb )) s"
+}
 # The overlap's A/B (issue #30): the same examples' sm_90a kernels with
-# three stages (packages/) and two (packages-s2/), alternating, twice.
-if [[ -d "$dev/packages-s2" ]]; then
-  for round in 1 2; do
-    for n in full causal document_mask softcap; do
-      for d in 128 64; do
-        for pk in packages packages-s2; do
-          timeout 30 "$run" "$dev/$pk/$n.json" --bench --json --warmup 20 \
-            --iters 100 --batch 2 --heads 16 --kv-heads 16 --q-len 8192 \
-            --kv-len 8192 --head-dim $d --dtype bf16 >> "$b/overlap-ab.jsonl" 2>/dev/null
-        done
-      done
-    done
-  done
-  python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print('overlap A/B %-14s D=%-3d %.3f ms  %s' % (r['variant'], r['D'], r['ms_median'], r['kernel']))
-" "$b/overlap-ab.jsonl" | tee "$b/overlap-ab.txt"
-  echo "B (overlap A/B) took $(( $(date +%s) - tb )) s"
-fi
+# three stages (packages/) and two (packages-s2/, BUNDLE_S2=1).
+ab overlap-ab "full causal document_mask softcap" "128 64" packages packages-s2 \
+  --warmup 20 --iters 100
 # The backward's K/V ring A/B: _bwd_q with two stages (backward/, the
-# default since 2026-11-27) and one (backward-s1/), alternating, twice;
-# attnc-run times the backward (both kernels) per call.
-if [[ -d "$dev/backward-s1" ]]; then
-  for round in 1 2; do
-    for n in causal document_mask; do
-      for d in 64 128; do
-        for pk in backward backward-s1; do
-          timeout 30 "$run" "$dev/$pk/$n.json" --backward --bench --json \
-            --warmup 5 --iters 30 --batch 2 --heads 16 --kv-heads 16 \
-            --q-len 8192 --kv-len 8192 --head-dim $d --dtype bf16 \
-            >> "$b/backward-ab.jsonl" 2>/dev/null
-        done
-      done
-    done
-  done
-  python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print('backward A/B %-14s D=%-3d %.3f ms  %s' % (r['variant'], r['D'], r['ms_median'], r['kernel']))
-" "$b/backward-ab.jsonl" | tee "$b/backward-ab.txt" | tee -a "$b/summary.txt"
-  echo "B (backward A/B) took $(( $(date +%s) - tb )) s"
-fi
+# default since 2026-11-27) and one (backward-s1/); attnc-run times the
+# backward (both kernels) per call.
+ab backward-ab "causal" "64 128" backward backward-s1 \
+  --backward --warmup 5 --iters 30
 bench() {  # remaining-budget-bounded compare_torch run
   local left=$(( budget_b - ($(date +%s) - tb) ))
   (( left > 10 )) || { echo "B: no time left for $*"; return; }
@@ -245,6 +234,7 @@ bench --suite gym --backward --lengths 8192 --head-dims 128 \
 # beside the runtime's choice above (sm_90a: wgmma where it applies).
 if [[ -d "$dev/packages-mma" ]]; then
   for n in full causal synaptic; do
+    [[ -f "$dev/packages-mma/$n.json" ]] || continue
     for d in 128 64; do
       timeout 30 "$run" "$dev/packages-mma/$n.json" --bench --json --warmup 20 \
         --iters 100 --batch 2 --heads 16 --kv-heads 16 --q-len 8192 \
