@@ -1,10 +1,11 @@
 // RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 backward=1 dtype=bf16 head-dim=16 v-head-dim=32" -convert-flash-to-mma-sync -canonicalize | FileCheck %s
 // The GPU backward on tensor cores (TensorCoreBackwardKernel.cpp): bf16
 // with head dims multiples of 16 gets 64-row tiles and 4 warps (128
-// threads). _bwd_kv keeps four bf16 tiles in dynamic shared memory (2
-// x 64 x ((16 + 8) + (32 + 8)) = 8192 elements), _bwd_q six (Q and dO,
-// and K and V in two stages: 12288) and LSE, delta and LSE log2 e per row
-// after them (3 x 64 f32). Tiles are copied by 16-byte cp.async where the tensor's rows
+// threads). Both kernels keep six bf16 tiles in dynamic shared memory (3
+// x 64 x ((16 + 8) + (32 + 8)) = 12288 elements: _bwd_q Q and dO, and K
+// and V in two stages; _bwd_kv K and V, and Q and dO in two stages) and
+// LSE, delta and LSE log2 e per row after them (3 x 64 f32, _bwd_kv two
+// stages of them). Tiles are copied by 16-byte cp.async where the tensor's rows
 // allow (a run-time check), else element by element; one wait before the
 // barrier that publishes them. The first products (S, dP) take B by
 // ldmatrix without .trans; the second (dQ, or dV and dK) by
@@ -89,24 +90,31 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK-LABEL: gpu.func @attnc_bias_bf16_d16v32_m64n64w4s2_bwd_kv(
 // CHECK-NOT:     workgroup(
 // CHECK:         %[[KRAW:.*]] = gpu.dynamic_shared_memory
-// CHECK:         %[[KSM:.*]] = memref.view %[[KRAW]][%{{.*}}][] : {{.*}} to memref<8192xbf16, #gpu.address_space<workgroup>>
+// CHECK:         %[[KSM:.*]] = memref.view %[[KRAW]][%{{.*}}][] : {{.*}} to memref<12288xbf16, #gpu.address_space<workgroup>>
 // The bias table's gradient t[h] reads neither q nor kv: a thread sums its
 // pairs' in a slot (private memory LLVM keeps in a register).
 // CHECK:         %[[SUM:.*]] = memref.alloca() : memref<1xf32>
-// K and V stay (copied and awaited once); per query head of the group and
-// visited Q tile, Q and dO are staged between barriers.
+// K and V stay (copied and awaited once); per query head of the group,
+// Q, dO, LSE and delta a visited Q tile ahead in two stages (fs holds two
+// stages' rows: 2 x 3 x 64 f32), as _bwd_q's K and V.
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         nvvm.cp.async.wait.group 0
 // CHECK:         scf.for
-// CHECK:         scf.for
-// CHECK:         gpu.barrier
+// CHECK:         scf.while
+// CHECK:         scf.if
+// CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
+// CHECK:         nvvm.cp.async.commit.group
+// CHECK-NEXT:    %{{.*}} = scf.while
+// CHECK:         scf.if
 // CHECK:         nvgpu.device_async_copy %{{.*}}, %[[KSM]][%{{.*}}], 8, %{{.*}} {bypassL1}
 // CHECK:         memref.store %{{.*}}, %[[KSM]]
-// CHECK:         nvvm.cp.async.wait.group 0
+// CHECK:         nvvm.cp.async.commit.group
+// CHECK-NEXT:    nvvm.cp.async.wait.group 1
 // CHECK-NEXT:    gpu.barrier
-// The Q tile's rows' LSE log2 e (at 128 of fs), two per lane, one vote:
-// an exact tile whose rows all passed takes P as one FMA per pair.
-// CHECK:         %[[KL:.*]] = memref.load %[[KFS:.*]][%{{.*}}] : memref<192xf32, #gpu.address_space<workgroup>>
+// The Q tile's rows' LSE log2 e (at 128 of its stage's fs), two per lane,
+// one vote: an exact tile whose rows all passed takes P as one FMA per
+// pair.
+// CHECK:         %[[KL:.*]] = memref.load %[[KFS:.*]][%{{.*}}] : memref<384xf32, #gpu.address_space<workgroup>>
 // CHECK:         math.absf %[[KL]] : f32
 // CHECK:         %[[KSMALL:.*]] = nvvm.vote.sync  all %{{.*}}, %{{.*}} -> i1
 // CHECK:         %[[KEXACT:.*]] = arith.andi %{{.*}}, %[[KSMALL]] : i1
@@ -114,6 +122,7 @@ attn.variant @bias(t: f32[H], n: i32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %
 // CHECK:         nvvm.mma.sync
 // CHECK:         scf.if %[[KEXACT]]
 // CHECK-NEXT:    arith.addi %{{.*}}, %c128 : index
+// CHECK-NEXT:    arith.addi
 // CHECK-NEXT:    %[[PL:.*]] = memref.load %[[KFS]]
 // CHECK:         %[[PNL:.*]] = arith.negf %[[PL]] : f32
 // CHECK-NEXT:    %[[PX:.*]] = math.fma %{{.*}}, %{{.*}}, %[[PNL]] : f32

@@ -283,7 +283,7 @@ SmallVector<Value> GpuBackwardBuilder::forVisitedTilesStaged(
   Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
   Value j = after->getArgument(0), cls = after->getArgument(1),
         stage = after->getArgument(2);
-  Value other = arith::SubIOp::create(b_, cI32(1), stage);
+  Value other = arith::XOrIOp::create(b_, stage, cI32(1));
   // The next visited tile, and its copy into the other stage (which the
   // previous tile's body, ended by its barrier, no longer reads); then
   // this tile's copy, one group back, landed and published.

@@ -61,7 +61,7 @@ private:
   /// The entry with its two buffers (the four tiles; LSE, delta and LSE
   /// log2 e per row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
-                       Extra &x, int64_t tilePairs = 2);
+                       Extra &x, int64_t tilePairs = 2, int64_t rowStages = 1);
   /// The block copies `count` rows of `width` elements into the tile at
   /// `base` (pitch ld): row r is at(r, d); rows [count, R) are zero.
   void stage(int64_t base, int64_t ld, int64_t width, Value count,
@@ -94,10 +94,12 @@ private:
   /// (`lseDelta(r)`, for r < rows) into fs: -inf and 0 past the end, and
   /// after them LSE log2 e (the exponent's FMA, probability). The LSE and
   /// delta loads take a thread per row.
+  /// `off` and `fsOff` (index, where given) move the tiles and the rows'
+  /// values: a stage of _bwd_kv's ring.
   void stageQueryTile(const Entry &e, int64_t qS, int64_t oS, Value rows,
                       function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
                       function_ref<std::pair<Value, Value>(Value)> lseDelta,
-                      bool affine);
+                      bool affine, Value off = {}, Value fsOff = {});
   /// The warp's 16 rows of the tile at `aBase` times the columns of the
   /// tile at `bBase` (both [rows][k], k = 16 kSteps): n / 8 accumulators.
   /// `bOff` (index, where given) is added to bBase: a ring's stage.
@@ -173,8 +175,14 @@ private:
   /// _bwd_q's K and V ring: with two stages (spec.stages), stage s's K and
   /// V tiles sit s x this many elements after queryLayout's, past dO.
   int64_t keyValueStage() const { return R * (ldQ + ldO); }
-  /// _bwd_q's K/V stages: 1 or 2 (lowerQueryGrads).
+  /// The ring's stages (spec.stages): _bwd_q's K and V, _bwd_kv's Q, dO
+  /// and their rows' values; 1 or 2.
   int64_t stages_ = 1;
+  /// _bwd_kv's current Q tile's stage: its Q and dO tiles' offset past
+  /// stage 0's (elements) and its rows' values' offset in fs; null with
+  /// one stage.
+  Value qoOff_, fsOff_;
+  Value fsAt(Value i) { return fsOff_ ? add(fsOff_, i) : i; }
   Value smem, fs, tid, laneId, warp, g, tig2, zeroE;
   /// _bwd_kv's diagonal values of score_mod and score_grad (diagonalValues):
   /// at the thread's element (key g + 8k, query column c0 + 8 nt + 2 tig +

@@ -55,9 +55,10 @@ namespace attnc::codegen {
 
 gpu::GPUFuncOp TensorCoreBackward::begin(gpu::GPUModuleOp module,
                                          StringRef name, Entry &e, Extra &x,
-                                         int64_t tilePairs) {
+                                         int64_t tilePairs, int64_t rowStages) {
   gpu::GPUFuncOp fn = createEntry(
-      module, name, {{tilePairs * R * (ldQ + ldO), elem_}, {3 * R, f32_}}, e, x,
+      module, name,
+      {{tilePairs * R * (ldQ + ldO), elem_}, {rowStages * 3 * R, f32_}}, e, x,
       /*dynamic=*/true);
   fn.setKnownBlockSizeAttr(b_.getDenseI32ArrayAttr({int32_t(TH), 1, 1}));
   smem = shared_[0];
@@ -180,22 +181,24 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
 void TensorCoreBackward::stageQueryTile(
     const Entry &e, int64_t qS, int64_t oS, Value rows,
     function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
-    function_ref<std::pair<Value, Value>(Value)> lseDelta, bool affine) {
+    function_ref<std::pair<Value, Value>(Value)> lseDelta, bool affine,
+    Value off, Value fsOff) {
   for (auto [at, width, src, st] :
        {std::tuple{qS, D, e.q, &e.qs}, std::tuple{oS, DV, e.o, &e.os}}) {
     auto start = [&](Value r) { return rowOffset(*st, r); };
     RowPlace place{start, affine ? start(cIdx(0)) : Value(),
                    affine ? (*st)[2] : Value()};
     stageTile(at, at == qS ? ldQ : ldO, width, rows, src, (*st)[3], vectorsQO,
-              place);
+              place, off);
   }
   ifThen(arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, cIdx(R)), [&] {
     Value in = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, tid, rows);
     std::pair<Value, Value> ld = lseDelta(minI(tid, sub(rows, cIdx(1))));
     Value lse = select(in, ld.first, e.ninf);
-    store(lse, fs, tid);
-    store(select(in, ld.second, e.zeroF), fs, add(tid, cIdx(R)));
-    store(arith::MulFOp::create(b_, lse, e.log2e), fs, add(tid, cIdx(2 * R)));
+    Value row = fsOff ? add(fsOff, tid) : tid;
+    store(lse, fs, row);
+    store(select(in, ld.second, e.zeroF), fs, add(row, cIdx(R)));
+    store(arith::MulFOp::create(b_, lse, e.log2e), fs, add(row, cIdx(2 * R)));
   });
 }
 
@@ -491,14 +494,20 @@ namespace {
 /// dO, K and V; pitch width + 8) and LSE, delta and LSE log2 e per row, as
 /// the kernel lays them out. _bwd_kv has two pairs, _bwd_q one per K/V
 /// stage besides Q and dO.
-int64_t sharedBytes(const rt::KernelSpec &s, int64_t R, int64_t pairs = 2) {
+int64_t sharedBytes(const rt::KernelSpec &s, int64_t R, int64_t pairs = 2,
+                    int64_t rowStages = 1) {
   int64_t elem = rt::dtypeSize(s.dtype);
   return codegen::dynamicSharedBytes(
-      {{pairs * R * (s.headDim + 8 + s.vHeadDim + 8), elem}, {3 * R, 4}});
+      {{pairs * R * (s.headDim + 8 + s.vHeadDim + 8), elem},
+       {rowStages * 3 * R, 4}});
 }
 /// _bwd_q's shared memory with the spec's K/V stages.
 int64_t querySharedBytes(const rt::KernelSpec &s) {
   return sharedBytes(s, s.blockM, 1 + s.stages);
+}
+/// _bwd_kv's with the spec's Q/dO stages (and their rows' values).
+int64_t keyValueSharedBytes(const rt::KernelSpec &s) {
+  return sharedBytes(s, s.blockM, 1 + s.stages, s.stages);
 }
 
 /// f16 or bf16, head dims multiples of 16 up to 256.
@@ -552,14 +561,16 @@ public:
   }
   /// Two K/V stages for _bwd_q where its three pairs of tiles fit.
   static int64_t stagesFor(const rt::KernelSpec &s, StringRef target) {
-    return sharedBytes(s, s.blockM, 3) <= gpuSharedOptIn(target.str()) ? 2 : 1;
+    return sharedBytes(s, s.blockM, 3, 2) <= gpuSharedOptIn(target.str()) ? 2
+                                                                          : 1;
   }
   bool accepts(const rt::KernelSpec &s, StringRef target) const override {
     return isMmaSyncShape(s) && s.blockM == s.blockN &&
            (s.blockM == 16 || s.blockM == 32 || s.blockM == 64) &&
            s.warps == s.blockM / 16 && (s.stages == 1 || s.stages == 2) &&
            sharedBytes(s, s.blockM) <= gpuSharedOptIn(target.str()) &&
-           querySharedBytes(s) <= gpuSharedOptIn(target.str());
+           querySharedBytes(s) <= gpuSharedOptIn(target.str()) &&
+           keyValueSharedBytes(s) <= gpuSharedOptIn(target.str());
   }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
     // s<stages>: _bwd_q's K/V stages.
@@ -569,7 +580,7 @@ public:
                                    attn::VariantOp variant) const override {
     LaunchFacts l;
     l.threads = s.warps * 32;
-    l.dynamicSharedBytes = sharedBytes(s, s.blockM);
+    l.dynamicSharedBytes = keyValueSharedBytes(s);
     LaunchFacts lq = l;
     lq.dynamicSharedBytes = querySharedBytes(s);
     // Per 16-column chunk of the tile's R: rowsByCols over Dqk (S) and Dv

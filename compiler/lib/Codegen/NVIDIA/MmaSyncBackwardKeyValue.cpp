@@ -25,16 +25,16 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
   const TileLayout l = keyValueLayout();
   const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
   SmallVector<Value> s =
-      flatten(rowsByCols(kS, ldQ, D / 16, qS + c0 * ldQ, ldQ, C));
+      flatten(rowsByCols(kS, ldQ, D / 16, qS + c0 * ldQ, ldQ, C, qoOff_));
   SmallVector<Value> dp =
-      flatten(rowsByCols(vS, ldO, DV / 16, oS + c0 * ldO, ldO, C));
+      flatten(rowsByCols(vS, ldO, DV / 16, oS + c0 * ldO, ldO, C, qoOff_));
   SmallVector<Value> qpos(s.size()), lse(s.size()), delta(s.size());
   for (size_t at = 0; at < s.size(); ++at) {
     Value r = colOf(c0, int64_t(at));
     qpos[at] =
         arith::IndexCastOp::create(b_, i32_, add(it.qpos0, add(it.r0, r)));
-    lse[at] = load(fs, r);
-    delta[at] = load(fs, add(r, cIdx(R)));
+    lse[at] = load(fs, fsAt(r));
+    delta[at] = load(fs, fsAt(add(r, cIdx(R))));
   }
   // The element's diagonal values, at their first use in the tile, before
   // the chunk's two versions (both use them; the next chunk shares two).
@@ -95,7 +95,7 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       SmallVector<Value> pd;
       if (!flagged) { // every pair kept: its accumulates too
         // Its exponent one FMA (the tile's rows passed smallExponents).
-        lseLog2e_ = load(fs, add(colOf(c0, int64_t(at)), cIdx(2 * R)));
+        lseLog2e_ = load(fs, fsAt(add(colOf(c0, int64_t(at)), cIdx(2 * R))));
         pd = grad();
         lseLog2e_ = nullptr;
       } else if (!kinds_.pairs.empty() || !kinds_.rows.empty()) {
@@ -120,8 +120,8 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       [&] { return pairTerms(true); });
   ArrayRef<Value> p = ArrayRef<Value>(pdx).take_front(s.size()),
                   dx = ArrayRef<Value>(pdx).drop_front(s.size());
-  accumulate(dv, p, C, oS + c0 * ldO, ldO, DV);
-  accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D);
+  accumulate(dv, p, C, oS + c0 * ldO, ldO, DV, qoOff_);
+  accumulate(dk, dx, C, qS + c0 * ldQ, ldQ, D, qoOff_);
 }
 
 LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
@@ -134,7 +134,8 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
-  begin(module, name, e, x);
+  stages_ = cfg_.spec.stages >= 2 ? 2 : 1;
+  begin(module, name, e, x, 1 + stages_, stages_);
   if (accumulates()) {
     kinds_ = classifyAccumulates(v_);
     if (int64_t n = keySlot(kinds_.cols.size(), 0))
@@ -187,64 +188,95 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       if (sums_)
         zeroSums();
       // The class is the block's: the barriers are reached by all or none.
-      Item it; // the visited tile's, from its tileOf
-      SmallVector<Value> qtiles = forVisitedTiles(
-          c0, e.nQT, acc0, arith::IndexCastUIOp::create(b_, i32_, laneId),
-          [&](Value qt, Value cls) {
-            it = queryItem(e, kt, h, qt);
-            return tileAt(it, kt.kt, inv, {}, cls);
-          },
-          [&](Value, const Tile &t, ValueRange acc) {
-            // Every warp is done with the previous Q tile.
-            gpu::BarrierOp::create(b_);
-            stageQueryTile(
-                e, qS, oS, it.rows,
-                [&](ArrayRef<Value> st, Value r) {
-                  return offset4(st, kt.b, h, add(it.r0, r));
-                },
-                [&](Value r) {
-                  Value row = add(it.r0, r);
-                  return std::pair<Value, Value>{
-                      load(e.lse, offset4(e.ls, kt.b, h, row)),
-                      load(x.delta, deltaAt(e, kt.b, h, row))};
-                },
-                /*affine=*/true);
-            awaitTiles();
-            gpu::BarrierOp::create(b_);
-            Frags dk = unflatten(acc.take_front(nK)),
-                  dv = unflatten(acc.drop_front(nK));
-            // Exact, and the Q tile's exponents within the FMA's bound (one
-            // vote over its rows' LSE log2 e, the same in every warp): the
-            // chunks' unflagged path (else the flagged one, for every tile).
-            SmallVector<Value> rowsL;
-            for (int64_t j = 0; j < R; j += 32)
-              rowsL.push_back(
-                  load(fs, add(minI(add(laneId, cIdx(j)), cIdx(R - 1)),
-                               cIdx(2 * R))));
-            Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
-                                                smallExponents(rowsL));
-            // The tile's diagonal values, from key g's kv - q at column 2 tig.
-            diagAt_.clear();
-            diagBase_ = nullptr;
-            if (shareDiagonals) {
-              diagBase_ = arith::SubIOp::create(
-                  b_, kv[0],
-                  arith::IndexCastOp::create(b_, i32_,
-                                             add(it.qpos0, add(it.r0, tig2))));
-              for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
-                m->clear();
-              diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
-              diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
-              diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
-              diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
-            }
-            for (int64_t from = 0; from < R; from += C)
-              keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32,
-                            dk, dv);
-            SmallVector<Value> next = flatten(dk);
-            next.append(flatten(dv));
-            return next;
-          });
+      Item it; // the tile's, from its tileOf (the last one called)
+      // Q tile `it`'s Q, dO, LSE and delta into the stage at (off, fsOff).
+      auto stageQuery = [&](Value off, Value fsOff) {
+        stageQueryTile(
+            e, qS, oS, it.rows,
+            [&](ArrayRef<Value> st, Value r) {
+              return offset4(st, kt.b, h, add(it.r0, r));
+            },
+            [&](Value r) {
+              Value row = add(it.r0, r);
+              return std::pair<Value, Value>{
+                  load(e.lse, offset4(e.ls, kt.b, h, row)),
+                  load(x.delta, deltaAt(e, kt.b, h, row))};
+            },
+            /*affine=*/true, off, fsOff);
+      };
+      // The tile's products on its staged rows (qoOff_, fsOff_).
+      auto tileBody = [&](const Tile &t, ValueRange acc) {
+        Frags dk = unflatten(acc.take_front(nK)),
+              dv = unflatten(acc.drop_front(nK));
+        // Exact, and the Q tile's exponents within the FMA's bound (one
+        // vote over its rows' LSE log2 e, the same in every warp): the
+        // chunks' unflagged path (else the flagged one, for every tile).
+        SmallVector<Value> rowsL;
+        for (int64_t j = 0; j < R; j += 32)
+          rowsL.push_back(load(
+              fs,
+              fsAt(add(minI(add(laneId, cIdx(j)), cIdx(R - 1)), cIdx(2 * R)))));
+        Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
+                                            smallExponents(rowsL));
+        // The tile's diagonal values, from key g's kv - q at column 2 tig.
+        diagAt_.clear();
+        diagBase_ = nullptr;
+        if (shareDiagonals) {
+          diagBase_ = arith::SubIOp::create(
+              b_, kv[0],
+              arith::IndexCastOp::create(b_, i32_,
+                                         add(it.qpos0, add(it.r0, tig2))));
+          for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
+            m->clear();
+          diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
+          diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
+          diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
+          diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+        }
+        for (int64_t from = 0; from < R; from += C)
+          keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32, dk,
+                        dv);
+        SmallVector<Value> next = flatten(dk);
+        next.append(flatten(dv));
+        return next;
+      };
+      Value lane32 = arith::IndexCastUIOp::create(b_, i32_, laneId);
+      auto tileOf = [&](Value qt, Value cls) {
+        it = queryItem(e, kt, h, qt);
+        return tileAt(it, kt.kt, inv, {}, cls);
+      };
+      auto offsets = [&](Value stage) {
+        Value st = arith::IndexCastUIOp::create(b_, b_.getIndexType(), stage);
+        return std::pair<Value, Value>{mul(st, cIdx(keyValueStage())),
+                                       mul(st, cIdx(3 * R))};
+      };
+      SmallVector<Value> qtiles =
+          stages_ == 2
+              ? forVisitedTilesStaged(
+                    c0, e.nQT, acc0, lane32, tileOf,
+                    [&](Value, const Tile &, Value stage) {
+                      auto [off, fsOff] = offsets(stage);
+                      stageQuery(off, fsOff);
+                    },
+                    [&](Value, const Tile &t, Value stage, ValueRange acc) {
+                      std::tie(qoOff_, fsOff_) = offsets(stage);
+                      SmallVector<Value> next = tileBody(t, acc);
+                      qoOff_ = fsOff_ = nullptr;
+                      // Every warp is done with the stage before it is
+                      // refilled.
+                      gpu::BarrierOp::create(b_);
+                      return next;
+                    })
+              : forVisitedTiles(c0, e.nQT, acc0, lane32, tileOf,
+                                [&](Value, const Tile &t, ValueRange acc) {
+                                  // Every warp is done with the previous Q
+                                  // tile.
+                                  gpu::BarrierOp::create(b_);
+                                  stageQuery({}, {});
+                                  awaitTiles();
+                                  gpu::BarrierOp::create(b_);
+                                  return tileBody(t, acc);
+                                });
       if (sums_)
         addSums(bI32, hI32, kv, keyLive);
       return qtiles;
