@@ -3,9 +3,14 @@
 // The tensor-core form of the GPU backward (f16/bf16, mma.sync m16n8k16,
 // f32 accumulators), for head dims that are multiples of 16. A block has
 // R / 16 warps over R rows (R = blockM = blockN: 64, 32 or 16, the most
-// whose four tiles fit 48 KiB of static shared memory); each warp owns 16
-// of them. Tiles are row-major in shared memory with a pitch of width + 8
-// elements (rows 16-byte aligned for ldmatrix, 8 rows on 8 bank groups).
+// whose four tiles fit the target's dynamic shared memory); each warp owns
+// 16 of them. Tiles are row-major in shared memory with a pitch of width +
+// 8 elements (rows 16-byte aligned for ldmatrix, 8 rows on 8 bank groups).
+// Each kernel's streamed tiles (K and V in _bwd_q; Q, dO and their rows'
+// values in _bwd_kv) go through a ring of two stages where a third pair
+// of tiles fits (spec.stages, the name's s2): the next visited tile's
+// copies are issued before this one's are waited for
+// (GpuBackwardBuilder::forVisitedTilesStaged); else one stage (s1).
 //
 //   <name>_bwd_q   items (b, head, Q tile): Q and dO stay in shared memory;
 //                  per visited KV tile (K, V staged) a warp's rows get
