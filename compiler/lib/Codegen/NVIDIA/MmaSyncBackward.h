@@ -21,7 +21,8 @@ public:
   TensorCoreBackward(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
                      const FlashConfig &cfg)
       : GpuBackwardBuilder(m, v, mask, cfg), R(cfg.spec.blockM), TH(2 * R),
-        C(16), ldQ(D + 8), ldO(DV + 8) {
+        C(16), ldQ(D + 8), ldO(DV + 8),
+        stages_(cfg.spec.stages >= 2 ? 2 : 1) {
     // dK and dQ take `scale` once per element at their store.
     unscaledDx_ = true;
   }
@@ -177,7 +178,7 @@ private:
   int64_t keyValueStage() const { return R * (ldQ + ldO); }
   /// The ring's stages (spec.stages): _bwd_q's K and V, _bwd_kv's Q, dO
   /// and their rows' values; 1 or 2.
-  int64_t stages_ = 1;
+  const int64_t stages_;
   /// _bwd_kv's current Q tile's stage: its Q and dO tiles' offset past
   /// stage 0's (elements) and its rows' values' offset in fs; null with
   /// one stage.

@@ -337,9 +337,6 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
-  // Two stages of K and V where the spec asks for them (the form's choice:
-  // where the three tile pairs fit the target's shared memory).
-  stages_ = cfg_.spec.stages >= 2 ? 2 : 1;
   begin(module, name, e, x, 1 + stages_);
   Value c1 = cIdx(1);
   const TileLayout l = queryLayout();

@@ -134,7 +134,6 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
   OpBuilder::InsertionGuard guard(b_);
   Entry e;
   Extra x;
-  stages_ = cfg_.spec.stages >= 2 ? 2 : 1;
   begin(module, name, e, x, 1 + stages_, stages_);
   if (accumulates()) {
     kinds_ = classifyAccumulates(v_);
