@@ -11,9 +11,11 @@
 //   ATTNC_EMU_DEVICES=<n>     device count (default 1)
 //   ATTNC_EMU_INIT_ERROR=<e>  cuInit fails with CUDA error e
 //   ATTNC_EMU_ALLOC_FAIL=1    cuMemAlloc reports out of memory
-//   ATTNC_EMU_EVENT_MS=<ms>   cuEventElapsedTime reports this (default: host time)
+//   ATTNC_EMU_EVENT_MS=<ms>   cuEventElapsedTime reports this (default:
+//                             host time)
 //   ATTNC_EMU_QUIET=1         no reports on stderr
 //   ATTNC_EMU_SYNC=1          run launches and copies as they are issued
+//   ATTNC_EMU_SMS=<n>         the SM count the device reports
 //   ATTNC_EMU_THREADS, ATTNC_EMU_RACECHECK, ATTNC_EMU_MAX_STEPS: Launch.h
 //
 // For tests: attnc_emu_* below (launch log, live allocations, last report,
@@ -187,7 +189,9 @@ R cuDeviceGetAttribute(int *v, int attr, int) {
   case 8: *v = 49152; break;             // MAX_SHARED_MEMORY_PER_BLOCK
   case 10: *v = 32; break;               // WARP_SIZE
   case 12: *v = 65536; break;            // MAX_REGISTERS_PER_BLOCK
-  case 16: *v = cc >= 90 ? 132 : 108; break; // MULTIPROCESSOR_COUNT
+  case 16:                               // MULTIPROCESSOR_COUNT
+    *v = env("ATTNC_EMU_SMS", cc >= 90 ? 132 : 108);
+    break;
   case 36: *v = cc >= 90 ? 2619000 : 1593000; break; // MEMORY_CLOCK_RATE, kHz
   case 37: *v = 5120; break;                          // GLOBAL_MEMORY_BUS_WIDTH
   case 39: *v = 2048; break;             // MAX_THREADS_PER_MULTIPROCESSOR

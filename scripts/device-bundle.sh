@@ -6,7 +6,9 @@
 # of them (f32/f16/bf16, D 64, 80, 128 and 64:32, under backward/), causal's
 # and synaptic's key-offset kernels (forward and backward, under
 # key-offsets/), causal's backward with one K/V stage in _bwd_q
-# (backward-s1/, bf16 D 64 and 128: the ring's A/B), and
+# (backward-s1/, bf16 D 64 and 128: the ring's A/B), four examples'
+# kernels in the persistent wgmma form (packages-persistent/, bf16 D 64 and
+# 128: its A/B against packages/), and
 # run-gpu-validation.sh, which
 # runs the parity matrix (attnc-run --matrix, as ctest gpu-parity does on
 # the emulator) and compute-sanitizer there and writes its logs under $OUT;
@@ -38,10 +40,7 @@ mkdir -p "$out/bin" "$out/lib" "$out/packages" "$out/packages-mma" \
   "$out/large" \
   "$out/candidates" "$out/backward" "$out/key-offsets"
 cp "$src/build-device/bin/attnc-run" "$out/bin/"
-# The embedding example (2.2 MB) only when asked: BUNDLE_EMBED=1 (with it
-# the bundle and the working tree passed the carry's 64 MiB, 2026-11-27).
-[[ "${BUNDLE_EMBED:-0}" == 1 ]] &&
-  cp "$src/build-device/bin/attnc-embed-example" "$out/bin/"
+cp "$src/build-device/bin/attnc-embed-example" "$out/bin/"
 for f in "$src"/examples/*.attn; do
   n="$(basename "$f" .attn)"
   [[ "$n" == tour ]] && continue
@@ -55,6 +54,14 @@ for f in "$src"/examples/*.attn; do
   case "$n" in full | causal)
     "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90 \
       --dtypes=bf16 --head-dims=64,128 -o "$out/packages-mma/$n.json" ;;
+  esac
+  # The persistent form's A/B (attnc compile --form wgmma-persistent):
+  # each block takes work items a grid apart, one block per SM.
+  case "$n" in full | causal | sliding_window | document_mask)
+    mkdir -p "$out/packages-persistent"
+    "$src/build/bin/attnc" compile "$f" --emit=package --target=sm_90a \
+      --dtypes=bf16 --head-dims=64,128 --form wgmma-persistent \
+      -o "$out/packages-persistent/$n.json" ;;
   esac
   # The two-stage A/B (1.2 MB) only when asked: BUNDLE_S2=1.
   [[ "${BUNDLE_S2:-0}" == 1 ]] || continue
@@ -127,10 +134,15 @@ PYTHONPATH="$src/build/python" "$src/.venv/bin/python" \
   "$src/python/tests/gpu/make_packages.py" "$out/python-packages" "$first"
 # The packages are built from the working tree: -dirty says it had changes.
 git -C "$src" describe --always --dirty --abbrev=12 > "$out/COMMIT"
+# Kernel packages are PTX in JSON (about 6x smaller gzipped): they travel
+# gzipped and the device scripts unpack them where they start.
+find "$out/packages"* "$out/backward"* "$out/key-offsets" "$out/large" \
+  "$out/candidates" -name '*.json' -exec gzip -9 -f {} +
 du -sh "$out"
 # The device tool carries the working tree and .device together, 64 MiB at
 # most (2026-11-27: 65.4 MiB with the embedding example and two A/B
-# packages); say so here rather than on the device.
+# packages, before they were gzipped); say so here rather than on the
+# device.
 tree=$(cd "$src" && git ls-files -z --cached --others --exclude-standard |
        xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
 bundle=$(du -sb "$out" | cut -f1)

@@ -30,6 +30,9 @@
 #         [--budget-a S] [--budget-b S]
 set -uo pipefail
 dev="$(cd "$(dirname "$0")" && pwd)"
+# The bundle's packages travel gzipped (device-bundle.sh: the carry's
+# 64 MiB); unpacked in place the first time a script runs.
+find "$dev" -name '*.json.gz' -exec gunzip -f {} + 2>/dev/null || true
 src="$(cd "$dev/.." && pwd)"
 out="${OUT:-$src/gpu-logs}"
 budget_a=150 budget_b=300 budget_c=45
@@ -206,6 +209,34 @@ for l in open(sys.argv[1]):
 # three stages (packages/) and two (packages-s2/, BUNDLE_S2=1).
 ab overlap-ab "full causal document_mask softcap" "128 64" packages packages-s2 \
   --warmup 20 --iters 100
+# The persistent form's A/B: the same examples' sm_90a kernels one block
+# per work item (packages/) and one block per SM taking items a grid apart
+# (packages-persistent/, attnc compile --form wgmma-persistent); then the
+# persistent kernels launched one block per item (ATTNC_GRID=items) and one
+# per SM: the item loop's own cost apart from the grid's.
+ab persistent-ab "full causal sliding_window document_mask" "128 64" packages \
+  packages-persistent --warmup 20 --iters 100
+if [[ -d "$dev/packages-persistent" ]]; then
+  for round in 1 2; do
+    for n in full sliding_window; do
+      for d in 128 64; do
+        for grid in items sms; do
+          r=$(ATTNC_GRID=$grid timeout 30 "$run" "$dev/packages-persistent/$n.json" \
+            --bench --json --warmup 20 --iters 100 --batch 2 --heads 16 \
+            --kv-heads 16 --q-len 8192 --kv-len 8192 --head-dim $d \
+            --dtype bf16 2>/dev/null | tail -1)
+          [[ -n "$r" ]] && echo "{\"grid\": \"$grid\", \"row\": $r}" >> "$b/persistent-grid-ab.jsonl"
+        done
+      done
+    done
+  done
+  python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    g = json.loads(l); r = g['row']
+    print('persistent-grid-ab %-14s D=%-3d grid=%-5s %.3f ms' % (r['variant'], r['D'], g['grid'], r['ms_median']))
+" "$b/persistent-grid-ab.jsonl" | tee "$b/persistent-grid-ab.txt" | tee -a "$b/summary.txt"
+fi
 # The backward's K/V ring A/B: _bwd_q with two stages (backward/, the
 # default since 2026-11-27) and one (backward-s1/); attnc-run times the
 # backward (both kernels) per call.

@@ -14,6 +14,9 @@ set -uo pipefail
 prefill="${TUNE_PREFILL:-2048,8192}"
 decode="${TUNE_DECODE:-8192}"
 dev="$(cd "$(dirname "$0")" && pwd)"
+# The bundle's packages travel gzipped (device-bundle.sh: the carry's
+# 64 MiB); unpacked in place the first time a script runs.
+find "$dev" -name '*.json.gz' -exec gunzip -f {} + 2>/dev/null || true
 out="${OUT:-gpu-logs}"
 mkdir -p "$out"
 run="$dev/bin/attnc-run"

@@ -8,6 +8,9 @@
 # Logs go to $OUT (default ./gpu-logs).
 set -uo pipefail
 dev="$(cd "$(dirname "$0")" && pwd)"
+# The bundle's packages travel gzipped (device-bundle.sh: the carry's
+# 64 MiB); unpacked in place the first time a script runs.
+find "$dev" -name '*.json.gz' -exec gunzip -f {} + 2>/dev/null || true
 out="${OUT:-gpu-logs}"
 mkdir -p "$out"
 run="$dev/bin/attnc-run"
@@ -47,7 +50,8 @@ for p in "$dev"/backward/*.json; do
   done
   echo "$n backward: $(grep -hoE '^[0-9]+ passed, [0-9]+ failed' "$out/backward-$n.txt" | awk '{p += $1; f += $3} END {print p + 0 " passed, " f + 0 " failed"}')"
 done
-# The embedding example where the bundle has it (BUNDLE_EMBED=1: 2.2 MB).
+# The embedding example (device-bundle.sh carries it again since its
+# packages travel gzipped).
 if [[ -x "$dev/bin/attnc-embed-example" ]]; then
   "$dev/bin/attnc-embed-example" "$dev/packages/causal.json" > "$out/embed.txt" 2>&1 || status=1
   cat "$out/embed.txt"

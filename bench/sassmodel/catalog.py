@@ -87,7 +87,7 @@ def images_of_package(example: str, package: dict, backward: bool) -> list[Image
 
 def compile_examples(attnc: Path, examples_dir: Path, out_dir: Path,
                      examples: list[str] | None, targets, dtypes, head_dims,
-                     backward: bool) -> list[Image]:
+                     backward: bool, form: str = "") -> list[Image]:
     """One package per example (all targets, dtypes and head dims), then its
     images. `tour` is skipped: its variants are the other examples'."""
     images: list[Image] = []
@@ -102,6 +102,8 @@ def compile_examples(attnc: Path, examples_dir: Path, out_dir: Path,
                "--head-dims=" + ",".join(head_dims), "-o", str(pkg)]
         if backward:
             cmd.append("--backward")
+        if form:
+            cmd.append("--form=" + form)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"attnc compile {f.name} failed:\n{r.stderr}")

@@ -51,7 +51,7 @@ def _run(args) -> tuple[list[dict], str, str]:
         images = catalog.compile_examples(
             attnc, ROOT / "examples", Path(tmp), _csv(args.examples) or None,
             _csv(args.targets), _csv(args.dtypes), _csv(args.head_dims),
-            backward=not args.no_backward)
+            backward=not args.no_backward, form=getattr(args, "form", ""))
     jobs = args.jobs or os.cpu_count() or 1
     records: list[dict] = []
     if jobs == 1:
@@ -206,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         selection(p)
         if name == "check":
             p.add_argument("--tolerance", type=float, default=baseline.TOLERANCE)
+        if name == "run":
+            p.add_argument("--form", default="",
+                           help="the forward's kernel form (attnc compile --form, "
+                           "e.g. wgmma-persistent with --targets sm_90a); "
+                           "the baseline holds the default forms")
         p.set_defaults(fn=fn or (lambda a: (_run(a), 0)[1]))
     p = sub.add_parser("analyze")
     p.add_argument("file")

@@ -63,7 +63,9 @@ std::string Package::serialize() const {
     j["tile_candidates"] = true;
   j["grid"] = "x: one block per work item (b, query-head group, Q tile, KV "
               "split), B * (Hq / pack_heads) * ceil(pack_heads * Lq / "
-              "block_m) * splits, the first item in the last parameter; "
+              "block_m) * splits, the first item in the last parameter "
+              "(a persistent kernel: at most one block per SM from item 0, "
+              "each taking items gridDim.x apart); "
               "block: threads. merge: one block of 64 threads per row, "
               "B * Hq * Lq";
   json vs = json::array();
@@ -87,6 +89,8 @@ std::string Package::serialize() const {
       jk["threads"] = k.threads;
       jk["shared_bytes"] = k.sharedBytes;
       jk["dynamic_shared_bytes"] = k.dynamicSharedBytes;
+      if (k.persistent)
+        jk["persistent"] = true;
       jk["kernel"] = k.kernel;
       jk["kernel_params"] = k.kernelParams;
       jk["merge"] = k.merge;
@@ -155,6 +159,7 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !intField(jk, "block_n", 8, 1024, k.spec.blockN, why) ||
       !optionalBoolField(jk, "dropout", k.spec.dropout, why) ||
       !optionalBoolField(jk, "key_offsets", k.spec.keyOffsets, why) ||
+      !optionalBoolField(jk, "persistent", k.persistent, why) ||
       !intField(jk, "threads", 32, 1024, threads, why) ||
       !intField(jk, "shared_bytes", 0, kMaxSharedBytes, shared, why) ||
       !intField(jk, "dynamic_shared_bytes", 0, kMaxSharedBytes, dynShared,

@@ -157,6 +157,7 @@ TEST_CASE("a package round-trips through its JSON form", "[package]") {
   p.variants.push_back(makeVariant(kCausal, "sm_90"));
   // The generator's tile work (for the static SASS model) is kept.
   p.variants[1].kernels[0].tileWork = {64, 4, 2};
+  p.variants[1].kernels[0].persistent = true;
   Package q;
   REQUIRE(Package::parse(p.serialize(), "mem", q).isOk());
   REQUIRE(q.variants.size() == 2);
@@ -181,6 +182,8 @@ TEST_CASE("a package round-trips through its JSON form", "[package]") {
   const TileWork &w = q.find("causal")->kernels.at(0).tileWork;
   CHECK((w.mma == 64 && w.asyncCopies == 4 && w.atomics == 2));
   CHECK(d->kernels.at(0).tileWork.mma == 0); // not stated: none written
+  CHECK(q.find("causal")->kernels.at(0).persistent);
+  CHECK_FALSE(d->kernels.at(0).persistent); // absent: one block per item
   CHECK(q.find("nope") == nullptr);
 
   // Written atomically and read back.
@@ -535,6 +538,34 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
     CHECK(Launches::ip(l)[abi::kPackHeads] == 4);
     // q pos0 of sequence 0 (after the 3 KV lengths): 100 - 1.
     CHECK(Launches::ip(l)[abi::computeLayout(v.info).seqBase + 3] == 99);
+  }
+  SECTION("a persistent kernel gets at most one block per SM") {
+    // The warp-specialized sm_90a form's blocks take items a grid apart
+    // (LaunchFacts::persistent): the grid is the device's SMs, from item 0,
+    // or one block per item where there are fewer items or ATTNC_GRID=items.
+    setenv("ATTNC_EMU_SMS", "5", 1);
+    auto small = emuContext();
+    unsetenv("ATTNC_EMU_SMS");
+    CHECK(small->device().multiprocessors() == 5);
+    PackageVariant pv = makeVariant(kCausal);
+    pv.kernels[0].persistent = true;
+    std::unique_ptr<GpuKernel> pk;
+    REQUIRE(GpuKernel::load(*small, pv.info, pv.kernels[0], pk).isOk());
+    auto grid = [&](int64_t B, int64_t Lq) {
+      DeviceArgs d(*small, B, 8, 2, Lq, Lq);
+      log.clear();
+      REQUIRE(pk->run(d.a).isOk());
+      REQUIRE(small->synchronize().isOk());
+      REQUIRE(log.count() == 1);
+      auto l = log.at(0);
+      CHECK(l.params[40] == 0); // first work item
+      return l.grid;
+    };
+    CHECK(grid(2, 130) == 5); // 48 items
+    CHECK(grid(1, 16) == 2);  // 2 items (4 heads packed per item): 2 blocks
+    setenv("ATTNC_GRID", "items", 1);
+    CHECK(grid(2, 130) == 2 * 8 * 3);
+    unsetenv("ATTNC_GRID");
   }
   SECTION("bad input is refused before anything is enqueued") {
     DeviceArgs d(*ctx, 2, 8, 3, 16, 16);

@@ -77,13 +77,14 @@ const KernelForm *formOf(mlir::flash::KernelOp kernel) {
 
 llvm::ArrayRef<const KernelForm *> kernelForms() {
   static const KernelForm *const kForms[] = {
-      &wgmmaForm(),            // sm_90a, f16/bf16 with D multiples of 64
-      &mmaSyncForm(),          // NVIDIA, f16/bf16 on tensor cores
-      &simtForm(),             // NVIDIA, everything else
-      &cpuForm(),              // the host CPU
-      &mmaSyncBackwardForm(),  // NVIDIA backward, f16/bf16 on tensor cores
-      &simtBackwardForm(),     // NVIDIA backward, everything else
-      &cpuBackwardForm(),      // the host CPU's backward
+      &wgmmaForm(),           // sm_90a, f16/bf16 with D multiples of 64
+      &mmaSyncForm(),         // NVIDIA, f16/bf16 on tensor cores
+      &simtForm(),            // NVIDIA, everything else
+      &wgmmaPersistentForm(), // sm_90a as wgmma, by name only (after simt)
+      &cpuForm(),             // the host CPU
+      &mmaSyncBackwardForm(), // NVIDIA backward, f16/bf16 on tensor cores
+      &simtBackwardForm(),    // NVIDIA backward, everything else
+      &cpuBackwardForm(),     // the host CPU's backward
   };
   return kForms;
 }

@@ -172,7 +172,11 @@ protected:
   /// for (i = lb; i < ub; i += step) with loop-carried values.
   scf::ForOp loop(Value lb, Value ub, int64_t step, ValueRange iters,
                   function_ref<SmallVector<Value>(Value, ValueRange)> body) {
-    auto f = scf::ForOp::create(b_, lb, ub, cIdx(step), iters);
+    return loop(lb, ub, cIdx(step), iters, body);
+  }
+  scf::ForOp loop(Value lb, Value ub, Value step, ValueRange iters,
+                  function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto f = scf::ForOp::create(b_, lb, ub, step, iters);
     OpBuilder::InsertionGuard g(b_);
     b_.setInsertionPointToStart(f.getBody());
     SmallVector<Value> next = body(f.getInductionVar(), f.getRegionIterArgs());

@@ -112,6 +112,13 @@ compile options:
                     on the GPU,
                     64 x 64 with no --warps means the configuration table's
                     tiles for the target and head dims (docs/kernels.md)
+  --form NAME       the forward's kernel form, instead of the first that
+                    takes the request (docs/kernels.md): simt, mma-sync,
+                    wgmma, or wgmma-persistent (sm_90a's warp-specialized
+                    kernel with one block per SM taking work items a grid
+                    apart, the stages' ring going on from one item to the
+                    next); a target or dtype the form does not take is an
+                    error
   --stages N        K/V pipeline stages of the tensor-core forms (default:
                     the form's; mma.sync has 2; sm_90a's wgmma 3 where they
                     fit, which overlaps a tile's softmax with the previous
@@ -493,6 +500,20 @@ int runCompile(const std::vector<std::string> &args) {
     }
     if (r > 0)
       continue;
+    if (value("--form", num)) {
+      bool known = false;
+      std::string names;
+      for (const attnc::KernelForm *f : attnc::kernelForms())
+        if (f->direction() == attnc::Direction::Forward && f->name() != "cpu") {
+          known |= f->name() == num;
+          names += (names.empty() ? "" : ", ") + f->name().str();
+        }
+      if (!known)
+        return usageError("--form must be one of " + names + ", got '" + num +
+                          "'");
+      o.spec.form = num;
+      continue;
+    }
     if (value("--dtype", num)) {
       auto t = attnc::rt::parseDType(num);
       if (!t || (*t != attnc::rt::DType::F32 && *t != attnc::rt::DType::F16 &&

@@ -247,8 +247,10 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                      : ptx::kMaskBuilderThreads);
   unsigned shared =
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
-  return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads,
-                             shared, stream, fn == kernel_ ? kvMaps : nullptr);
+  int64_t blocks =
+      fn == kernel_ && image_.persistent ? ptx::persistentBlocks(*ctx_) : 0;
+  return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads, shared,
+                          stream, fn == kernel_ ? kvMaps : nullptr, blocks);
 }
 
 Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace attnc::rt::cuda::ptx {
 
@@ -90,7 +92,7 @@ Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
                    unsigned threads, unsigned dynamicShared, CUstream stream,
-                   const KvTensorMaps *kvMaps) {
+                   const KvTensorMaps *kvMaps, int64_t blocks) {
   int64_t first = 0;
   std::vector<void *> params = rt::detail::memrefWords(descs);
   params.push_back(&first);
@@ -101,8 +103,11 @@ Status launchItems(const Context &ctx, CUfunction fn,
     params.push_back(const_cast<int64_t *>(&kvMaps->usable));
   }
   const Driver &drv = ctx.driver();
-  for (; first < items; first += kMaxGridX) {
-    unsigned grid = static_cast<unsigned>(std::min(items - first, kMaxGridX));
+  // A persistent kernel: one launch from item 0 (its blocks loop to items).
+  const int64_t step = blocks > 0 ? items : kMaxGridX;
+  const int64_t most = blocks > 0 ? std::min(blocks, kMaxGridX) : kMaxGridX;
+  for (; first < items; first += step) {
+    unsigned grid = static_cast<unsigned>(std::min(items - first, most));
     if (Status s = drv.check(drv.api().cuLaunchKernel(fn, grid, 1, 1, threads,
                                                       1, 1, dynamicShared,
                                                       stream, params.data(),
@@ -112,6 +117,13 @@ Status launchItems(const Context &ctx, CUfunction fn,
       return s;
   }
   return Status::ok();
+}
+
+int64_t persistentBlocks(const Context &ctx) {
+  const char *v = std::getenv("ATTNC_GRID");
+  if (v && std::string(v) == "items")
+    return 0;
+  return std::max(1, ctx.device().multiprocessors());
 }
 
 } // namespace attnc::rt::cuda::ptx

@@ -44,11 +44,18 @@ Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
 
 /// Launches `fn` with one block of `threads` per work item in [0, items)
 /// (the i64 operand after the memrefs is the grid's first item; `kvMaps`,
-/// when given, follow it).
+/// when given, follow it); with `blocks` > 0 (a persistent kernel, which
+/// takes items a grid apart), min(items, blocks) blocks from item 0.
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
                    unsigned threads, unsigned dynamicShared, CUstream stream,
-                   const KvTensorMaps *kvMaps = nullptr);
+                   const KvTensorMaps *kvMaps = nullptr, int64_t blocks = 0);
+
+/// A persistent kernel's grid on this device: one block per SM (the forms
+/// that are persistent occupy an SM's register file), or 0 (one block per
+/// item) where ATTNC_GRID=items asks for that (the A/B of the two grids
+/// on the same kernel; docs/runtime.md).
+int64_t persistentBlocks(const Context &ctx);
 
 } // namespace attnc::rt::cuda::ptx
 

@@ -29,6 +29,9 @@ struct LaunchFacts {
   int64_t threads = 0;            // per block (GPU forms); 0 on the CPU
   int64_t staticSharedBytes = 0;  // per block
   int64_t dynamicSharedBytes = 0; // per block (opted into at load)
+  /// The grid: at most one block per SM, each taking work items a grid
+  /// apart (else one block per item). The kernel is correct at any grid.
+  bool persistent = false;
 };
 
 /// One entry a form builds: the forward forms one (suffix ""), the backward
@@ -139,6 +142,7 @@ const KernelForm &simtForm();
 const KernelForm &simtBackwardForm();
 const KernelForm &mmaSyncForm();
 const KernelForm &wgmmaForm();
+const KernelForm &wgmmaPersistentForm();
 const KernelForm &mmaSyncBackwardForm();
 
 } // namespace attnc

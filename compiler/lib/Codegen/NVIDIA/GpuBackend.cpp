@@ -13,20 +13,19 @@
 #include "SpecialFunctions.h"
 
 #include "TensorCoreForward.h"
-#include "llvm/ADT/StringSet.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
-#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
-#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
@@ -38,8 +37,10 @@
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/CommandLine.h"
+#include <fmt/format.h>
 
 #include <algorithm>
 
@@ -325,8 +326,10 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
                                        "or sm_90a)");
   FormChoice choice = formFor(spec, target, Direction::Forward);
   if (!choice)
-    return rt::Status::invalidArgument("no GPU kernel form takes the "
-                                       "configuration");
+    return rt::Status::invalidArgument(fmt::format(
+        "no GPU kernel form takes the configuration ({} D={}:{} on {}{})",
+        rt::dtypeName(spec.dtype), spec.headDim, spec.vHeadDim, target,
+        spec.form.empty() ? "" : ", form '" + spec.form + "'"));
   FlashConfig config;
   config.spec = spec;
   std::string error;
@@ -347,6 +350,7 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   out.threads = entry.launch.threads;
   out.sharedBytes = entry.launch.staticSharedBytes;
   out.dynamicSharedBytes = entry.launch.dynamicSharedBytes;
+  out.persistent = entry.launch.persistent;
   out.kernel = kernelName(variant.getSymName(), *choice.form, out.spec);
   out.tileWork = entry.work;
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.kernel, out.kernelParams);

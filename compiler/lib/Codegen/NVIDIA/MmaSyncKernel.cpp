@@ -105,6 +105,9 @@ Value TensorCoreKernel::ex2(Value x) {
 
 void TensorCoreKernel::computeRows() {
   Value c1 = cIdx(1);
+  rows.clear();
+  scoreRow.clear();
+  maskRow.clear();
   for (int64_t mt = 0; mt < MT; ++mt)
     for (int64_t k = 0; k < 2; ++k) {
       Value r = add(add(mul(warp, cIdx(16 * MT)), g), cIdx(16 * mt + 8 * k));
@@ -377,6 +380,12 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     if (l.getSignedByScale() && !L.qInRegisters && !L.wgmma)
       return op.emitOpError("the mma.sync form signs Q held in registers only");
     qSigned = l.getSignedByScale();
+    // The persistent form's consumers overwrite the previous item's Q, a
+    // thread copying rows of both warpgroups: the turns already order a
+    // warpgroup's last S = Q K^T before the other's last turn, and this
+    // barrier makes that so without them too (one consumer warpgroup).
+    if (persistent_)
+      consumerBarrier();
     loadQ();
     NVVM::CpAsyncCommitGroupOp::create(b_);
     return success();
@@ -491,22 +500,34 @@ LogicalResult TensorCoreKernel::lowerTileLoops(flash::ForTilesOp loopOp) {
   for (Value v : loopOp.getInits())
     for (Value r : regs[v])
       types.push_back(r.getType());
+  // (and the ring's state after the loop, each version's own)
+  Value stage0 = ringStage, phases0 = ringPhases;
+  if (L.wgmma)
+    types.append({i32_, i32_});
   LogicalResult result = success();
   auto version = [&](bool oneHead) {
     hoistColumns_ = cv == ColumnValues::OfKey ||
                     (oneHead && cv == ColumnValues::OfKeyAndHead);
     shareDiagonals_ = oneHead && diagonals;
+    ringStage = stage0;
+    ringPhases = phases0;
     if (failed(lowerTileLoop(loopOp)))
       result = failure();
     SmallVector<Value> out;
     for (Value v : loopOp.getResults())
       out.append(regs[v]);
+    if (L.wgmma)
+      out.append({ringStage, ringPhases});
     return out;
   };
   SmallVector<Value> out = ifElseYield(
       cmp(arith::CmpIPredicate::eq, e.P, cIdx(1)), types,
       [&] { return version(true); }, [&] { return version(false); });
   hoistColumns_ = shareDiagonals_ = false;
+  if (L.wgmma) {
+    ringStage = out[out.size() - 2];
+    ringPhases = out.back();
+  }
   size_t at = 0;
   for (Value v : loopOp.getResults()) {
     size_t n = regs[v].size();
@@ -553,9 +574,9 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   // iteration values' registers), j and the stage as i32 (one register
   // each across the loop).
   const size_t kLoopState = L.wgmma ? 4 : 3;
-  SmallVector<Value> init = {first, cI32(0), firstClass};
+  SmallVector<Value> init = {first, L.wgmma ? ringStage : cI32(0), firstClass};
   if (L.wgmma)
-    init.push_back(cI32(0));
+    init.push_back(ringPhases);
   SmallVector<size_t> widths;
   for (Value v : loopOp.getInits()) {
     init.append(regs[v]);
@@ -622,6 +643,10 @@ LogicalResult TensorCoreKernel::lowerTileLoop(flash::ForTilesOp loopOp) {
   NVVM::CpAsyncWaitGroupOp::create(b_, 0);
   if (pingPong())
     ifThen(firstWarpgroup, [&] { tma.namedBarrier(kTurnBarrier, TH); });
+  if (L.wgmma) {
+    ringStage = w.getResult(1);
+    ringPhases = w.getResult(3);
+  }
   size_t at = kLoopState;
   for (auto [res, n] : llvm::zip(loopOp.getResults(), widths)) {
     regs[res] = SmallVector<Value>(w.getResults().slice(at, n));
@@ -722,8 +747,19 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
         firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
         myTurn = select(firstWarpgroup, cI32(kTurnBarrier), cI32(kTurnBarrier + 1));
         theirTurn = arith::SubIOp::create(b_, cI32(2 * kTurnBarrier + 1), myTurn);
-        computeRows();
-        result = lowerOps(body.begin(), body.end());
+        auto item = [&] {
+          // (the ring's state as the producer's branch left it is not
+          // this branch's: a block's one item starts it at zero)
+          if (!persistent_)
+            ringStage = ringPhases = cI32(0);
+          computeRows();
+          if (failed(lowerOps(body.begin(), body.end())))
+            result = failure();
+        };
+        if (persistent_)
+          forEachItem(item);
+        else
+          item();
       });
   gpu::ReturnOp::create(b_);
   return result;
@@ -731,10 +767,10 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
 
 SmallVector<Value> TensorCoreKernel::readCall(gpu::GPUFuncOp fn) {
   const unsigned itemArg = fn.getNumArguments() - (L.wgmma ? 4 : 1);
+  fn_ = fn;
   e = loadEntry(fn.getArguments());
-  Value c0 = cIdx(0);
-  Value item = add(toIdx(fn.getArgument(itemArg)),
-                   gpu::BlockIdOp::create(b_, gpu::Dimension::x));
+  firstItem = add(toIdx(fn.getArgument(itemArg)),
+                  gpu::BlockIdOp::create(b_, gpu::Dimension::x));
   if (!tid) {
     tid = gpu::ThreadIdOp::create(b_, gpu::Dimension::x);
     lane = remu(tid, 32);
@@ -745,10 +781,32 @@ SmallVector<Value> TensorCoreKernel::readCall(gpu::GPUFuncOp fn) {
   mat = divu(lane, 8);
   r8 = remu(lane, 8);
   zeroE = arith::ConstantOp::create(b_, b_.getZeroAttr(elem_));
-  it = decodeItem(e, item, /*heavyFirst=*/true);
-  if (!L.producerWarps)
-    computeRows(); // (the warp-specialized form's consumers compute theirs)
+  // The persistent form takes its items in each role's loop
+  // (forEachItem); the others have one, the block's.
+  if (!persistent_)
+    decodeBlockItem(firstItem);
+  readCopyCase();
+  if (!L.wgmma)
+    planCopies();
+  SmallVector<Value> maps;
+  if (L.wgmma) {
+    unsigned n = fn.getNumArguments();
+    for (unsigned m = 0; m < 2; ++m)
+      maps.push_back(
+          LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));
+  }
+  if (!persistent_)
+    itemInvariants();
+  return maps;
+}
 
+void TensorCoreKernel::readProblem() {
+  e = loadEntry(fn_.getArguments());
+  readCopyCase();
+}
+
+void TensorCoreKernel::readCopyCase() {
+  Value c0 = cIdx(0);
   // 16-byte cp.async needs unit stride along D, the other strides in
   // multiples of 8 elements and 16-byte aligned bases; otherwise the same
   // copies go element by element. Paired O stores need 4 bytes likewise.
@@ -760,33 +818,84 @@ SmallVector<Value> TensorCoreKernel::readCall(gpu::GPUFuncOp fn) {
   contiguous = andI(fastKV, arith::XOrIOp::create(
                                 b_, paged, arith::ConstantOp::create(
                                                b_, b_.getBoolAttr(true))));
-  SmallVector<Value> maps;
-  if (!L.wgmma) {
-    planCopies();
-  } else {
-    unsigned n = fn.getNumArguments();
+  if (L.wgmma) {
     // The runtime's flag: maps it could encode (contiguous K/V, or pages
     // of a multiple of the tile's rows), and 16-byte rows.
-    useTma = andI(cmp(arith::CmpIPredicate::ne,
-                      toIdx(fn.getArgument(n - 1)), c0),
-                  fastKV);
-    for (unsigned m = 0; m < 2; ++m)
-      maps.push_back(
-          LLVM::PtrToIntOp::create(b_, i64_, fn.getArgument(n - 3 + m)));
+    unsigned n = fn_.getNumArguments();
+    useTma =
+        andI(cmp(arith::CmpIPredicate::ne, toIdx(fn_.getArgument(n - 1)), c0),
+             fastKV);
   }
+}
 
+void TensorCoreKernel::beginItem(Value item) {
+  decodeBlockItem(item);
+  itemInvariants();
+}
+
+void TensorCoreKernel::decodeBlockItem(Value item) {
+  it = decodeItem(e, item, /*heavyFirst=*/true);
+  if (!L.producerWarps)
+    computeRows(); // (the warp-specialized form's consumers compute theirs)
+}
+
+void TensorCoreKernel::itemInvariants() {
+  inv = IRMapping();
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
   nKT = it.jhi; // the end of the item's KV split
-  return maps;
+  ringStage = ringPhases = cI32(0);
+}
+
+Value TensorCoreKernel::itemCount() {
+  // Loaded where it is needed (a load per value: the loop's test reads
+  // them again rather than keep the count live across the tile loop).
+  Value heads =
+      arith::DivUIOp::create(b_, ipAt(abi::kHq), ipAt(abi::kPackHeads));
+  return mul(mul(mul(ipAt(abi::kB), heads), ipAt(abi::kNumQTiles)),
+             ipAt(abi::kNumSplits));
+}
+
+void TensorCoreKernel::forEachItem(function_ref<void()> body) {
+  // The call's values are read again in each item (loads of the parameter
+  // block, cached), and the loop's count in its test: computed before the
+  // loop, those the item's start needs (strides, sizes, the copies' case)
+  // would be live across every item's tile loop, and the consumers'
+  // registers are at the limit there (spills in document_mask, synaptic,
+  // alibi at D=128). The item index is i32 (one register).
+  Entry outer = e;
+  SmallVector<Type> types(3, i32_);
+  auto w = scf::WhileOp::create(
+      b_, types, ValueRange{u32OfIdx(firstItem), cI32(0), cI32(0)});
+  SmallVector<Location> locs(3, b_.getLoc());
+  {
+    OpBuilder::InsertionGuard g(b_);
+    Block *before = b_.createBlock(&w.getBefore(), {}, types, locs);
+    scf::ConditionOp::create(b_,
+                             cmp(arith::CmpIPredicate::ult,
+                                 idxOfU32(before->getArgument(0)), itemCount()),
+                             before->getArguments());
+    Block *after = b_.createBlock(&w.getAfter(), {}, types, locs);
+    Value item = after->getArgument(0);
+    readProblem();
+    beginItem(idxOfU32(item));
+    ringStage = after->getArgument(1);
+    ringPhases = after->getArgument(2);
+    body();
+    Value step = u32OfIdx(gpu::GridDimOp::create(b_, gpu::Dimension::x));
+    scf::YieldOp::create(b_, ValueRange{arith::AddIOp::create(b_, item, step),
+                                        ringStage, ringPhases});
+  }
+  e = outer;
 }
 
 } // namespace codegen
 
 LogicalResult lowerTensorCoreForward(flash::KernelOp kernel,
                                      const MaskAnalysis &mask,
-                                     Operation *container, bool wgmma) {
+                                     Operation *container, bool wgmma,
+                                     bool persistent) {
   if (kernel.getKind() != "forward")
     return kernel.emitOpError("the tensor-core forward forms lower forward "
                               "kernels");
@@ -797,7 +906,7 @@ LogicalResult lowerTensorCoreForward(flash::KernelOp kernel,
                     nvgpu::NVGPUDialect, LLVM::LLVMDialect>();
   codegen::TensorCoreKernel lowering(kernel->getParentOfType<ModuleOp>(),
                                      variantOf(kernel), mask, configOf(kernel),
-                                     wgmma);
+                                     wgmma, persistent);
   if (failed(lowering.lower(kernel, cast<gpu::GPUModuleOp>(container))))
     return failure();
   kernel.erase();

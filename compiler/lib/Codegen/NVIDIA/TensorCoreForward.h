@@ -25,11 +25,12 @@ int64_t tensorCoreWarps(const rt::KernelSpec &s, bool wgmma);
 rt::TileWork tensorCoreWork(const rt::KernelSpec &s, bool wgmma);
 
 /// Lowers a forward flash.kernel into `container` (a gpu.module) with the
-/// tensor-core builder, and erases it.
+/// tensor-core builder, and erases it. `persistent` (the warp-specialized
+/// wgmma form only): each block takes work items a grid apart.
 mlir::LogicalResult lowerTensorCoreForward(mlir::flash::KernelOp kernel,
                                            const MaskAnalysis &mask,
                                            mlir::Operation *container,
-                                           bool wgmma);
+                                           bool wgmma, bool persistent = false);
 
 } // namespace attnc
 

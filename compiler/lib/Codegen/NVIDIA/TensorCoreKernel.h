@@ -25,8 +25,10 @@ namespace attnc::codegen {
 class TensorCoreKernel : public ProgramBuilder {
 public:
   TensorCoreKernel(ModuleOp m, attn::VariantOp v, const MaskAnalysis &mask,
-                   const FlashConfig &cfg, bool wgmma = false)
-      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)) {
+                   const FlashConfig &cfg, bool wgmma = false,
+                   bool persistent = false)
+      : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)),
+        persistent_(persistent && L.producerWarps > 0) {
     fuseScoreProducts_ = true;
     MT = L.mTiles;
     NT = BN / 8;
@@ -155,6 +157,40 @@ private:
   /// values, the work item, the copies' case, the mask's invariants; the
   /// wgmma form's tensor maps (their generic addresses) as the result.
   SmallVector<Value> readCall(gpu::GPUFuncOp fn);
+  /// Work item `item`'s values (ProgramBuilder::Item), the mask's
+  /// invariants of its (b, h) and its KV split's end; the mma.sync form's
+  /// rows of it too (the warp-specialized consumers compute theirs).
+  void beginItem(Value item);
+  /// beginItem's two parts: the item's values (and the mma.sync form's
+  /// rows); the mask's invariants, the split's end, the ring at zero.
+  void decodeBlockItem(Value item);
+  void itemInvariants();
+  /// The call's values (Entry) and readCopyCase's.
+  void readProblem();
+  /// The copies' case (fastQ, fastKV, fastO, paged, contiguous) and, for
+  /// wgmma, whether the maps serve (useTma).
+  void readCopyCase();
+  gpu::GPUFuncOp fn_;
+  /// The launch's first item plus blockIdx.x: the block's item, or the
+  /// first of the persistent form's.
+  Value firstItem;
+  /// The warp-specialized form made persistent (the form
+  /// `wgmma-persistent`): a grid of at most one block
+  /// per SM (the runtime's choice, LaunchFacts::persistent), each block
+  /// taking items firstItem, + gridDim.x, ... below the call's count. The
+  /// stages' ring goes on from one item to the next (ringStage,
+  /// ringPhases), so the producer fills stages with the next item's tiles
+  /// while the consumers finish this one's. `body` is built once, after
+  /// beginItem, with the ring's state of the item's start in ringStage and
+  /// ringPhases, and leaves the state of its end there. Correct at any
+  /// grid: with one block per item each block takes one.
+  void forEachItem(function_ref<void()> body);
+  /// The call's work items: B x (Hq / P) x Q tiles x KV splits.
+  Value itemCount();
+  /// The ring's state (wgmma): the next tile's stage index and the stages'
+  /// mbarrier parities, a bit each (the consumers': `full`; the
+  /// producer's: `empty`). Zero at a block's first item.
+  Value ringStage, ringPhases;
   /// The producer's loop: by TMA (one lane; `pages`: the boxes' rows from
   /// the page table) or by every producer thread's cp.async.
   void produceTiles(bool byTma, ArrayRef<Value> maps, bool pages);
@@ -365,6 +401,7 @@ private:
   Value stageBase;
 
   TensorCoreLayout L;
+  const bool persistent_; // forEachItem: each block takes items a grid apart
   MmaFragments mf{b_, elem_};
   int64_t MT, NT, KS, DT, KP, TH;
   Entry e;

@@ -52,7 +52,15 @@ bool isWgmmaShape(const rt::KernelSpec &s) {
 
 class WgmmaForm final : public KernelForm {
 public:
-  StringRef name() const override { return "wgmma"; }
+  /// `persistent`: the form `wgmma-persistent`, asked for by name only
+  /// (attnc compile --form): the same kernel with each block taking work
+  /// items a grid apart, the producer filling stages with the next item's
+  /// tiles while the consumers finish this one's (forEachItem in
+  /// MmaSyncKernel.cpp); the runtime launches one block per SM.
+  explicit WgmmaForm(bool persistent) : persistent_(persistent) {}
+  StringRef name() const override {
+    return persistent_ ? "wgmma-persistent" : "wgmma";
+  }
   Direction direction() const override { return Direction::Forward; }
   bool runsOn(StringRef target) const override { return target == "sm_90a"; }
   std::optional<rt::KernelSpec> configure(const rt::KernelSpec &request,
@@ -116,6 +124,7 @@ public:
     LaunchFacts l;
     l.threads = tensorCoreWarps(s, true) * 32;
     l.dynamicSharedBytes = tensorCoreSharedBytes(s, true);
+    l.persistent = persistent_ && tensorCoreLayout(s, true).producerWarps > 0;
     return {KernelEntry{"", l, tensorCoreWork(s, true)}};
   }
   /// The scale goes into the exponents where the score_mod is the
@@ -126,14 +135,23 @@ public:
   }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {
-    return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/true);
+    return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/true,
+                                  persistent_);
   }
+
+private:
+  bool persistent_;
 };
 
 } // namespace
 
 const KernelForm &wgmmaForm() {
-  static const WgmmaForm form;
+  static const WgmmaForm form(/*persistent=*/false);
+  return form;
+}
+
+const KernelForm &wgmmaPersistentForm() {
+  static const WgmmaForm form(/*persistent=*/true);
   return form;
 }
 

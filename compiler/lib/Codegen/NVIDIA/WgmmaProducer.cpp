@@ -20,15 +20,25 @@ namespace attnc::codegen {
 void TensorCoreKernel::produce(ArrayRef<Value> maps) {
   // TMA: the first producer warp (its lanes search the data mask's tiles
   // together), one lane issuing; the other three warps have nothing to do.
+  // Each case walks the block's items itself (one loop of tiles in each).
+  auto items = [&](bool byTma, bool pages) {
+    if (persistent_) {
+      forEachItem([&] { produceTiles(byTma, maps, pages); });
+    } else {
+      ringStage = ringPhases = cI32(0); // (each case's own loop)
+      produceTiles(byTma, maps, pages);
+    }
+  };
   ifThenElse(
       useTma,
       [&] {
         ifThen(cmp(arith::CmpIPredicate::eq, warp, cIdx(L.warps)), [&] {
-          ifThenElse(paged, [&] { produceTiles(true, maps, /*pages=*/true); },
-                     [&] { produceTiles(true, maps, /*pages=*/false); });
+          ifThenElse(
+              paged, [&] { items(true, /*pages=*/true); },
+              [&] { items(true, /*pages=*/false); });
         });
       },
-      [&] { produceTiles(false, maps, /*pages=*/false); });
+      [&] { items(false, /*pages=*/false); });
 }
 
 void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps,
@@ -52,9 +62,12 @@ void TensorCoreKernel::produceTiles(bool byTma, ArrayRef<Value> maps,
     }
   Value first = nextVisited(
       u32OfIdx(it.jlo), nKT32, inv).first;
-  // (j, the stage's index, the `empty` phases' parities: a bit per stage)
+  // (j, the stage's index, the `empty` phases' parities: a bit per stage;
+  // the ring goes on from the previous item's)
   OpBuilder::InsertionGuard guard(b_);
-  ValueRange after = tileLoop(ValueRange{first, cI32(0), cI32(0)}, nKT32).second;
+  auto [w, after] = tileLoop(ValueRange{first, ringStage, ringPhases}, nKT32);
+  ringStage = w.getResult(1);
+  ringPhases = w.getResult(2);
   Value j32 = after[0], s = after[1], ph = after[2];
   // The stage's previous tile is released (its first use waits for the
   // phase before the barrier's first, which counts as complete).

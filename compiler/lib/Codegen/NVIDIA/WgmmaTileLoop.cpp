@@ -250,14 +250,14 @@ LogicalResult TensorCoreKernel::lowerOverlappedLoop(flash::ForTilesOp loopOp,
   // before it to overlap).
   SmallVector<Value> initOthers =
       others([&](unsigned k) { return regs[loopOp.getInits()[k]]; });
-  SmallVector<Value> none = {first, cI32(0), cI32(0), cI32(0)};
+  SmallVector<Value> none = {first, ringStage, ringPhases, ringStage};
   none.append(regs[loopOp.getInits()[accPos]]);
   none.append(SmallVector<Value>(pWidth, cI32(0)));
   none.append(initOthers);
   Value any = cmp(arith::CmpIPredicate::ult, first, nKT32);
   SmallVector<Value> state = ifYield(any, none, [&] {
     regs[accArg] = regs[loopOp.getInits()[accPos]];
-    return front(first, cI32(0), cI32(0), initOthers);
+    return front(first, ringStage, ringPhases, initOthers);
   });
 
   scf::WhileOp w;
@@ -280,6 +280,8 @@ LogicalResult TensorCoreKernel::lowerOverlappedLoop(flash::ForTilesOp loopOp,
   }
   // The last tile's P V, in its turn.
   ValueRange fin = w.getResults();
+  ringStage = fin[1];
+  ringPhases = fin[2];
   SmallVector<Value> o = ifYield(any, fin.slice(kLoopState, oWidth), [&] {
     SmallVector<Value> sum =
         wgmmaPv(SmallVector<Value>(fin.slice(kLoopState + oWidth, pWidth)),

@@ -27,6 +27,9 @@ struct GpuKernelImage {
   std::string target;       // "sm_80", "sm_86", "sm_89", "sm_90" or "sm_90a"
   KernelSpec spec;          // as compiled: blockN may be below the request
   int64_t threads = 0;      // per block; the grid is one block per work item
+  /// ... or, for a persistent kernel, at most one per SM, each taking items
+  /// a grid apart (the kernel is correct at any grid: the runtime picks).
+  bool persistent = false;
   int64_t sharedBytes = 0;  // static shared memory per block
   int64_t dynamicSharedBytes = 0; // dynamic shared memory per block (opt-in)
   std::string kernel;       // entry names in `ptx`
