@@ -30,8 +30,19 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 // CPU: ^bb0(%[[T:.*]]: !flash.tile, %[[ACC:.*]]: !flash.acc, %[[M:.*]]: !flash.rows, %[[L:.*]]: !flash.partials):
 // CPU: %[[S:.*]] = flash.apply_mods %{{.*}} on %[[T]]
 // CPU: %[[TMAX:.*]] = flash.row_max %[[S]]
+// The lazy maximum: the row's reference moves only where the tile's
+// maximum rises above it by more than 8 in exponent units (log2(e) here:
+// the scores are scaled).
 // CPU: %[[MNEW:.*]] = flash.rows_map(%[[M]], %[[TMAX]]) {
-// CPU:   arith.maximumf
+// CPU-NEXT: ^bb0(%[[MO:.*]]: f32, %[[TM:.*]]: f32):
+// CPU-NEXT:   %[[LOG2E:.*]] = arith.constant 1.44269502 : f32
+// CPU-NEXT:   %[[RISE:.*]] = arith.subf %[[TM]], %[[MO]] : f32
+// CPU-NEXT:   %[[UNITS:.*]] = arith.mulf %[[RISE]], %[[LOG2E]] : f32
+// CPU-NEXT:   %[[EIGHT:.*]] = arith.constant 8.000000e+00 : f32
+// CPU-NEXT:   %[[KEEP:.*]] = arith.cmpf ole, %[[UNITS]], %[[EIGHT]] : f32
+// CPU-NEXT:   %[[MAX:.*]] = arith.maximumf %[[MO]], %[[TM]] : f32
+// CPU-NEXT:   %[[NEW:.*]] = arith.select %[[KEEP]], %[[MO]], %[[MAX]] : f32
+// CPU-NEXT:   flash.yield %[[NEW]] : f32
 // CPU: %[[MUSE:.*]] = flash.rows_map(%[[MNEW]]) {
 // CPU:   arith.cmpf oeq
 // CPU:   arith.select

@@ -21,6 +21,7 @@ namespace {
 
 const char *kSources = R"(
 variant causal() { mask_mod(b, h, q, kv) = q >= kv }
+variant full() {}
 variant heads(slope: f32[H]) {
   score_mod(s, b, h, q, kv) = s + slope[h] * (kv - q) + 0.5 * h / H
   mask_mod(b, h, q, kv) = q >= kv || h % 2 == 1
@@ -182,6 +183,54 @@ TEST_CASE("emulated GPU: probabilities by one FMA where the row maxima are "
         CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
         CHECK(lseErr < 1e-5);
       }
+}
+
+TEST_CASE("emulated GPU: the running maximum moves only by more than 2^8, "
+          "and the accumulator is rescaled wherever a row of the warp moved it",
+          "[gpu-emulated]") {
+  // Scores that rise along the keys: key j's elements are a_j / D with
+  // a_j growing by `step` per 64 keys plus noise, Q's +8 in even rows and
+  // -8 in odd ones, the scale 1 / 8, so row i's score at key j is a_j or
+  // -a_j (plus Q's noise for rows past 32). A step of 3 (4.3 in exponent
+  // units) keeps an even row's reference for a tile and moves it at the
+  // next; a step of 12 moves it at every tile; odd rows (falling scores)
+  // never move theirs after the first tile, so every warp has rows that
+  // moved beside rows that did not. The output leans on each row's largest
+  // scores: an accumulator left unscaled where its row's maximum moved (by
+  // 2^8 or more) is far off the fp64 reference. sm_80: mma.sync; sm_90a:
+  // wgmma; f32: the SIMT form, whose factor of 1 multiplies.
+  Gpu g;
+  const int64_t D = 64, Lq = 64, Lk = 700;
+  for (double step : {3.0, 12.0, -2.0})
+    for (auto [target, dt] :
+         {std::pair{"sm_80", DType::BF16}, std::pair{"sm_90a", DType::F16},
+          std::pair{"sm_90a", DType::BF16}, std::pair{"sm_80", DType::F32}}) {
+      INFO("step " << step << " " << target << " " << dtypeName(dt));
+      auto k = g.kernel("full", dt, D, target);
+      HostProblem p(dt, 1, 2, 2, Lq, Lk, D, 17);
+      std::mt19937_64 rng(3);
+      std::uniform_real_distribution<double> noise(-1, 1);
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t j = 0; j < Lk; ++j) {
+          double a = step * double(j / 64) + noise(rng);
+          for (int64_t d = 0; d < D; ++d)
+            storeFromDouble(p.k.data(), dt, (h * Lk + j) * D + d,
+                            a / double(D));
+        }
+        for (int64_t i = 0; i < Lq; ++i)
+          for (int64_t d = 0; d < D; ++d)
+            storeFromDouble(p.q.data(), dt, (h * Lq + i) * D + d,
+                            (i % 2 ? -8.0 : 8.0) +
+                                (i >= 32 ? 0.5 * noise(rng) : 0.0));
+      }
+      p.a.scale = 1.0 / 8.0;
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      // (an output's ulp: bf16 2^-8, f16 2^-11 near 1; measured 1e-3, 1e-4
+      // and 1e-6, and 2e-2 to 0.5 with either mutation of the skip)
+      CHECK(p.maxError(k->variant()) < (dt == DType::F32   ? 2e-5
+                                        : dt == DType::F16 ? 5e-4
+                                                           : 4e-3));
+    }
 }
 
 TEST_CASE("emulated GPU: division by a divisor fixed for the loop, at the "

@@ -19,6 +19,11 @@ using namespace mlir::flash;
 namespace attnc {
 namespace {
 
+/// How far (base-2 exponent units) a tile's row maximum may exceed the
+/// running one before the forward's reference maximum moves: below it the
+/// probabilities stay under 2^8 and nothing is rescaled.
+constexpr double kLazyMax = 8.0;
+
 class KernelWriter {
 public:
   KernelWriter(ModuleOp module, attn::VariantOp v)
@@ -133,10 +138,23 @@ public:
       s = ApplyModsOp::create(b_, ScoresType::get(ctx), s, t, scaleInExponent);
       // The online softmax: the new running maximum (a row with no key
       // yet keeps -inf and exponentiates against 0), the old sums' and
-      // accumulator's rescale, and this tile's probabilities.
+      // accumulator's rescale, and this tile's probabilities. The maximum
+      // moves only where the tile's exceeds it by more than kLazyMax in
+      // exponent units (FlashAttention-4's conditional rescale): below
+      // that the row keeps its reference, its probabilities reach at most
+      // 2^kLazyMax (O and the sums are f32; P in f16 at most 65504), its
+      // rescale factor is exactly 1, and a GPU form skips the
+      // accumulator's rescale where a whole warp's rows kept theirs. O =
+      // acc / l and the LSE do not depend on the reference. A NaN
+      // difference (no key yet: -inf - -inf; NaN scores) moves it.
       Value tmax = RowMaxOp::create(b_, rowsT, s);
-      Value mNew = rowsMap({m, tmax}, [&](ArrayRef<Value> x) -> Value {
-        return arith::MaximumFOp::create(b_, x[0], x[1]);
+      Value mNew = rowsMap(with({m, tmax}, c), [&](ArrayRef<Value> x) -> Value {
+        Value rise = arith::MulFOp::create(
+            b_, arith::SubFOp::create(b_, x[1], x[0]), log2Factor(x, 2));
+        Value keep = arith::CmpFOp::create(b_, arith::CmpFPredicate::OLE, rise,
+                                           f32(kLazyMax));
+        return arith::SelectOp::create(
+            b_, keep, x[0], arith::MaximumFOp::create(b_, x[0], x[1]));
       });
       Value mUse = rowsMap({mNew}, [&](ArrayRef<Value> x) -> Value {
         Value none = arith::CmpFOp::create(
