@@ -179,20 +179,25 @@ pack a
 # B: timings, one at a time.
 b=$logs/b
 tb=$(date +%s)
-# ab NAME "EXAMPLES" "HEAD_DIMS" PACKAGE_A PACKAGE_B [attnc-run options]:
-# an A/B of two packages' kernels on the same shape (bf16, B=2, H=16, 8k),
-# alternating, twice; the medians into $b/NAME.jsonl and NAME.txt.
+# ab NAME "EXAMPLES" "HEAD_DIMS" SIDE_A SIDE_B [attnc-run options]: an
+# A/B of two sides on the same shape (bf16, B=2, H=16, 8k), alternating,
+# twice; a side is a package folder of .device, with VAR=VALUE after a
+# colon for the runtime's environment (packages-persistent:ATTNC_GRID=items);
+# the medians into $b/NAME.jsonl and NAME.txt.
 ab() {
-  local name="$1" examples="$2" dims="$3" pa="$4" pb="$5"
+  local name="$1" examples="$2" dims="$3" sa="$4" sb="$5"
   shift 5
-  [[ -d "$dev/$pb" ]] || return 0
+  [[ -d "$dev/${sb%%:*}" ]] || return 0
   for round in 1 2; do
     for n in $examples; do
       for d in $dims; do
-        for pk in "$pa" "$pb"; do
-          timeout 30 "$run" "$dev/$pk/$n.json" --bench --json "$@" \
+        for side in "$sa" "$sb"; do
+          local pk="${side%%:*}" envs=""
+          [[ "$side" == *:* ]] && envs="${side#*:}"
+          r=$(env $envs timeout 30 "$run" "$dev/$pk/$n.json" --bench --json "$@" \
             --batch 2 --heads 16 --kv-heads 16 --q-len 8192 --kv-len 8192 \
-            --head-dim $d --dtype bf16 >> "$b/$name.jsonl" 2>/dev/null
+            --head-dim $d --dtype bf16 2>/dev/null | tail -1)
+          [[ -n "$r" ]] && echo "{\"side\": \"$side\", \"row\": $r}" >> "$b/$name.jsonl"
         done
       done
     done
@@ -200,8 +205,8 @@ ab() {
   python3 -c "
 import json, sys
 for l in open(sys.argv[1]):
-    r = json.loads(l)
-    print('%s %-14s D=%-3d %.3f ms  %s' % (sys.argv[2], r['variant'], r['D'], r['ms_median'], r['kernel']))
+    g = json.loads(l); r = g['row']
+    print('%s %-14s D=%-3d %.3f ms  %s  %s' % (sys.argv[2], r['variant'], r['D'], r['ms_median'], r['kernel'], g['side']))
 " "$b/$name.jsonl" "$name" | tee "$b/$name.txt" | tee -a "$b/summary.txt"
   echo "B ($name) took $(( $(date +%s) - tb )) s"
 }
@@ -216,27 +221,8 @@ ab overlap-ab "full causal document_mask softcap" "128 64" packages packages-s2 
 # per SM: the item loop's own cost apart from the grid's.
 ab persistent-ab "full causal sliding_window document_mask" "128 64" packages \
   packages-persistent --warmup 20 --iters 100
-if [[ -d "$dev/packages-persistent" ]]; then
-  for round in 1 2; do
-    for n in full sliding_window; do
-      for d in 128 64; do
-        for grid in items sms; do
-          r=$(ATTNC_GRID=$grid timeout 30 "$run" "$dev/packages-persistent/$n.json" \
-            --bench --json --warmup 20 --iters 100 --batch 2 --heads 16 \
-            --kv-heads 16 --q-len 8192 --kv-len 8192 --head-dim $d \
-            --dtype bf16 2>/dev/null | tail -1)
-          [[ -n "$r" ]] && echo "{\"grid\": \"$grid\", \"row\": $r}" >> "$b/persistent-grid-ab.jsonl"
-        done
-      done
-    done
-  done
-  python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    g = json.loads(l); r = g['row']
-    print('persistent-grid-ab %-14s D=%-3d grid=%-5s %.3f ms' % (r['variant'], r['D'], g['grid'], r['ms_median']))
-" "$b/persistent-grid-ab.jsonl" | tee "$b/persistent-grid-ab.txt" | tee -a "$b/summary.txt"
-fi
+ab persistent-grid-ab "full sliding_window" "128 64" \
+  packages-persistent:ATTNC_GRID=items packages-persistent --warmup 20 --iters 100
 # The backward's K/V ring A/B: _bwd_q with two stages (backward/, the
 # default since 2026-11-27) and one (backward-s1/); attnc-run times the
 # backward (both kernels) per call.
