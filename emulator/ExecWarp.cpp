@@ -1,6 +1,7 @@
 //===- ExecWarp.cpp - Warp-collective instructions -----------------------===//
 //
-// shfl.sync, vote.sync, bar.warp.sync, activemask, ldmatrix and mma.sync.
+// shfl.sync, vote.sync, redux.sync (integer), bar.warp.sync, activemask,
+// ldmatrix and mma.sync.
 // The scheduler calls these handlers once every lane of the member mask has
 // arrived (Ctl::Collective), with `mask` the lanes taking part. mma.sync
 // multiplies the exact f16/bf16 values and sums each dot product exactly
@@ -11,6 +12,7 @@
 #include "MemoryAccess.h"
 #include "Values.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace attnc::emu {
@@ -74,6 +76,47 @@ void vote(Cta &, Warp &w, const Instr &in, uint32_t m) {
     default: put<uint32_t>(w, d, l, ballot); break;
     }
   });
+}
+
+enum ReduxKind : uint32_t { RAdd, RMin, RMax, RAnd, ROr, RXor };
+/// redux.sync.op.type d, a, membermask (b32/u32/s32): aux = op, aux2 = 1
+/// when signed (min and max compare as s32); every lane of the mask gets
+/// the reduction over them all.
+void redux(Cta &, Warp &w, const Instr &in, uint32_t m) {
+  int32_t d = in.op[0].r[0], a = in.op[1].r[0];
+  bool first = true;
+  uint32_t acc = 0;
+  forLanes(m, [&](int l) {
+    uint32_t x = get<uint32_t>(w, a, l);
+    if (first) {
+      acc = x;
+      first = false;
+      return;
+    }
+    switch (in.aux) {
+    case RAdd:
+      acc += x;
+      break;
+    case RMin:
+      acc = in.aux2 ? uint32_t(std::min(int32_t(acc), int32_t(x)))
+                    : std::min(acc, x);
+      break;
+    case RMax:
+      acc = in.aux2 ? uint32_t(std::max(int32_t(acc), int32_t(x)))
+                    : std::max(acc, x);
+      break;
+    case RAnd:
+      acc &= x;
+      break;
+    case ROr:
+      acc |= x;
+      break;
+    default:
+      acc ^= x;
+      break;
+    }
+  });
+  forLanes(m, [&](int l) { put<uint32_t>(w, d, l, acc); });
 }
 
 void warpSync(Cta &, Warp &, const Instr &, uint32_t) {}
@@ -263,6 +306,29 @@ bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &err) {
       return true;
     in.membermask = mm.r[0];
     in.fn = vote;
+    return true;
+  }
+  if (op == "redux" && !hasPart(p, "f32")) {
+    static const char *kinds[] = {"add", "min", "max", "and", "or", "xor"};
+    in.aux = 99;
+    for (uint32_t i = 0; i < 6; ++i)
+      if (hasPart(p, kinds[i]))
+        in.aux = i;
+    bool typed = hasPart(p, "u32") || hasPart(p, "s32") || hasPart(p, "b32");
+    if (in.aux == 99 || !hasPart(p, "sync") || !typed || s.ops.size() != 3) {
+      err = "expected redux.sync.{add,min,max,and,or,xor}.{u32,s32,b32} d, a, "
+            "membermask";
+      return true;
+    }
+    in.aux2 = hasPart(p, "s32") ? 1 : 0;
+    in.ctl = Ctl::Collective;
+    Operand mm;
+    if (!d.dest(s.ops[0], in.op[0], err) ||
+        !d.value(s.ops[1], Ty::B32, in.op[1], err) ||
+        !d.value(s.ops[2], Ty::B32, mm, err))
+      return true;
+    in.membermask = mm.r[0];
+    in.fn = redux;
     return true;
   }
   if (op == "bar" && p.size() >= 2 && p[1] == "warp") {

@@ -224,7 +224,86 @@ const char *kShfl = R"(
   ret;
 }
 )";
+// redux.sync over lane values v = 7 * lane - 100 (s32: -100 ... 117):
+// add, min and max as u32 and s32, and, or, xor, and umin over the odd lanes
+// (mask 0xaaaaaaaa; the even lanes take no part and keep 0), to
+// out[k * 32 + lane].
+const char *kRedux = R"(
+.visible .entry redux(.param .u64 out)
+{
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<10>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mad.lo.s32 %r2, %r1, 7, -100;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  redux.sync.add.s32 %r3, %r2, -1;
+  st.global.b32 [%rd3], %r3;
+  redux.sync.min.u32 %r4, %r2, -1;
+  st.global.b32 [%rd3+128], %r4;
+  redux.sync.min.s32 %r5, %r2, -1;
+  st.global.b32 [%rd3+256], %r5;
+  redux.sync.max.u32 %r6, %r2, -1;
+  st.global.b32 [%rd3+384], %r6;
+  redux.sync.max.s32 %r7, %r2, -1;
+  st.global.b32 [%rd3+512], %r7;
+  redux.sync.and.b32 %r8, %r2, -1;
+  st.global.b32 [%rd3+640], %r8;
+  redux.sync.or.b32 %r9, %r2, -1;
+  st.global.b32 [%rd3+768], %r9;
+  redux.sync.xor.b32 %r10, %r2, -1;
+  st.global.b32 [%rd3+896], %r10;
+  mov.u32 %r11, 0;
+  and.b32 %r12, %r1, 1;
+  setp.eq.u32 %p1, %r12, 0;
+  @%p1 bra DONE;
+  redux.sync.min.u32 %r11, %r1, 0xaaaaaaaa;
+DONE:
+  st.global.b32 [%rd3+1024], %r11;
+  ret;
+}
+)";
 } // namespace
+
+TEST_CASE(
+    "redux.sync: add, min, max (u32 and s32), and, or, xor, a member mask",
+    "[emucuda]") {
+  Buf out(9 * 32 * 4);
+  Ptx m(std::string(kHeader) + kRedux);
+  REQUIRE(m.status == 0);
+  REQUIRE(m.run("redux", 1, 32, {out.p}) == 0);
+  std::vector<uint32_t> o = out.get<uint32_t>();
+  uint32_t sum = 0, umin = ~0u, umax = 0, band = ~0u, bor = 0, bxor = 0;
+  int32_t smin = INT32_MAX, smax = INT32_MIN;
+  for (int l = 0; l < 32; ++l) {
+    int32_t v = 7 * l - 100;
+    uint32_t u = uint32_t(v);
+    sum += u;
+    umin = std::min(umin, u);
+    umax = std::max(umax, u);
+    smin = std::min(smin, v);
+    smax = std::max(smax, v);
+    band &= u;
+    bor |= u;
+    bxor ^= u;
+  }
+  CHECK(smin == -100); // the unsigned minimum is not the signed one
+  CHECK(umin == 5);
+  for (int l = 0; l < 32; ++l) {
+    INFO("lane " << l);
+    CHECK(o[l] == sum);
+    CHECK(o[32 + l] == umin);
+    CHECK(o[64 + l] == uint32_t(smin));
+    CHECK(o[96 + l] == umax);
+    CHECK(o[128 + l] == uint32_t(smax));
+    CHECK(o[160 + l] == band);
+    CHECK(o[192 + l] == bor);
+    CHECK(o[224 + l] == bxor);
+    CHECK(o[256 + l] == (l % 2 ? 1u : 0u)); // the odd lanes' minimum lane
+  }
+}
 
 TEST_CASE("shfl.sync: bfly, up, down, idx, segments and the predicate", "[emucuda]") {
   Buf out(6 * 32 * 4);

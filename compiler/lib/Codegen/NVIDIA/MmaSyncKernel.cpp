@@ -745,6 +745,13 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
       [&] {
         tma.setMaxRegisters(true, L.consumerRegisters());
         firstWarpgroup = cmp(arith::CmpIPredicate::ult, warp, cIdx(4));
+        // The warpgroup's index as a warp's minimum (redux.sync): ptxas
+        // keeps it in a uniform register, and with it the Q descriptors'
+        // base, which it otherwise builds per k-step in vector registers
+        // and moves over (4 instructions each instead of 2).
+        warpgroupIdx =
+            idxOfU32(NVVM::ReduxOp::create(b_, i32_, u32OfIdx(divu(warp, 4)),
+                                           NVVM::ReduxKind::UMIN, cI32(-1)));
         myTurn = select(firstWarpgroup, cI32(kTurnBarrier), cI32(kTurnBarrier + 1));
         theirTurn = arith::SubIOp::create(b_, cI32(2 * kTurnBarrier + 1), myTurn);
         auto item = [&] {

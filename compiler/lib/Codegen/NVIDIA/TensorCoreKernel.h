@@ -227,6 +227,7 @@ private:
   /// and the first takes back the one turn left over after it.
   bool pingPong() const { return L.producerWarps && L.warps == 8; }
   Value firstWarpgroup;   // i1: a consumer warp of warpgroup 0
+  Value warpgroupIdx;     // the consumer warp's warpgroup (uniform register)
   Value myTurn, theirTurn; // i32: barrier kTurnBarrier + w and the other's
   void awaitTurn() {
     if (pingPong())
