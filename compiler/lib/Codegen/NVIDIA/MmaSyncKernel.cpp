@@ -868,9 +868,10 @@ void TensorCoreKernel::forEachItem(function_ref<void()> body) {
   // The call's values are read again in each item (loads of the parameter
   // block, cached), and the loop's count in its test: computed before the
   // loop, those the item's start needs (strides, sizes, the copies' case)
-  // would be live across every item's tile loop, and the consumers'
-  // registers are at the limit there (spills in document_mask, synaptic,
-  // alibi at D=128). The item index is i32 (one register).
+  // would be live across every item's tile loop, where the consumers'
+  // registers are at the limit (it still spills in document_mask,
+  // synaptic, alibi and distance_barrier at D=128: docs/kernels.md). The
+  // item index is i32 (one register).
   Entry outer = e;
   SmallVector<Type> types(3, i32_);
   auto w = scf::WhileOp::create(
