@@ -549,12 +549,16 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
     CHECK(small->device().multiprocessors() == 5);
     PackageVariant pv = makeVariant(kCausal);
     pv.kernels[0].persistent = true;
-    std::unique_ptr<GpuKernel> pk;
+    std::unique_ptr<GpuKernel> pk, perItem;
     REQUIRE(GpuKernel::load(*small, pv.info, pv.kernels[0], pk).isOk());
-    auto grid = [&](int64_t B, int64_t Lq) {
+    // ATTNC_GRID is read when a kernel is loaded, not per launch.
+    setenv("ATTNC_GRID", "items", 1);
+    REQUIRE(GpuKernel::load(*small, pv.info, pv.kernels[0], perItem).isOk());
+    unsetenv("ATTNC_GRID");
+    auto grid = [&](int64_t B, int64_t Lq, GpuKernel *k = nullptr) {
       DeviceArgs d(*small, B, 8, 2, Lq, Lq);
       log.clear();
-      REQUIRE(pk->run(d.a).isOk());
+      REQUIRE((k ? k : pk.get())->run(d.a).isOk());
       REQUIRE(small->synchronize().isOk());
       REQUIRE(log.count() == 1);
       auto l = log.at(0);
@@ -563,9 +567,8 @@ TEST_CASE("a launch gets one block per work item and the ABI's parameters",
     };
     CHECK(grid(2, 130) == 5); // 48 items
     CHECK(grid(1, 16) == 2);  // 2 items (4 heads packed per item): 2 blocks
-    setenv("ATTNC_GRID", "items", 1);
-    CHECK(grid(2, 130) == 2 * 8 * 3);
-    unsetenv("ATTNC_GRID");
+    CHECK(grid(2, 130, perItem.get()) == 2 * 8 * 3);
+    CHECK(grid(2, 130) == 5); // the first kernel keeps its grid
   }
   SECTION("bad input is refused before anything is enqueued") {
     DeviceArgs d(*ctx, 2, 8, 3, 16, 16);

@@ -199,6 +199,7 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   k->variant_ = variant;
   k->image_ = image;
   k->kvMaps_ = kvMaps;
+  k->persistentBlocks_ = image.persistent ? ptx::persistentBlocks(ctx) : 0;
   if (kvMaps)
     k->kvCache_ = std::make_unique<KvTensorMapCache>();
   if (Status s = ptx::loadPtx(ctx, image.ptx, image.kernel, image.target,
@@ -247,10 +248,9 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
                      : ptx::kMaskBuilderThreads);
   unsigned shared =
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
-  int64_t blocks =
-      fn == kernel_ && image_.persistent ? ptx::persistentBlocks(*ctx_) : 0;
   return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads, shared,
-                          stream, fn == kernel_ ? kvMaps : nullptr, blocks);
+                          stream, fn == kernel_ ? kvMaps : nullptr,
+                          fn == kernel_ ? persistentBlocks_ : 0);
 }
 
 Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,

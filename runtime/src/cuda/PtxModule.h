@@ -54,7 +54,7 @@ Status launchItems(const Context &ctx, CUfunction fn,
 /// A persistent kernel's grid on this device: one block per SM (the forms
 /// that are persistent occupy an SM's register file), or 0 (one block per
 /// item) where ATTNC_GRID=items asks for that (the A/B of the two grids
-/// on the same kernel; docs/runtime.md).
+/// on the same kernel; docs/runtime.md). Read when the kernel is loaded.
 int64_t persistentBlocks(const Context &ctx);
 
 } // namespace attnc::rt::cuda::ptx

@@ -852,7 +852,6 @@ void TensorCoreKernel::itemInvariants() {
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
   nKT = it.jhi; // the end of the item's KV split
-  ringStage = ringPhases = cI32(0);
 }
 
 Value TensorCoreKernel::itemCount() {

@@ -162,7 +162,7 @@ private:
   /// rows of it too (the warp-specialized consumers compute theirs).
   void beginItem(Value item);
   /// beginItem's two parts: the item's values (and the mma.sync form's
-  /// rows); the mask's invariants, the split's end, the ring at zero.
+  /// rows); the mask's invariants and the split's end.
   void decodeBlockItem(Value item);
   void itemInvariants();
   /// The call's values (Entry) and readCopyCase's.

@@ -71,9 +71,7 @@ SmallVector<Value> TensorCoreKernel::wgmmaScores(Value kBase) {
   // S = Q K^T for the warpgroup's 64 rows: one m64n{BN}k16 per 16 of Dqk,
   // both operands K-major from their atoms (32 bytes a k-step). The
   // warpgroup's first row: 64 rows of 64 elements into each atom.
-  Value qRows =
-      add(cIdx(L.qOffset),
-          mul(warpgroupIdx ? warpgroupIdx : divu(warp, 4), cIdx(64 * 64)));
+  Value qRows = add(cIdx(L.qOffset), mul(warpgroupIdx, cIdx(64 * 64)));
   SmallVector<Value> acc(NT * 4, e.zeroF), aDescs, bDescs, vDescs;
   Value qAt = byteAddress(qRows), kAt = byteAddress(kBase);
   for (int64_t ks = 0; ks < KS; ++ks) {

@@ -163,6 +163,9 @@ private:
   /// last call's, made again when K or V change.
   bool kvMaps_ = false;
   std::unique_ptr<KvTensorMapCache> kvCache_;
+  /// A persistent kernel's grid (ptx::persistentBlocks, fixed at load);
+  /// 0: one block per work item.
+  int64_t persistentBlocks_ = 0;
   // Parameter arrays (ip, fp, block mask): a ring of buffers.
   static constexpr int kRing = 4;
   mutable std::mutex mu_;
