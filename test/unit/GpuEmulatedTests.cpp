@@ -33,6 +33,9 @@ variant doc(d: i32[B, KV]) {
 variant fn_exp(x: f32[Q]) { score_mod(s, b, h, q, kv) = exp(x[q]) }
 variant fn_log(x: f32[Q]) { score_mod(s, b, h, q, kv) = log(x[q]) }
 variant fn_tanh(x: f32[Q]) { score_mod(s, b, h, q, kv) = tanh(x[q]) }
+variant fn_capped(x: f32[Q], cap: f32) {
+  score_mod(s, b, h, q, kv) = cap * tanh(x[q] / cap)
+}
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -173,8 +176,13 @@ TEST_CASE("emulated GPU: probabilities by one FMA where the row maxima are "
         for (int64_t row = 0; row < 2 * 100; ++row) {
           // LSE <= m + ln 100: above 3.55 * 200 + 4.7, m log2 e > 2^10.
           bigRows += row < 100 && refLse[row] > 3.55 * 200 + 4.7;
-          lseErr = std::max(lseErr, std::fabs(p.lse[row] - refLse[row]) /
-                                        std::max(1.0, std::fabs(refLse[row])));
+          // capped's tanh is the tensor-core kernels' absolute-accuracy
+          // form: its score is within ~3e-7 cap (~2e-4 here, a relative
+          // 2e-4 in P: under f16's rounding of it).
+          lseErr = std::max(
+              lseErr, (std::fabs(p.lse[row] - refLse[row]) -
+                       (std::string(variant) == "capped" ? 3e-7 * 2000 : 0)) /
+                          std::max(1.0, std::fabs(refLse[row])));
           for (int64_t d = 0; d < 64; ++d)
             err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt, row * 64 + d) -
                                           ref[row * 64 + d]));
@@ -436,6 +444,78 @@ TEST_CASE("emulated GPU: exp, log and tanh through ex2, lg2 and rcp stay "
   CHECK(std::isnan(p.lse[3]));
   CHECK(p.lse[4] == Approx(std::exp(88.0)).epsilon(1e-6));
   CHECK(p.lse[5] == Approx(std::exp(-103.0)).margin(1e-45));
+}
+
+TEST_CASE("emulated GPU: the tensor-core kernels' tanh, exp and division by "
+          "a loop-invariant divisor are within ~3e-7 absolute",
+          "[gpu-emulated]") {
+  // The tensor-core kernels round P to 16 bits, so score_mod's tanh, exp
+  // and x / cap take the shorter absolute-accuracy forms (fastmath afn,
+  // SpecialFunctions.cpp): tanh = 1 - 2 / (2^(2x log2 e) + 1) (with softcap's
+  // cap in its last FMA), exp = 2^(x log2 e), x / cap = x (1/cap). One key
+  // per row, so each row's LSE is its score; the emulator's ex2 and rcp are
+  // correctly rounded (the hardware adds ~2 ulp: ~2.4e-7 at 1). The error
+  // bounds are the forms' own: a sign or scale lost, a polynomial term
+  // dropped or the wrong log2 e would each miss them by orders.
+  Gpu g;
+  std::vector<float> xs;
+  for (int i = 0; i < 3000; ++i) {
+    double t = i / 2999.0;
+    xs.push_back(float(-9 + 18 * t)); // tanh saturates to +-1 past ~9
+    xs.push_back(float(-1e-3 + 2e-3 * t));
+  }
+  xs.insert(xs.end(), {0.0f, -0.0f, 40.0f, -40.0f, 1e30f, -1e30f});
+  struct Case {
+    const char *variant;
+    double cap; // fn_capped's; 0: the variant has none
+    double (*f)(double x, double cap);
+    double maxAbs; // per unit of max(1, |cap|)
+  };
+  const Case cases[] = {
+      {"fn_tanh", 0, [](double x, double) { return std::tanh(x); }, 3e-7},
+      {"fn_capped", 30, [](double x, double c) { return c * std::tanh(x / c); },
+       3e-7},
+      {"fn_capped", -5, [](double x, double c) { return c * std::tanh(x / c); },
+       3e-7}};
+  for (const char *target : {"sm_80", "sm_90a"})
+    for (const Case &c : cases) {
+      INFO(target << " " << c.variant << " cap " << c.cap);
+      auto k = g.kernel(c.variant, DType::BF16, 64, target);
+      const int64_t n = int64_t(xs.size());
+      HostProblem p(DType::BF16, 1, 1, 1, n, 1, 64, 3);
+      p.a.tensors = {{"x", TensorView::contiguous(xs.data(), DType::F32, {n})}};
+      if (c.cap != 0)
+        p.a.scalars = {{"cap", c.cap}};
+      p.a.qOffsets = {0};
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double want = c.f(double(xs[i]), c.cap);
+        double err =
+            std::fabs(p.lse[i] - want) / std::max(1.0, std::fabs(c.cap));
+        INFO("x = " << xs[i] << " got " << p.lse[i] << " want " << want);
+        CHECK(err <= c.maxAbs);
+        worst = std::max(worst, err);
+      }
+      UNSCOPED_INFO(target << " " << c.variant << ": worst " << worst);
+    }
+  // exp: relative, within the product's rounding (|x| log2 e 2^-24 ln 2)
+  // and ex2's: 40 ulp at x = 80 where the f32 kernels' form keeps 4.
+  auto k = g.kernel("fn_exp", DType::F16, 64, "sm_80");
+  std::vector<float> es;
+  for (int i = 0; i < 2000; ++i)
+    es.push_back(float(-87 + 175 * (i / 1999.0)));
+  const int64_t n = int64_t(es.size());
+  HostProblem p(DType::F16, 1, 1, 1, n, 1, 64, 3);
+  p.a.tensors = {{"x", TensorView::contiguous(es.data(), DType::F32, {n})}};
+  p.a.qOffsets = {0};
+  REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+  for (int64_t i = 0; i < n; ++i) {
+    double want = std::exp(double(es[i]));
+    INFO("x = " << es[i] << " got " << p.lse[i] << " want " << want);
+    CHECK(std::fabs(p.lse[i] - want) / want <=
+          std::ldexp(1.0, -23) * (1 + std::fabs(es[i]) * 1.4427 * 0.6932));
+  }
 }
 
 TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "

@@ -61,10 +61,10 @@ Value ProgramBuilder::materialize(Value v, IRMapping &map) {
     r = sum(s, map);
   else {
     Operation *c = b_.clone(*op, map);
-    if (fuseScoreProducts_ && isa<arith::MulFOp, arith::AddFOp, arith::SubFOp>(c) &&
-        !v_.getMaskBlock().getParent()->isAncestor(op->getParentRegion()))
-      c->setAttr("fastmath", arith::FastMathFlagsAttr::get(
-                                 ctx_, arith::FastMathFlags::contract));
+    if (!v_.getMaskBlock().getParent()->isAncestor(op->getParentRegion()))
+      if (arith::FastMathFlags f = scoreFlags(op);
+          f != arith::FastMathFlags::none)
+        c->setAttr("fastmath", arith::FastMathFlagsAttr::get(ctx_, f));
     r = c->getResult(0);
   }
   map.map(v, r);
@@ -150,11 +150,32 @@ Value ProgramBuilder::problemSize(StringRef dim) {
   llvm_unreachable("attn.size of a dimension the verifier rejects");
 }
 
+arith::FastMathFlags ProgramBuilder::scoreProductFlags() const {
+  using F = arith::FastMathFlags;
+  F f = fuseScoreProducts_ ? F::contract : F::none;
+  return approximateScoreFunctions_ ? f | F::reassoc | F::nsz : f;
+}
+
+arith::FastMathFlags ProgramBuilder::scoreFlags(Operation *op) const {
+  using F = arith::FastMathFlags;
+  if (isa<arith::MulFOp>(op))
+    return scoreProductFlags();
+  if (isa<arith::AddFOp, arith::SubFOp>(op))
+    return fuseScoreProducts_ ? F::contract : F::none;
+  // A quotient that is rounded down or up (floordiv, floormod) stays
+  // exact where it is an integer: never approximated.
+  if (isa<arith::DivFOp>(op) && llvm::any_of(op->getUsers(), [](Operation *u) {
+        return isa<math::FloorOp, math::CeilOp>(u);
+      }))
+    return F::none;
+  if (isa<math::TanhOp, math::ExpOp, arith::DivFOp>(op))
+    return approximateScoreFunctions_ ? F::afn : F::none;
+  return F::none;
+}
+
 Value ProgramBuilder::scaledScore(Value x, Value scale, Value b, Value h,
                                   Value q, Value kv, const IRMapping *row) {
-  Value xs = arith::MulFOp::create(
-      b_, x, scale,
-      fuseScoreProducts_ ? arith::FastMathFlags::contract : arith::FastMathFlags::none);
+  Value xs = arith::MulFOp::create(b_, x, scale, scoreProductFlags());
   return emitModifier(v_.getScoreBlock(), {xs, b, h, q, kv}, row);
 }
 

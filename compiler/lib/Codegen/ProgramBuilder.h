@@ -465,6 +465,19 @@ protected:
   /// Triton's default); mask_mod's arithmetic is never fused (the mask's
   /// tile classification evaluates it as written).
   bool fuseScoreProducts_ = false;
+  /// The tensor-core forms, which round P (and the backward's dS) to 16
+  /// bits: score_mod's and score_grad's tanh and exp and a division by a
+  /// loop-invariant divisor take the multi-function unit's shorter forms,
+  /// accurate to ~3e-7 absolute where P's rounding is 2^-9 to 2^-12
+  /// relative (fastmath `afn`, SpecialFunctions.cpp), and their products
+  /// may be reassociated (`reassoc nsz`: a chain of loop-invariant factors,
+  /// softcap's scale, 1/cap and tanh's 2 log2 e, is one multiply per score).
+  bool approximateScoreFunctions_ = false;
+  /// The fast-math flags of a float op of score_mod or score_grad (`op`,
+  /// the variant's) as the kernel is built: none on the CPU, none on a
+  /// division whose quotient is floored or ceiled.
+  arith::FastMathFlags scoreFlags(Operation *op) const;
+  arith::FastMathFlags scoreProductFlags() const;
 };
 
 } // namespace attnc::codegen

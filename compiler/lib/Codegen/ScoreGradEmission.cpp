@@ -115,9 +115,7 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
   // score_grad takes the scaled score too (CSE shares the product: the
   // same fast-math flags as scaledScore's, else LLVM merges the two and
   // drops its contract).
-  Value xs = arith::MulFOp::create(
-      b_, s, e.scale,
-      fuseScoreProducts_ ? arith::FastMathFlags::contract : arith::FastMathFlags::none);
+  Value xs = arith::MulFOp::create(b_, s, e.scale, scoreProductFlags());
   Value p = probability(e, s, sm, lse);
   // Dropout's factor, where the section drops (b, h, qpos, kv are i32).
   Value z = sec.dropP || sec.dropDp ? dropoutFactor(e, b, h, qpos, kv) : Value();

@@ -20,6 +20,24 @@
 //           scale computed once, before the loop: two multiplies per
 //           division (emitDivision).
 //
+// With fastmath `afn` (score_mod and score_grad in the tensor-core kernels,
+// which round P and dS to 16 bits: ProgramBuilder::scoreFlags), the forms
+// that need only absolute accuracy (P's rounding is a relative 2^-9 to
+// 2^-12):
+// tanh(x) = 1 - 2 / (2^(2x log2 e) + 1) for every x: one ex2, one rcp, no
+//           polynomial, no select, no sign, within 2e-7 absolute (its
+//           relative error grows as tanh(x) nears 0); c * tanh(x) with c
+//           the same for every score (softcap's cap) puts c in the last
+//           FMA, and tanh(y / c') takes the division into its exponent
+//           (lowerTanhAbsolute);
+// exp(x)  = 2^(x log2 e) (the product's rounding costs |x| 2^-24 relative);
+// x / y   = (x s) k as above with x s reassociable (the score's scale and
+//           s fold into one factor).
+// Their products carry `reassoc nsz`, so LLVM folds a chain of factors the
+// same for every score into one multiply. Never 1/y itself as a factor:
+// it overflows for |y| < 2^-128 where (x s) k does not. A quotient that
+// floor or ceil takes (floordiv, floormod) is IEEE's division everywhere.
+//
 //===----------------------------------------------------------------------===//
 #include "SpecialFunctions.h"
 
@@ -36,7 +54,7 @@ namespace attnc {
 namespace {
 
 struct Emit {
-  PatternRewriter &b;
+  RewriterBase &b;
   Location loc;
   Value c(float v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
@@ -52,7 +70,8 @@ struct Emit {
     return math::FmaOp::create(b, loc, x, y, z);
   }
   Value ex2(Value x) { return intrinsic("llvm.nvvm.ex2.approx.f32", x); }
-  /// For arguments >= 0 (no subnormal result to keep).
+  /// Where no subnormal result needs keeping (arguments >= 0, or afn's
+  /// absolute accuracy).
   Value ex2Ftz(Value x) {
     return intrinsic("llvm.nvvm.ex2.approx.ftz.f32", x);
   }
@@ -74,6 +93,131 @@ Value emitExp(Emit &e, Value x) {
   Value err = e.fma(xc, e.c(kLog2E), arith::NegFOp::create(e.b, e.loc, t));
   Value c = e.fma(xc, e.c(kLog2ELow), err);
   return e.mul(e.ex2(t), e.fma(c, e.c(kLn2), e.c(1.0f)));
+}
+
+/// Whether `y` is the same for every instance of `op`: defined outside the
+/// loop around it, or in a region enclosing op's (the wgmma consumer's
+/// first tile, peeled before its loop, takes softcap's cap from the
+/// kernel's entry as the loop does).
+bool invariantFor(Operation *op, Value y) {
+  if (auto loop = op->getParentOfType<LoopLikeOpInterface>();
+      loop && loop.isDefinedOutsideOfLoop(y))
+    return true;
+  Region *r = y.getParentRegion();
+  return r != op->getParentRegion() && r->isAncestor(op->getParentRegion());
+}
+
+/// A product whose factors may be reassociated (afn's chains).
+Value mulReassoc(Emit &e, Value x, Value y) {
+  return arith::MulFOp::create(e.b, e.loc, x, y,
+                               arith::FastMathFlags::reassoc |
+                                   arith::FastMathFlags::nsz);
+}
+
+bool isApproximate(Operation *op) {
+  auto fm = op->getAttrOfType<arith::FastMathFlagsAttr>("fastmath");
+  return fm &&
+         arith::bitEnumContainsAll(fm.getValue(), arith::FastMathFlags::afn);
+}
+
+/// Builds what depends on `v` alone once, right after v is defined.
+void setInsertionAfterDef(OpBuilder &b, Value v) {
+  if (Operation *def = v.getDefiningOp())
+    b.setInsertionPointAfter(def);
+  else
+    b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+}
+
+/// The part of x / y computed once for a divisor the same for every
+/// division: the scale s that div.full applies to both operands (1/4 for
+/// |y| > 2^126, 2^24 for |y| < 2^-126, else 1) and k = 1/(y s) correctly
+/// rounded, a normal number of magnitude at most 2^126 (1/y itself
+/// overflows for |y| < 2^-128). x / y = (x s) k, within 1.5 ulp.
+struct InvariantDivisor {
+  Value s, k;
+};
+
+InvariantDivisor invariantDivisor(Emit &e, Value y) {
+  OpBuilder::InsertionGuard guard(e.b);
+  setInsertionAfterDef(e.b, y);
+  Value a = math::AbsFOp::create(e.b, e.loc, y);
+  auto less = [&](Value l, float r) {
+    return arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OLT, l,
+                                 e.c(r));
+  };
+  Value huge = arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OGT, a,
+                                     e.c(0x1p126f));
+  Value s = arith::SelectOp::create(
+      e.b, e.loc, huge, e.c(0.25f),
+      arith::SelectOp::create(e.b, e.loc, less(a, 0x1p-126f), e.c(0x1p24f),
+                              e.c(1.0f)));
+  Value k =
+      LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
+                                    e.b.getStringAttr("llvm.nvvm.rcp.rn.f"),
+                                    ValueRange{e.mul(y, s)})
+          .getResult(0);
+  return {s, k};
+}
+
+/// An afn tanh's 2^ argument, 2x log2 e. Where x is an afn division by a
+/// divisor the same for every instance (softcap's score / cap), the
+/// division is taken in: (n s) (k 2 log2 e), the second factor computed
+/// once (below 2^128), n s reassociable, so the score's scale and s fold
+/// into one factor: two multiplies per score where the division and the
+/// product took three or four. Else x (2 log2 e), reassociable.
+Value tanhExponent(Emit &e, Value x) {
+  auto div = x.getDefiningOp<arith::DivFOp>();
+  if (!div || !div->hasOneUse() || !isApproximate(div) ||
+      !invariantFor(div, div.getRhs()))
+    return mulReassoc(e, x, e.c(2 * kLog2E));
+  InvariantDivisor d = invariantDivisor(e, div.getRhs());
+  Value k2;
+  {
+    OpBuilder::InsertionGuard guard(e.b);
+    setInsertionAfterDef(e.b, d.k);
+    k2 = e.mul(d.k, e.c(2 * kLog2E));
+  }
+  return e.mul(mulReassoc(e, div.getLhs(), d.s), k2);
+}
+
+/// The loop-invariant factor c of an afn tanh's only use, c * tanh(x)
+/// (softcap's cap), or null.
+Value invariantScaleOf(Operation *tanh) {
+  if (!tanh->hasOneUse())
+    return {};
+  auto mul = dyn_cast<arith::MulFOp>(*tanh->user_begin());
+  if (!mul)
+    return {};
+  Value c = mul.getLhs() == tanh->getResult(0) ? mul.getRhs() : mul.getLhs();
+  return invariantFor(mul, c) ? c : Value();
+}
+
+/// An afn tanh: 1 - 2 / (e^(2x) + 1), one ex2 and one rcp: 1 at +inf (the
+/// rcp of inf is 0), -1 where e^(2x) flushes to 0, NaN for NaN. Where its
+/// only use is c * tanh(x) with c the same for every instance (softcap's
+/// cap), c - 2c / (e^(2x) + 1): c in the last FMA (-2c once), a multiply
+/// per score fewer, the same values at the ends and NaN for c = inf at
+/// x = 0, as inf * 0.
+void lowerTanhAbsolute(Emit &e, Operation *tanh) {
+  Operation *div = tanh->getOperand(0).getDefiningOp();
+  Value t = e.ex2Ftz(tanhExponent(e, tanh->getOperand(0)));
+  Value r = e.rcp(e.add(t, e.c(1.0f)));
+  if (Value c = invariantScaleOf(tanh)) {
+    Operation *mul = *tanh->user_begin();
+    Value minus2c;
+    {
+      OpBuilder::InsertionGuard guard(e.b);
+      setInsertionAfterDef(e.b, c);
+      minus2c = e.mul(c, e.c(-2.0f));
+    }
+    e.b.setInsertionPoint(mul);
+    e.b.replaceOp(mul, e.fma(r, minus2c, c));
+    e.b.eraseOp(tanh);
+  } else {
+    e.b.replaceOp(tanh, e.fma(e.c(-2.0f), r, e.c(1.0f)));
+  }
+  if (div && div->use_empty())
+    e.b.eraseOp(div);
 }
 
 Value emitTanh(Emit &e, Value x) {
@@ -100,45 +244,21 @@ Value emitTanh(Emit &e, Value x) {
       .getResult(0);
 }
 
-/// x / y. Where y is the same for every iteration of the loop around the
-/// division (softcap's cap in the tile loop), its part is computed once
-/// where y is defined: the scale s that div.full applies to both operands
-/// (1/4 for |y| > 2^126, 2^24 for |y| < 2^-126, else 1) and k = 1/(y s)
-/// correctly rounded; each division is then (x s) k, two multiplies where
-/// div.full issued three (its two scalings predicated per division), and
-/// within 1.5 ulp. Elsewhere div.full.
-Value emitDivision(Emit &e, Operation *op) {
+/// x / y. Where y is the same for every instance of the division
+/// (invariantFor: softcap's cap in the tile loop), (x s) k with s and k
+/// computed once (invariantDivisor): two multiplies where div.full issued
+/// three (its two scalings predicated per division), within 1.5 ulp; afn
+/// lets x s reassociate (the score's scale and s fold into one factor).
+/// Elsewhere div.full.
+Value emitDivision(Emit &e, Operation *op, bool approximate) {
   Value x = op->getOperand(0), y = op->getOperand(1);
-  auto loop = op->getParentOfType<LoopLikeOpInterface>();
-  if (!loop || !loop.isDefinedOutsideOfLoop(y))
+  if (!invariantFor(op, y))
     return LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
                                          e.b.getStringAttr("llvm.nvvm.div.full"),
                                          ValueRange{x, y})
         .getResult(0);
-  Value s, k;
-  {
-    OpBuilder::InsertionGuard guard(e.b);
-    if (Operation *def = y.getDefiningOp())
-      e.b.setInsertionPointAfter(def);
-    else
-      e.b.setInsertionPointToStart(cast<BlockArgument>(y).getOwner());
-    Value a = math::AbsFOp::create(e.b, e.loc, y);
-    auto less = [&](Value l, float r) {
-      return arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OLT, l,
-                                   e.c(r));
-    };
-    Value huge = arith::CmpFOp::create(e.b, e.loc, arith::CmpFPredicate::OGT,
-                                       a, e.c(0x1p126f));
-    s = arith::SelectOp::create(
-        e.b, e.loc, huge, e.c(0.25f),
-        arith::SelectOp::create(e.b, e.loc, less(a, 0x1p-126f), e.c(0x1p24f),
-                                e.c(1.0f)));
-    k = LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
-                                      e.b.getStringAttr("llvm.nvvm.rcp.rn.f"),
-                                      ValueRange{e.mul(y, s)})
-            .getResult(0);
-  }
-  return e.mul(e.mul(x, s), k);
+  InvariantDivisor d = invariantDivisor(e, y);
+  return e.mul(approximate ? mulReassoc(e, x, d.s) : e.mul(x, d.s), d.k);
 }
 
 struct SpecialFunction : RewritePattern {
@@ -150,18 +270,26 @@ struct SpecialFunction : RewritePattern {
         !op->getResult(0).getType().isF32())
       return failure();
     Emit e{rewriter, op->getLoc()};
+    bool afn = isApproximate(op);
     if (isa<arith::DivFOp>(op)) {
-      rewriter.replaceOp(op, emitDivision(e, op));
+      // floor(x / y) and ceil(x / y) (floordiv, floormod) keep IEEE's
+      // division: an integer quotient must stay exact, where a reciprocal's
+      // product may land an ulp below it and the floor a whole step off.
+      if (llvm::any_of(op->getUsers(), [](Operation *u) {
+            return isa<math::FloorOp, math::CeilOp>(u);
+          }))
+        return failure();
+      rewriter.replaceOp(op, emitDivision(e, op, afn));
       return success();
     }
     Value x = op->getOperand(0);
     Value r;
     if (isa<math::ExpOp>(op))
-      r = emitExp(e, x);
+      r = afn ? e.ex2Ftz(mulReassoc(e, x, e.c(kLog2E))) : emitExp(e, x);
     else if (isa<math::LogOp>(op))
       r = e.mul(e.lg2(x), e.c(kLn2));
     else
-      r = emitTanh(e, x);
+      r = emitTanh(e, x); // afn's are lowered first
     rewriter.replaceOp(op, r);
     return success();
   }
@@ -170,6 +298,18 @@ struct SpecialFunction : RewritePattern {
 } // namespace
 
 LogicalResult lowerSpecialFunctions(ModuleOp module) {
+  // afn tanh first: it takes in an afn division that feeds it.
+  SmallVector<Operation *> tanhs;
+  module.walk([&](math::TanhOp op) {
+    if (isApproximate(op) && op.getType().isF32())
+      tanhs.push_back(op);
+  });
+  IRRewriter rewriter(module.getContext());
+  for (Operation *op : tanhs) {
+    rewriter.setInsertionPoint(op);
+    Emit e{rewriter, op->getLoc()};
+    lowerTanhAbsolute(e, op);
+  }
   RewritePatternSet patterns(module.getContext());
   patterns.add<SpecialFunction>(module.getContext());
   return applyPatternsGreedily(module, std::move(patterns));
