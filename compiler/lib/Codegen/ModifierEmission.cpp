@@ -171,12 +171,6 @@ arith::FastMathFlags ProgramBuilder::scoreFlags(Operation *op) const {
     return scoreProductFlags();
   if (isa<arith::AddFOp, arith::SubFOp>(op))
     return fuseScoreProducts_ ? F::contract : F::none;
-  // A quotient that is rounded down or up (floordiv, floormod) stays
-  // exact where it is an integer: never approximated.
-  if (isa<arith::DivFOp>(op) && llvm::any_of(op->getUsers(), [](Operation *u) {
-        return isa<math::FloorOp, math::CeilOp>(u);
-      }))
-    return F::none;
   if (isa<math::TanhOp, math::ExpOp, arith::DivFOp>(op))
     return approximateScoreFunctions_ ? F::afn : F::none;
   return F::none;

@@ -474,8 +474,9 @@ protected:
   /// softcap's scale, 1/cap and tanh's 2 log2 e, is one multiply per score).
   bool approximateScoreFunctions_ = false;
   /// The fast-math flags of a float op of score_mod or score_grad (`op`,
-  /// the variant's) as the kernel is built: none on the CPU, none on a
-  /// division whose quotient is floored or ceiled.
+  /// the variant's) as the kernel is built: none on the CPU. (A division
+  /// whose quotient is floored or ceiled is IEEE's whatever its flags:
+  /// SpecialFunctions.cpp.)
   arith::FastMathFlags scoreFlags(Operation *op) const;
   arith::FastMathFlags scoreProductFlags() const;
 };

@@ -199,7 +199,7 @@ Value invariantScaleOf(Operation *tanh) {
 /// per score fewer, the same values at the ends and NaN for c = inf at
 /// x = 0, as inf * 0.
 void lowerTanhAbsolute(Emit &e, Operation *tanh) {
-  Operation *div = tanh->getOperand(0).getDefiningOp();
+  auto div = tanh->getOperand(0).getDefiningOp<arith::DivFOp>();
   Value t = e.ex2Ftz(tanhExponent(e, tanh->getOperand(0)));
   Value r = e.rcp(e.add(t, e.c(1.0f)));
   if (Value c = invariantScaleOf(tanh)) {
@@ -273,12 +273,17 @@ struct SpecialFunction : RewritePattern {
     bool afn = isApproximate(op);
     if (isa<arith::DivFOp>(op)) {
       // floor(x / y) and ceil(x / y) (floordiv, floormod) keep IEEE's
-      // division: an integer quotient must stay exact, where a reciprocal's
+      // division, fast-math flags dropped (afn would let LLVM approximate
+      // it): an integer quotient must stay exact, where a reciprocal's
       // product may land an ulp below it and the floor a whole step off.
       if (llvm::any_of(op->getUsers(), [](Operation *u) {
             return isa<math::FloorOp, math::CeilOp>(u);
-          }))
-        return failure();
+          })) {
+        if (!op->hasAttr("fastmath"))
+          return failure();
+        rewriter.modifyOpInPlace(op, [&] { op->removeAttr("fastmath"); });
+        return success();
+      }
       rewriter.replaceOp(op, emitDivision(e, op, afn));
       return success();
     }
