@@ -355,8 +355,9 @@ Status resolveProblem(const VariantInfo &v, const KernelSpec *spec,
     if (p.qPos0[b] < 0 ||
         static_cast<int64_t>(p.qPos0[b]) + p.Lq > (int64_t(1) << 30))
       return Status::invalidArgument(fmt::format(
-          "'qOffsets[{}]' is {}, expected a non-negative position", b,
-          p.qPos0[b]));
+          "'qOffsets[{}]' is {}, expected a non-negative position (below "
+          "2^30 - {})",
+          b, p.qPos0[b], p.Lq));
   if (a.numThreads < 0)
     return Status::invalidArgument(fmt::format(
         "'numThreads' must be 0 (every core) or a positive count, got {}",

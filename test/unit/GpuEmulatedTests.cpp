@@ -36,6 +36,11 @@ variant fn_tanh(x: f32[Q]) { score_mod(s, b, h, q, kv) = tanh(x[q]) }
 variant fn_capped(x: f32[Q], cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(x[q] / cap)
 }
+variant by_distance(c: f32) { score_mod(s, b, h, q, kv) = s + c * (kv - q) }
+variant by_abs_distance(c: f32) {
+  score_mod(s, b, h, q, kv) = s - c * abs(q - kv)
+}
+variant by_offset() { score_mod(s, b, h, q, kv) = s + (q - kv) }
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -516,6 +521,83 @@ TEST_CASE("emulated GPU: the tensor-core kernels' tanh, exp and division by "
     CHECK(std::fabs(p.lse[i] - want) / want <=
           std::ldexp(1.0, -23) * (1 + std::fabs(es[i]) * 1.4427 * 0.6932));
   }
+}
+
+TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
+          "is exact below 2^24 and within an ulp past it",
+          "[gpu-emulated]") {
+  // The f16/bf16 kernels form a diagonal's f32(kv - q) as f32(base) + at
+  // (base: the thread's first element's kv - q in the tile), abs of it as
+  // |f32(base) + at| and c f32(kv - q) as fma(c, at, c f32(base))
+  // (ProgramBuilder::diagonalAt): exact conversions while |kv - q| < 2^24,
+  // then within an ulp of f32's own rounding. Q is zero, so each row's LSE
+  // is the logsumexp of its keys' biases alone; query and key offsets put
+  // the differences near 0, around 2^24 and past 2^29, both signs. The f32
+  // kernels keep one conversion per diagonal (half an ulp). A lost `at`,
+  // sign or abs would miss the bound by the tile's extent.
+  Gpu g;
+  const int64_t B = 5, Lq = 130, Lk = 20;
+  const int32_t qOff[B] = {0, (1 << 24) - 70, (1 << 25) + 3, (1 << 29) + 11, 0};
+  const int32_t kvOff[B] = {0, 0, 0, 0, (1 << 26) + 5};
+  struct Case {
+    const char *variant;
+    double c;                           // the scalar; 0: none
+    double (*bias)(double c, double v); // of v = kv - q
+  };
+  const Case cases[] = {
+      {"by_distance", 0.75, [](double c, double v) { return c * v; }},
+      {"by_abs_distance", 0.375,
+       [](double c, double v) { return -c * std::fabs(v); }},
+      {"by_offset", 0, [](double, double v) { return -v; }}};
+  struct Form {
+    const char *target;
+    DType dt;
+    double ulps;
+  };
+  for (Form f : {Form{"sm_80", DType::BF16, 2}, Form{"sm_90a", DType::BF16, 2},
+                 Form{"sm_80", DType::F32, 0.5}})
+    for (const Case &c : cases) {
+      INFO(f.target << " " << dtypeName(f.dt) << " " << c.variant);
+      auto k = g.kernel(c.variant, f.dt, 64, f.target, /*keyOffsets=*/true);
+      HostProblem p(f.dt, B, 1, 1, Lq, Lk, 64, 9);
+      for (size_t i = 0; i < p.q.size() / dtypeSize(f.dt); ++i)
+        storeFromDouble(p.q.data(), f.dt, int64_t(i), 0.0);
+      p.a.qOffsets.assign(qOff, qOff + B);
+      p.a.kvOffsets.assign(kvOff, kvOff + B);
+      if (c.c != 0)
+        p.a.scalars = {{"c", c.c}};
+      Status st = cuda::runFromHost(*g.ctx, *k, p.a);
+      INFO(st.toString());
+      REQUIRE(st.isOk());
+      double worst = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < Lq; ++i) {
+          double m = -INFINITY, sum = 0, bound = 0;
+          std::vector<double> x(Lk);
+          for (int64_t j = 0; j < Lk; ++j) {
+            double v = double(kvOff[b] + j) - double(qOff[b] + i);
+            x[j] = c.bias(c.c == 0 ? 1 : c.c, v);
+            m = std::max(m, x[j]);
+            // f32's ulp at |v|, the bias's products' and the LSE's own
+            // roundings (relative), the sum's (absolute).
+            int e;
+            std::frexp(std::fabs(v), &e);
+            double ulp = std::fabs(v) < 1 ? 0 : std::ldexp(1.0, e - 24);
+            double cc = c.c == 0 ? 1 : c.c;
+            bound =
+                std::max(bound, f.ulps * cc * ulp + std::fabs(x[j]) * 0x1p-23);
+          }
+          for (double xj : x)
+            sum += std::exp(xj - m);
+          double want = m + std::log(sum), got = p.lse[b * Lq + i];
+          INFO("sequence " << b << " row " << i << " got " << got << " want "
+                           << want);
+          CHECK(std::fabs(got - want) <= bound + 4e-6);
+          worst = std::max(worst, std::fabs(got - want) / (bound + 4e-6));
+        }
+      UNSCOPED_INFO(f.target << " " << c.variant << ": worst / bound "
+                             << worst);
+    }
 }
 
 TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "

@@ -164,7 +164,13 @@ TEST_CASE("validate: more queries than keys needs explicit offsets",
   f.a.qOffsets = {0, 0};
   CHECK(f.error().empty());
   f.a.qOffsets = {0, -1};
-  CHECK(f.error() == "'qOffsets[1]' is -1, expected a non-negative position");
+  CHECK(f.error() == "'qOffsets[1]' is -1, expected a non-negative position "
+                     "(below 2^30 - 12)");
+  f.a.qOffsets = {0, (1 << 30) - 12}; // the last query at 2^30 - 1
+  CHECK(f.error().empty());
+  f.a.qOffsets = {0, (1 << 30) - 11};
+  CHECK(f.error() == "'qOffsets[1]' is 1073741813, expected a non-negative "
+                     "position (below 2^30 - 12)");
 }
 
 TEST_CASE("validate: key offsets place the keys; KV spans their positions",

@@ -228,16 +228,121 @@ ProgramBuilder::diagonalValues(Block &block, ArrayRef<unsigned> varying) {
   return d;
 }
 
-IRMapping ProgramBuilder::diagonalAt(const DiagonalValues &d, Block &block,
-                                     Value kvMinusQ, const IRMapping &base) {
-  IRMapping m = base, out;
+namespace {
+/// f32(kv - q) in a modifier's diagonal values: an arith.sitofp of one of
+/// its differences (sign +1 for kv - q, -1 for q - kv), or of math.absi
+/// of one (`abs`). A difference of two positions never is INT32_MIN, so
+/// abs of it never wraps and |f32(d)| = f32(|d|).
+struct FloatDifference {
+  int sign;
+  bool abs;
+};
+std::optional<FloatDifference> floatDifference(Operation *op, Value kv) {
+  auto cvt = dyn_cast<arith::SIToFPOp>(op);
+  if (!cvt || !cvt.getType().isF32())
+    return std::nullopt;
+  Operation *from = cvt.getIn().getDefiningOp();
+  bool abs = isa_and_nonnull<math::AbsIOp>(from);
+  if (abs)
+    from = from->getOperand(0).getDefiningOp();
+  auto sub = dyn_cast_or_null<arith::SubIOp>(from);
+  if (!sub || !sub.getType().isInteger(32))
+    return std::nullopt;
+  Value q = sub.getLhs() == kv ? sub.getRhs() : sub.getLhs();
+  if ((sub.getLhs() != kv && sub.getRhs() != kv) || !isa<BlockArgument>(q) ||
+      cast<BlockArgument>(q).getArgNumber() != 3)
+    return std::nullopt;
+  return FloatDifference{sub.getLhs() == kv ? 1 : -1, abs};
+}
+/// A product c f32(kv - q) with c the same on every diagonal: c (the
+/// other factor) and the difference's sign, or null.
+std::pair<Value, int> scaledDifference(Operation *op,
+                                       ArrayRef<Operation *> diagonalOps,
+                                       ArrayRef<Operation *> differences,
+                                       Value kv) {
+  auto mul = dyn_cast<arith::MulFOp>(op);
+  if (!mul || !mul.getType().isF32())
+    return {};
+  for (auto [x, c] : {std::pair{mul.getLhs(), mul.getRhs()},
+                      std::pair{mul.getRhs(), mul.getLhs()}}) {
+    Operation *def = x.getDefiningOp();
+    std::optional<FloatDifference> f =
+        def ? floatDifference(def, kv) : std::nullopt;
+    if (!f || f->abs)
+      continue;
+    Operation *cdef = c.getDefiningOp();
+    if (cdef && (llvm::is_contained(diagonalOps, cdef) ||
+                 llvm::is_contained(differences, cdef)))
+      continue; // c varies by diagonal
+    return {c, f->sign};
+  }
+  return {};
+}
+} // namespace
+
+ProgramBuilder::DiagonalTile
+ProgramBuilder::diagonalTile(const DiagonalValues &d, Block &block, Value base,
+                             const IRMapping &args) {
+  DiagonalTile t;
+  t.base = base;
+  if (!approximateScoreFunctions_)
+    return t;
   Value kv = block.getArgument(4);
+  // f32(kv - q) and f32(q - kv) (abs's: either), each converted from i32 so
+  // that a diagonal at 0 is +0 as f32(0) is.
+  for (Operation *op : d.ops)
+    if (std::optional<FloatDifference> f = floatDifference(op, kv)) {
+      Value &x = f->sign > 0 || f->abs ? t.baseF : t.negBaseF;
+      if (!x)
+        x = arith::SIToFPOp::create(b_, f32_,
+                                    &x == &t.baseF ? base : sub(cI32(0), base));
+    }
+  IRMapping m = args;
+  for (Operation *op : d.ops)
+    if (auto [c, sign] = scaledDifference(op, d.ops, d.differences, kv); c) {
+      Value factor = materialize(c, m);
+      t.scaled[op] = {factor, arith::MulFOp::create(
+                                  b_, factor, sign > 0 ? t.baseF : t.negBaseF,
+                                  scoreProductFlags())};
+    }
+  return t;
+}
+
+IRMapping ProgramBuilder::diagonalAt(const DiagonalValues &d, Block &block,
+                                     const DiagonalTile &t, int64_t at,
+                                     const IRMapping &args) {
+  IRMapping m = args, out;
+  Value kv = block.getArgument(4);
+  Value kvMinusQ = add(t.base, cI32(at));
   for (Operation *s : d.differences)
     m.map(s->getResult(0), s->getOperand(0) == kv
                                ? kvMinusQ
                                : arith::SubIOp::create(b_, cI32(0), kvMinusQ).getResult());
-  for (Operation *op : d.ops)
-    out.map(op->getResult(0), materialize(op->getResult(0), m));
+  for (Operation *op : d.ops) {
+    Value r;
+    if (auto it = t.scaled.find(op); it != t.scaled.end()) {
+      // c f32(s (base + at)) = fma(c, s at, c f32(s base)).
+      int sign = scaledDifference(op, d.ops, d.differences, kv).second;
+      auto [factor, product] = it->second;
+      r = at == 0
+              ? product
+              : math::FmaOp::create(b_, factor, cF32(float(sign * at)), product)
+                    .getResult();
+    } else if (std::optional<FloatDifference> f = t.baseF || t.negBaseF
+                                                      ? floatDifference(op, kv)
+                                                      : std::nullopt) {
+      // f32(s (base + at)) = f32(s base) + s at; abs's |f32(base) + at|.
+      int sign = f->abs ? 1 : f->sign;
+      r = sign > 0 ? t.baseF : t.negBaseF;
+      if (at != 0)
+        r = arith::AddFOp::create(b_, r, cF32(float(sign * at)));
+      if (f->abs)
+        r = math::AbsFOp::create(b_, r);
+    }
+    if (r)
+      m.map(op->getResult(0), r);
+    out.map(op->getResult(0), r ? r : materialize(op->getResult(0), m));
+  }
   return out;
 }
 

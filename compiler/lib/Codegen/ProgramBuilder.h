@@ -387,11 +387,29 @@ protected:
     bool positionGathers = false;
   };
   static DiagonalValues diagonalValues(Block &block, ArrayRef<unsigned> varying);
-  /// `d`'s values where kv - q is `kvMinusQ` (i32), the block's other
-  /// arguments mapped as `base` maps them: a mapping of the ops' results
-  /// only (to seed an element's, as emitModifier's `hoisted`).
-  IRMapping diagonalAt(const DiagonalValues &d, Block &block, Value kvMinusQ,
-                       const IRMapping &base);
+  /// A tile's diagonals: kv - q at the thread's first element (`base`, i32;
+  /// the others are base + a constant). In the f16/bf16 kernels
+  /// (approximateScoreFunctions_) also f32(base) and f32(-base) where the
+  /// block converts kv - q or q - kv to f32, and c f32(+-base) for each
+  /// product c f32(kv - q) whose c is the same on every diagonal, so that a
+  /// diagonal's f32(kv - q) is one FADD and such a product one FFMA
+  /// (diagonalAt).
+  struct DiagonalTile {
+    Value base, baseF, negBaseF;
+    /// Per such product: c, and c f32(+-base).
+    llvm::DenseMap<Operation *, std::pair<Value, Value>> scaled;
+  };
+  DiagonalTile diagonalTile(const DiagonalValues &d, Block &block, Value base,
+                            const IRMapping &args);
+  /// `d`'s values where kv - q is t.base + `at`, the block's other
+  /// arguments mapped as `args` maps them: a mapping of the ops' results
+  /// only (to seed an element's, as emitModifier's `hoisted`). With
+  /// t.baseF, f32(kv - q) is f32(base) + at (exact while |kv - q| < 2^24,
+  /// else within an ulp), abs's of it |f32(base) + at| and a product
+  /// c f32(kv - q) fma(c, at, c f32(base)); q - kv's likewise.
+  IRMapping diagonalAt(const DiagonalValues &d, Block &block,
+                       const DiagonalTile &t, int64_t at,
+                       const IRMapping &args);
   /// The values of `block` that depend on none of its arguments `varying`,
   /// computed here for `args` (e.g. a row's q-only values).
   IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,

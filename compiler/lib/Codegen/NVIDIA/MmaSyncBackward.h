@@ -193,6 +193,7 @@ private:
   /// (and the next chunk, which shares two of them).
   DiagonalValues scoreDiag_, gradDiag_;
   Value diagBase_;
+  DiagonalTile scoreTile_, gradTile_; // the tile's (diagonalTile)
   IRMapping diagScoreArgs_, diagGradArgs_;
   std::map<int64_t, std::pair<IRMapping, IRMapping>> diagAt_;
   // Whether Q and dO, and K and V, take 16-byte copies (stageTile).

@@ -43,12 +43,11 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
                   int64_t(at & 1);
     auto [slot, fresh] = diagAt_.try_emplace(off);
     if (fresh) {
-      Value kvMinusQ = add(diagBase_, cI32(off));
-      slot->second.first =
-          diagonalAt(scoreDiag_, v_.getScoreBlock(), kvMinusQ, diagScoreArgs_);
+      slot->second.first = diagonalAt(scoreDiag_, v_.getScoreBlock(),
+                                      scoreTile_, off, diagScoreArgs_);
       if (!gradDiag_.ops.empty())
-        slot->second.second =
-            diagonalAt(gradDiag_, *v_.getGradBlock(), kvMinusQ, diagGradArgs_);
+        slot->second.second = diagonalAt(gradDiag_, *v_.getGradBlock(),
+                                         gradTile_, off, diagGradArgs_);
     }
     return slot->second;
   };
@@ -231,6 +230,10 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
           diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
           diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
           diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+          scoreTile_ = diagonalTile(scoreDiag_, v_.getScoreBlock(), diagBase_,
+                                    diagScoreArgs_);
+          gradTile_ = diagonalTile(gradDiag_, *v_.getGradBlock(), diagBase_,
+                                   diagGradArgs_);
         }
         for (int64_t from = 0; from < R; from += C)
           keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32, dk,

@@ -121,14 +121,18 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
   // the item's end are clamped, but they are never stored), key k at
   // kvpos[0]'s + 8 (k / 2) + k % 2; computed at their first element, so
   // that few are live at once.
-  Value base = shareDiagonals_
-                   ? arith::SubIOp::create(b_, kvpos[0], rows[0].qpos).getResult()
-                   : Value();
+  DiagonalTile tileDiagonals =
+      shareDiagonals_
+          ? diagonalTile(diagonals_, block,
+                         arith::SubIOp::create(b_, kvpos[0], rows[0].qpos),
+                         scoreRow[0])
+          : DiagonalTile();
   llvm::DenseMap<int64_t, IRMapping> diagonal;
   auto diagonalOf = [&](int64_t at) -> const IRMapping & {
     auto [slot, fresh] = diagonal.try_emplace(at);
     if (fresh)
-      slot->second = diagonalAt(diagonals_, block, add(base, cI32(at)), scoreRow[0]);
+      slot->second =
+          diagonalAt(diagonals_, block, tileDiagonals, at, scoreRow[0]);
     return slot->second;
   };
   SmallVector<Value> sv;
