@@ -41,6 +41,9 @@ variant by_abs_distance(c: f32) {
   score_mod(s, b, h, q, kv) = s - c * abs(q - kv)
 }
 variant by_offset() { score_mod(s, b, h, q, kv) = s + (q - kv) }
+variant by_bucket(t: f32[256]) {
+  score_mod(s, b, h, q, kv) = s + t[min(abs(kv - q), 255)]
+}
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -534,7 +537,9 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
   // is the logsumexp of its keys' biases alone; query and key offsets put
   // the differences near 0, around 2^24 and past 2^29, both signs. The f32
   // kernels keep one conversion per diagonal (half an ulp). A lost `at`,
-  // sign or abs would miss the bound by the tile's extent.
+  // sign or abs would miss the bound by the tile's extent. by_bucket
+  // gathers by min(abs(kv - q), 255), its abs the diagonal's non-negative
+  // one (llvm.abs, INT32_MIN poison: no difference of positions is).
   Gpu g;
   const int64_t B = 5, Lq = 130, Lk = 20;
   const int32_t qOff[B] = {0, (1 << 24) - 70, (1 << 25) + 3, (1 << 29) + 11, 0};
@@ -548,7 +553,15 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
       {"by_distance", 0.75, [](double c, double v) { return c * v; }},
       {"by_abs_distance", 0.375,
        [](double c, double v) { return -c * std::fabs(v); }},
-      {"by_offset", 0, [](double, double v) { return -v; }}};
+      {"by_offset", 0, [](double, double v) { return -v; }},
+      // A table by |kv - q| (relative_bias's buckets; the diagonal's abs
+      // is known non-negative, so the gather clamps at 255 only).
+      {"by_bucket", 0, [](double, double v) {
+         return 0.01 * std::min(std::fabs(v), 255.0) - 1;
+       }}};
+  std::vector<float> table(256);
+  for (int i = 0; i < 256; ++i)
+    table[i] = float(0.01 * i - 1);
   struct Form {
     const char *target;
     DType dt;
@@ -566,6 +579,9 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
       p.a.kvOffsets.assign(kvOff, kvOff + B);
       if (c.c != 0)
         p.a.scalars = {{"c", c.c}};
+      if (std::string(c.variant) == "by_bucket")
+        p.a.tensors = {
+            {"t", TensorView::contiguous(table.data(), DType::F32, {256})}};
       Status st = cuda::runFromHost(*g.ctx, *k, p.a);
       INFO(st.toString());
       REQUIRE(st.isOk());

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "ProgramBuilder.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
 using namespace mlir;
 namespace abi = attnc::rt::abi;
 
@@ -338,6 +340,14 @@ IRMapping ProgramBuilder::diagonalAt(const DiagonalValues &d, Block &block,
         r = arith::AddFOp::create(b_, r, cF32(float(sign * at)));
       if (f->abs)
         r = math::AbsFOp::create(b_, r);
+    }
+    auto absi = dyn_cast<math::AbsIOp>(op);
+    if (!r && absi &&
+        llvm::is_contained(d.differences, absi.getOperand().getDefiningOp())) {
+      // A difference of positions (both in [0, 2^30)) is never INT32_MIN:
+      // its abs is non-negative, which spares a gather's clamp at 0.
+      r = LLVM::AbsOp::create(b_, i32_, m.lookup(absi.getOperand()),
+                              b_.getBoolAttr(true));
     }
     if (r)
       m.map(op->getResult(0), r);
