@@ -54,6 +54,33 @@ attn.variant @product(t: f32[H], c: f32) score_mod(%s: f32, %b: i32, %h: i32, %q
   attn.yield %t : i1
 }
 
+// A factor the sweep multiplies in and then divides out cancels
+// (withoutFactor): d(c * exp(s / c)) into s is dy * e (not (dy * c) * e /
+// c), into c dy * e - (dy * e) * x; no division in the derivative.
+// CHECK-LABEL: attn.variant @scaled_exp(c: f32)
+// CHECK:       score_grad(
+// CHECK-DAG:     %[[C:.*]] = attn.scalar @c : f32
+// CHECK:         %[[X:.*]] = arith.divf %score, %[[C]] : f32
+// CHECK-NEXT:    %[[E:.*]] = math.exp %[[X]] : f32
+// CHECK-NEXT:    %[[DYE:.*]] = arith.mulf %dy, %[[E]] : f32
+// CHECK-NEXT:    %[[DS:.*]] = arith.mulf %dy, %[[E]] : f32
+// CHECK-NEXT:    %[[A:.*]] = arith.mulf %[[DS]], %[[X]] : f32
+// CHECK-NEXT:    %[[NA:.*]] = arith.negf %[[A]] : f32
+// CHECK-NEXT:    %[[DC:.*]] = arith.addf %[[DYE]], %[[NA]] : f32
+// CHECK-NEXT:    attn.accumulate @c[], %[[DC]] : f32
+// CHECK-NEXT:    attn.yield %[[DS]] : f32
+// CHECK-NEXT:  }
+attn.variant @scaled_exp(c: f32) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %c = attn.scalar @c : f32
+  %x = arith.divf %s, %c : f32
+  %e = math.exp %x : f32
+  %r = arith.mulf %c, %e : f32
+  attn.yield %r : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
+
 // A value used twice: its adjoints add. d(s*s + exp(s)) = dy*s + dy*s + dy*e^s.
 // CHECK-LABEL: attn.variant @fanout()
 // CHECK:       score_grad(

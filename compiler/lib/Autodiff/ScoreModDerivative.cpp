@@ -87,6 +87,27 @@ private:
     return arith::CmpFOp::create(b_, p, x, y);
   }
 
+  /// x / b where x is a product (arith.mulf, through up to four levels)
+  /// with b as one of its factors: the product rebuilt without it, or null.
+  /// The chain rule meets such a quotient where a value is multiplied by b
+  /// and divided by it on the way to an argument; cancelling b there keeps
+  /// the derivative the same function (the fp64 reference runs this same
+  /// region) where b is finite and nonzero, and avoids 0/0 and inf/inf.
+  Value withoutFactor(Value x, Value b, int depth = 0) {
+    auto m = x.getDefiningOp<arith::MulFOp>();
+    if (!m || depth > 4)
+      return {};
+    if (m.getLhs() == b)
+      return m.getRhs();
+    if (m.getRhs() == b)
+      return m.getLhs();
+    if (Value l = withoutFactor(m.getLhs(), b, depth + 1))
+      return mul(l, m.getRhs());
+    if (Value r = withoutFactor(m.getRhs(), b, depth + 1))
+      return mul(m.getLhs(), r);
+    return {};
+  }
+
   /// adj[v] += g, for a non-constant f32 value.
   void add(Value v, Value g) {
     if (!v.getType().isF32() || matchPattern(v, m_Constant()))
@@ -120,6 +141,15 @@ private:
           return success();
         })
         .Case([&](arith::DivFOp) { // r = a / b: db = -g r / b
+          // Where the sweep multiplied g by b itself (softcap's cap *
+          // tanh(s / cap): g = (dy cap)(1 - t^2)), g / b is g without
+          // that factor: equal in real arithmetic, a rounding fewer, and
+          // finite where b is 0 or infinite (see withoutFactor).
+          if (Value q = withoutFactor(g, arg(1))) {
+            add(arg(0), q);
+            add(arg(1), neg(mul(q, r)));
+            return success();
+          }
           add(arg(0), div(g, arg(1)));
           add(arg(1), neg(div(mul(g, r), arg(1))));
           return success();
