@@ -89,19 +89,26 @@ ProgramBuilder::Entry ProgramBuilder::loadEntry(ValueRange fnArgs) {
 
 ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
                                                 bool heavyFirst) {
-  Item it;
   Value heads = arith::DivUIOp::create(b_, e.Hq, e.P); // item heads
   Value splits = ipAt(abi::kNumSplits);
   Value split = arith::RemUIOp::create(b_, item, splits);
   item = arith::DivUIOp::create(b_, item, splits);
-  it.qt = arith::RemUIOp::create(b_, item, e.nQT);
+  Value qt = arith::RemUIOp::create(b_, item, e.nQT);
   if (heavyFirst)
-    it.qt = sub(sub(e.nQT, cIdx(1)), it.qt);
+    qt = sub(sub(e.nQT, cIdx(1)), qt);
   Value t = arith::DivUIOp::create(b_, item, e.nQT);
   Value hi = arith::RemUIOp::create(b_, t, heads);
-  it.b = arith::DivUIOp::create(b_, t, heads);
-  it.h = mul(hi, e.P);
-  it.kvh = arith::DivUIOp::create(b_, it.h, e.G);
+  return itemAt(e, arith::DivUIOp::create(b_, t, heads), mul(hi, e.P), qt,
+                split);
+}
+
+ProgramBuilder::Item ProgramBuilder::itemAt(const Entry &e, Value b, Value h,
+                                            Value qt, Value split, Value kvh) {
+  Item it;
+  it.qt = qt;
+  it.b = b;
+  it.h = h;
+  it.kvh = kvh ? kvh : arith::DivUIOp::create(b_, it.h, e.G).getResult();
   it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
   it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
   it.kvpos0 = firstKeyPosition(e.B, it.b);

@@ -282,6 +282,11 @@ protected:
   /// a causal or other lower-triangular mask the late tiles visit the most
   /// KV tiles, and launching them first shortens the tail of the grid.
   Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
+  /// The item of sequence b, first query head h, Q tile qt and KV split
+  /// `split` (index values) without decoding an index: the backward's,
+  /// per Q tile. `kvh`, where given, is h / G.
+  Item itemAt(const Entry &e, Value b, Value h, Value qt, Value split,
+              Value kvh = {});
   /// The offset of key `row` of the item's sequence and KV head in paged K
   /// or V: base + (page - b)*s0 + (row % pageSize)*s2 (base: it.kBase or
   /// it.vBase, b*s0 + kvh*s1; s2: the row stride; add d*s3), for code that

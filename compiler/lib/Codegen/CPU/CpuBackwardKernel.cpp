@@ -382,11 +382,11 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
       zero(dK, BN * D);
       zero(dV, BN * DV);
       // The forward's item (b, h, qt), with one head per item and no split
-      // (the launcher's ip): (b * Hq + h) * nQT + qt.
-      auto itemAt = [&](Value h, Value qt) {
-        return decodeItem(e, add(mul(add(mul(b, e.Hq), h), e.nQT), qt));
+      // (the launcher's ip), h one of KV head kvh's query heads.
+      auto itemOf = [&](Value h, Value qt) {
+        return itemAt(e, b, h, qt, cIdx(0), kvh);
       };
-      Item first = itemAt(mul(kvh, e.G), cIdx(0));
+      Item first = itemOf(mul(kvh, e.G), cIdx(0));
       loadKeyTile(e, first, kv0, cols, Kt, Vt, Ks);
       loop0(cIdx(0), e.G, 1, [&](Value g) {
         Value h = add(mul(kvh, e.G), g);
@@ -396,7 +396,7 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
         inv.map(v_.getMaskBlock().getArgument(1), headIndex(h));
         materializeMaskInvariants(inv);
         loop0(cIdx(0), e.nQT, 1, [&](Value qt) {
-          Item it = itemAt(h, qt);
+          Item it = itemOf(h, qt);
           Tile tile = tileAt(it, kt, inv);
           ifThen(tile.visit, [&] {
             loadQueryTile(e, x, it, Qs, dOs, Lse, Delta);

@@ -97,9 +97,11 @@ protected:
   };
   KeyTile decodeKeyTile(Value item);
   /// The forward's item (b, h, qt) with one head per item and no split
-  /// (the launcher's ip): (b * Hq + h) * nQT + qt.
+  /// (the launcher's ip), h one of the key tile's KV head's query heads:
+  /// built from its coordinates, not from (b Hq + h) nQT + qt decoded
+  /// again (two 64-bit divisions per Q tile).
   Item queryItem(const Entry &e, const KeyTile &k, Value h, Value qt) {
-    return decodeItem(e, add(mul(add(mul(k.b, e.Hq), h), e.nQT), qt));
+    return itemAt(e, k.b, h, qt, cIdx(0), k.kvh);
   }
   /// The mask's (b, h)-only values for query head h (as i32: hI32).
   IRMapping maskInvariants(const KeyTile &k, Value hI32);
