@@ -284,9 +284,13 @@ protected:
   Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
   /// The item of sequence b, first query head h, Q tile qt and KV split
   /// `split` (index values) without decoding an index: the backward's,
-  /// per Q tile. `kvh`, where given, is h / G.
+  /// per Q tile. `kvh`, where given, is h / G. With `head`, an item of
+  /// the same sequence and KV head (the backward's first), the items have
+  /// one query head each (P = 1, as the backward's launcher sets it) and
+  /// the sequence's values (lengths, positions, K/V bases) are head's: no
+  /// loads per Q tile.
   Item itemAt(const Entry &e, Value b, Value h, Value qt, Value split,
-              Value kvh = {});
+              Value kvh = {}, const Item *head = nullptr);
   /// The offset of key `row` of the item's sequence and KV head in paged K
   /// or V: base + (page - b)*s0 + (row % pageSize)*s2 (base: it.kBase or
   /// it.vBase, b*s0 + kvh*s1; s2: the row stride; add d*s3), for code that

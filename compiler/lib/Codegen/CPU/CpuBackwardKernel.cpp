@@ -383,10 +383,10 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
       zero(dV, BN * DV);
       // The forward's item (b, h, qt), with one head per item and no split
       // (the launcher's ip), h one of KV head kvh's query heads.
+      Item first = itemAt(e, b, mul(kvh, e.G), cIdx(0), cIdx(0), kvh);
       auto itemOf = [&](Value h, Value qt) {
-        return itemAt(e, b, h, qt, cIdx(0), kvh);
+        return itemAt(e, b, h, qt, cIdx(0), kvh, &first);
       };
-      Item first = itemOf(mul(kvh, e.G), cIdx(0));
       loadKeyTile(e, first, kv0, cols, Kt, Vt, Ks);
       loop0(cIdx(0), e.G, 1, [&](Value g) {
         Value h = add(mul(kvh, e.G), g);

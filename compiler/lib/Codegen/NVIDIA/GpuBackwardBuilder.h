@@ -100,8 +100,11 @@ protected:
   /// (the launcher's ip), h one of the key tile's KV head's query heads:
   /// built from its coordinates, not from (b Hq + h) nQT + qt decoded
   /// again (two 64-bit divisions per Q tile).
-  Item queryItem(const Entry &e, const KeyTile &k, Value h, Value qt) {
-    return itemAt(e, k.b, h, qt, cIdx(0), k.kvh);
+  /// With `first`, an item of the key tile's (its first), the sequence's
+  /// values are first's (itemAt).
+  Item queryItem(const Entry &e, const KeyTile &k, Value h, Value qt,
+                 const Item *first = nullptr) {
+    return itemAt(e, k.b, h, qt, cIdx(0), k.kvh, first);
   }
   /// The mask's (b, h)-only values for query head h (as i32: hI32).
   IRMapping maskInvariants(const KeyTile &k, Value hI32);

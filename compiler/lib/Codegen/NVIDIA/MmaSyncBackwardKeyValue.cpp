@@ -244,7 +244,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       };
       Value lane32 = arith::IndexCastUIOp::create(b_, i32_, laneId);
       auto tileOf = [&](Value qt, Value cls) {
-        it = queryItem(e, kt, h, qt);
+        it = queryItem(e, kt, h, qt, &first);
         return tileAt(it, kt.kt, inv, {}, cls);
       };
       auto offsets = [&](Value stage) {

@@ -192,8 +192,10 @@ LogicalResult SimtBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     Value live = arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, c, cols);
     Value key = add(kv0, minI(c, sub(cols, c1)));
     Value kv = keyPos(k.kvpos0, key);
-    auto itemAt = [&](Value h, Value qt) { return queryItem(e, k, h, qt); };
-    Item first = itemAt(mul(kvh, e.G), c0);
+    Item first = queryItem(e, k, mul(kvh, e.G), c0);
+    auto itemAt = [&](Value h, Value qt) {
+      return queryItem(e, k, h, qt, &first);
+    };
     loop0(c0, cIdx(D), 1, [&](Value d) {
       store(toF32(load(e.k, add(add(first.kBase, mul(key, e.ks[2])),
                                 mul(d, e.ks[3])))),
