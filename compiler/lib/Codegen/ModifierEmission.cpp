@@ -303,9 +303,11 @@ ProgramBuilder::diagonalTile(const DiagonalValues &d, Block &block, Value base,
   for (Operation *op : d.ops)
     if (auto [c, sign] = scaledDifference(op, d.ops, d.differences, kv); c) {
       Value factor = materialize(c, m);
-      t.scaled[op] = {factor, arith::MulFOp::create(
-                                  b_, factor, sign > 0 ? t.baseF : t.negBaseF,
-                                  scoreProductFlags())};
+      t.scaled[op] = {factor,
+                      arith::MulFOp::create(b_, factor,
+                                            sign > 0 ? t.baseF : t.negBaseF,
+                                            scoreProductFlags()),
+                      sign};
     }
   return t;
 }
@@ -324,12 +326,11 @@ IRMapping ProgramBuilder::diagonalAt(const DiagonalValues &d, Block &block,
     Value r;
     if (auto it = t.scaled.find(op); it != t.scaled.end()) {
       // c f32(s (base + at)) = fma(c, s at, c f32(s base)).
-      int sign = scaledDifference(op, d.ops, d.differences, kv).second;
-      auto [factor, product] = it->second;
-      r = at == 0
-              ? product
-              : math::FmaOp::create(b_, factor, cF32(float(sign * at)), product)
-                    .getResult();
+      const DiagonalTile::Scaled &p = it->second;
+      r = at == 0 ? p.product
+                  : math::FmaOp::create(b_, p.factor, cF32(float(p.sign * at)),
+                                        p.product)
+                        .getResult();
     } else if (std::optional<FloatDifference> f = t.baseF || t.negBaseF
                                                       ? floatDifference(op, kv)
                                                       : std::nullopt) {

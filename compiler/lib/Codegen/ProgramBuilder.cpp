@@ -103,47 +103,49 @@ ProgramBuilder::Item ProgramBuilder::decodeItem(const Entry &e, Value item,
 }
 
 ProgramBuilder::Item ProgramBuilder::itemAt(const Entry &e, Value b, Value h,
-                                            Value qt, Value split, Value kvh,
-                                            const Item *head) {
+                                            Value qt, Value split, Value kvh) {
   Item it;
   it.qt = qt;
   it.b = b;
   it.h = h;
-  it.kvh = head  ? head->kvh
-           : kvh ? kvh
-                 : arith::DivUIOp::create(b_, it.h, e.G).getResult();
-  it.kvLen = head ? head->kvLen : ipAt(add(cIdx(layout_.seqBase), it.b));
-  it.qpos0 =
-      head ? head->qpos0 : ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
-  it.kvpos0 = head ? head->kvpos0 : firstKeyPosition(e.B, it.b);
+  it.kvh = kvh ? kvh : arith::DivUIOp::create(b_, it.h, e.G).getResult();
+  it.kvLen = ipAt(add(cIdx(layout_.seqBase), it.b));
+  it.qpos0 = ipAt(add(add(cIdx(layout_.seqBase), e.B), it.b));
+  it.kvpos0 = firstKeyPosition(e.B, it.b);
   it.r0 = mul(it.qt, cIdx(BM));
-  it.bI32 = head ? head->bI32 : arith::IndexCastOp::create(b_, i32_, it.b);
+  it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
+  it.bI32 = arith::IndexCastOp::create(b_, i32_, it.b);
   it.hI32 = headIndex(it.h);
-  if (head) {
-    // One query head per item: the tile's rows are its positions r0 ..
-    it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
-    it.qlo = add(it.qpos0, it.r0);
-    it.qhi = add(it.qlo, sub(it.rows, cIdx(1)));
-  } else {
-    it.rows = minI(cIdx(BM), sub(mul(e.P, e.Lq), it.r0));
-    // The tile's query positions: exact when its rows stay within one
-    // head, else every position of the chunk (conservative for
-    // classification).
-    Value i0 = arith::RemUIOp::create(b_, it.r0, e.Lq);
-    Value oneHead = arith::CmpIOp::create(b_, arith::CmpIPredicate::ule,
-                                          add(i0, it.rows), e.Lq);
-    it.qlo = add(it.qpos0, select(oneHead, i0, cIdx(0)));
-    it.qhi = add(it.qpos0, select(oneHead, sub(add(i0, it.rows), cIdx(1)),
-                                  sub(e.Lq, cIdx(1))));
-  }
+  // The tile's query positions: exact when its rows stay within one head,
+  // else every position of the chunk (conservative for classification).
+  Value i0 = arith::RemUIOp::create(b_, it.r0, e.Lq);
+  Value oneHead = arith::CmpIOp::create(b_, arith::CmpIPredicate::ule,
+                                        add(i0, it.rows), e.Lq);
+  it.qlo = add(it.qpos0, select(oneHead, i0, cIdx(0)));
+  it.qhi = add(it.qpos0, select(oneHead, sub(add(i0, it.rows), cIdx(1)),
+                                sub(e.Lq, cIdx(1))));
   // The split's KV tiles (all of them when S = 1: kSplitTiles >= nKT).
   Value nKT = arith::CeilDivUIOp::create(b_, it.kvLen, cIdx(BN));
   Value per = ipAt(abi::kSplitTiles);
   it.jlo = minI(mul(split, per), nKT);
   it.jhi = minI(add(it.jlo, per), nKT);
   it.oB = add(mul(split, e.B), it.b);
-  it.kBase = head ? head->kBase : add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
-  it.vBase = head ? head->vBase : add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  it.kBase = add(mul(it.b, e.ks[0]), mul(it.kvh, e.ks[1]));
+  it.vBase = add(mul(it.b, e.vs[0]), mul(it.kvh, e.vs[1]));
+  return it;
+}
+
+ProgramBuilder::Item ProgramBuilder::headTileItem(const Entry &e,
+                                                  const Item &first, Value h,
+                                                  Value qt) {
+  Item it = first; // the sequence's and KV head's values, the split's tiles
+  it.qt = qt;
+  it.h = h;
+  it.hI32 = headIndex(h);
+  it.r0 = mul(qt, cIdx(BM));
+  it.rows = minI(cIdx(BM), sub(e.Lq, it.r0));
+  it.qlo = add(it.qpos0, it.r0);
+  it.qhi = add(it.qlo, sub(it.rows, cIdx(1)));
   return it;
 }
 

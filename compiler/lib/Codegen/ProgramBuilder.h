@@ -283,14 +283,16 @@ protected:
   /// KV tiles, and launching them first shortens the tail of the grid.
   Item decodeItem(const Entry &e, Value item, bool heavyFirst = false);
   /// The item of sequence b, first query head h, Q tile qt and KV split
-  /// `split` (index values) without decoding an index: the backward's,
-  /// per Q tile. `kvh`, where given, is h / G. With `head`, an item of
-  /// the same sequence and KV head (the backward's first), the items have
-  /// one query head each (P = 1, as the backward's launcher sets it) and
-  /// the sequence's values (lengths, positions, K/V bases) are head's: no
-  /// loads per Q tile.
+  /// `split` (index values), built from its coordinates (decodeItem's
+  /// second half); `kvh`, where the caller has it, is h / G.
   Item itemAt(const Entry &e, Value b, Value h, Value qt, Value split,
-              Value kvh = {}, const Item *head = nullptr);
+              Value kvh = {});
+  /// Q tile qt of query head h, an item of one head (P = 1, as the
+  /// backward's launcher sets it) of `first`'s sequence and KV head: its
+  /// rows are positions r0 .. of that head, and the sequence's values
+  /// (lengths, positions, K/V bases) are first's, so the backward's walk
+  /// over Q tiles reloads and divides nothing per tile.
+  Item headTileItem(const Entry &e, const Item &first, Value h, Value qt);
   /// The offset of key `row` of the item's sequence and KV head in paged K
   /// or V: base + (page - b)*s0 + (row % pageSize)*s2 (base: it.kBase or
   /// it.vBase, b*s0 + kvh*s1; s2: the row stride; add d*s3), for code that
@@ -405,8 +407,12 @@ protected:
   /// (diagonalAt).
   struct DiagonalTile {
     Value base, baseF, negBaseF;
-    /// Per such product: c, and c f32(+-base).
-    llvm::DenseMap<Operation *, std::pair<Value, Value>> scaled;
+    /// Per such product: c, c f32(+-base) and the difference's sign.
+    struct Scaled {
+      Value factor, product;
+      int sign;
+    };
+    llvm::DenseMap<Operation *, Scaled> scaled;
   };
   DiagonalTile diagonalTile(const DiagonalValues &d, Block &block, Value base,
                             const IRMapping &args);

@@ -385,7 +385,7 @@ LogicalResult CpuBackwardBuilder::lowerKeyValueGrads(flash::KernelOp kernel) {
       // (the launcher's ip), h one of KV head kvh's query heads.
       Item first = itemAt(e, b, mul(kvh, e.G), cIdx(0), cIdx(0), kvh);
       auto itemOf = [&](Value h, Value qt) {
-        return itemAt(e, b, h, qt, cIdx(0), kvh, &first);
+        return headTileItem(e, first, h, qt);
       };
       loadKeyTile(e, first, kv0, cols, Kt, Vt, Ks);
       loop0(cIdx(0), e.G, 1, [&](Value g) {

@@ -97,14 +97,13 @@ protected:
   };
   KeyTile decodeKeyTile(Value item);
   /// The forward's item (b, h, qt) with one head per item and no split
-  /// (the launcher's ip), h one of the key tile's KV head's query heads:
-  /// built from its coordinates, not from (b Hq + h) nQT + qt decoded
-  /// again (two 64-bit divisions per Q tile).
-  /// With `first`, an item of the key tile's (its first), the sequence's
-  /// values are first's (itemAt).
+  /// (the launcher's ip), h one of the key tile's KV head's query heads;
+  /// with `first` (such an item: the block's first) headTileItem, which
+  /// takes the sequence's values from it.
   Item queryItem(const Entry &e, const KeyTile &k, Value h, Value qt,
                  const Item *first = nullptr) {
-    return itemAt(e, k.b, h, qt, cIdx(0), k.kvh, first);
+    return first ? headTileItem(e, *first, h, qt)
+                 : itemAt(e, k.b, h, qt, cIdx(0), k.kvh);
   }
   /// The mask's (b, h)-only values for query head h (as i32: hI32).
   IRMapping maskInvariants(const KeyTile &k, Value hI32);
