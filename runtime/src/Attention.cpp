@@ -148,6 +148,17 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
         return Status::invalidArgument(fmt::format(
             "capture '{}' is empty (shape {}); a gather needs an element",
             ps.name, TensorView::formatDims(t.shape)));
+    // The GPU kernels step along a capture's last dimension (the one a
+    // position indexes in every example) by a 32-bit byte stride: one wide
+    // multiply-add per gather. Only a view whose neighbours along it lie
+    // 4 GiB apart exceeds it.
+    const int64_t last = t.shape.back() > 1 ? t.strides.back() : 0;
+    if (last * int64_t(dtypeSize(t.dtype)) >= (int64_t(1) << 32))
+      return Status::invalidArgument(fmt::format(
+          "capture '{}' has stride {} along its last dimension ({} bytes), "
+          "expected below 2^32 bytes (pass it with that dimension "
+          "contiguous)",
+          ps.name, last, last * int64_t(dtypeSize(t.dtype))));
     bp.data = t.data;
     bp.dtype = t.dtype;
     bp.shape = t.shape;

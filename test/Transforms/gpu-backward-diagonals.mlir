@@ -31,7 +31,7 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 // f32(kv - q) one add (17 other diagonals).
 // CHECK:          %[[BASE:.*]] = arith.subi %{{.*}}, %{{.*}} : i32
 // CHECK:          %[[D0:.*]] = arith.sitofp %[[BASE]] : i32 to f32
-// CHECK:          %[[SLOPE:.*]] = memref.load
+// CHECK:          %[[SLOPE:.*]] = llvm.load {{.*}} : !llvm.ptr<1> -> f32
 // CHECK-NEXT:     %[[B0:.*]] = arith.mulf %[[SLOPE]], %[[D0]] fastmath<reassoc,nsz,contract> : f32
 // CHECK-NOT:      arith.sitofp
 // CHECK-COUNT-17: math.fma %[[SLOPE]], %{{.*}}, %[[B0]] : f32

@@ -44,6 +44,10 @@ variant by_offset() { score_mod(s, b, h, q, kv) = s + (q - kv) }
 variant by_bucket(t: f32[256]) {
   score_mod(s, b, h, q, kv) = s + t[min(abs(kv - q), 255)]
 }
+variant strided(t: f32[H, 64], w: f16[B, KV], m: i64[KV], keep: bool[KV]) {
+  score_mod(s, b, h, q, kv) = s + t[h, min(abs(q - kv), 63)] + w[b, kv] * (m[kv] % 3)
+  mask_mod(b, h, q, kv) = keep[kv] || q == kv
+}
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -614,6 +618,63 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
       UNSCOPED_INFO(f.target << " " << c.variant << ": worst / bound "
                              << worst);
     }
+}
+
+TEST_CASE("emulated GPU: gathers step by each capture's own strides, of "
+          "every element size",
+          "[gpu-emulated]") {
+  // The GPU kernels form a gather's address in bytes, its last dimension
+  // by a 32-bit byte stride (ProgramBuilder::gather). Every capture here is
+  // a view that is not contiguous: t transposed (its last stride H floats),
+  // w transposed (f16, B halves), m every other i64, keep every third
+  // bool. Taking an element stride for a byte one, or a contiguous layout,
+  // reads other elements (and misses the fp64 reference, which reads the
+  // same views).
+  Gpu g;
+  const int64_t B = 2, H = 4, L = 150;
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<float> t(64 * H);
+  for (float &x : t)
+    x = float(u(rng));
+  std::vector<uint8_t> w(L * B * 2);
+  for (int64_t i = 0; i < L * B; ++i)
+    storeFromDouble(w.data(), DType::F16, i, u(rng));
+  std::vector<int64_t> m(2 * L);
+  for (int64_t i = 0; i < 2 * L; ++i)
+    m[i] = i % 2 == 0 ? int64_t(rng() % 1000) : -7;
+  std::vector<uint8_t> keep(3 * L);
+  for (int64_t i = 0; i < 3 * L; ++i)
+    keep[i] = i % 3 == 0 ? uint8_t(rng() % 4 != 0) : 0x5a;
+  auto views = [&] {
+    TensorView tv = TensorView::contiguous(t.data(), DType::F32, {H, 64});
+    tv.strides = {1, H};
+    TensorView wv = TensorView::contiguous(w.data(), DType::F16, {B, L});
+    wv.strides = {1, B};
+    TensorView mv = TensorView::contiguous(m.data(), DType::I64, {L});
+    mv.strides = {2};
+    TensorView kv = TensorView::contiguous(keep.data(), DType::Bool, {L});
+    kv.strides = {3};
+    return std::vector<std::pair<std::string, TensorView>>{
+        {"t", tv}, {"w", wv}, {"m", mv}, {"keep", kv}};
+  };
+  struct Form {
+    const char *target;
+    DType dt;
+    double tol;
+  };
+  for (Form f :
+       {Form{"sm_80", DType::F16, 4e-3}, Form{"sm_90a", DType::BF16, 3e-2},
+        Form{"sm_80", DType::F32, 1e-5}}) {
+    INFO(f.target << " " << dtypeName(f.dt));
+    auto k = g.kernel("strided", f.dt, 64, f.target);
+    HostProblem p(f.dt, B, H, H, L, L, 64, 5);
+    p.a.tensors = views();
+    Status st = cuda::runFromHost(*g.ctx, *k, p.a);
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+    CHECK(p.maxError(k->variant()) < f.tol);
+  }
 }
 
 TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "

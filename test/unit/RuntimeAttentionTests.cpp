@@ -253,7 +253,11 @@ TEST_CASE("bind: a scalar passed as a tensor is rejected", "[bind]") {
 
 TEST_CASE("bind: capture dtype must match the declaration", "[bind]") {
   Fixture f;
-  f.a.tensors[1].second.dtype = DType::I64;
+  // Its own i64 buffer: doc's i32 one read as i64 would span past it and,
+  // where the heap put `out` next, overlap it (the overlap is checked first).
+  std::vector<int64_t> doc64(2 * 12);
+  f.a.tensors[1].second =
+      TensorView::contiguous(doc64.data(), DType::I64, {2, 12});
   CHECK(f.error() == "capture 'doc' has dtype i64, expected i32");
 }
 
@@ -262,6 +266,23 @@ TEST_CASE("bind: symbolic dims are checked", "[bind]") {
   f.a.tensors[1].second.shape = {2, 11};
   CHECK(f.error() == "capture 'doc' has shape [2, 11], expected [2, 12] "
                      "(i32[B, KV])");
+}
+
+TEST_CASE("bind: a capture's last stride is below 2^32 bytes", "[bind]") {
+  // bias is f32[H, N] (4 x 5): its elements 2^30 - 1 floats apart along N
+  // are 4 GiB - 4 bytes apart, the most the kernels' 32-bit byte stride
+  // holds; the data is never read while binding.
+  Fixture f;
+  f.a.tensors[0].second.strides = {5, (int64_t(1) << 30) - 1};
+  CHECK(f.error().empty());
+  f.a.tensors[0].second.strides = {5, int64_t(1) << 30};
+  CHECK(f.error() == "capture 'bias' has stride 1073741824 along its last "
+                     "dimension (4294967296 bytes), expected below 2^32 bytes "
+                     "(pass it with that dimension contiguous)");
+  // A last dimension of one element has no step to take: any stride.
+  f.a.tensors[0].second.shape = {4, 1};
+  f.a.tensors[0].second.strides = {1, int64_t(1) << 40};
+  CHECK(f.error().empty());
 }
 
 TEST_CASE("bind: capture rank must match", "[bind]") {

@@ -28,17 +28,58 @@ Value ProgramBuilder::gather(attn::GatherOp g, IRMapping &map) {
   // widened unsigned, so its product with the 64-bit stride is a 32 x 64
   // one: two compares and a multiply-add fewer per gather than the clamp
   // and product in 64 bits (synaptic's key_factor, once per key column).
-  Value off = cIdx(0);
+  //
+  // On the GPU the address is formed in bytes, base + sum of index *
+  // (stride * size), and the last dimension's byte stride is 32-bit (the
+  // runtime checks it is below 2^32: resolveProblem): its index times it
+  // plus the other dimensions' 64-bit address is one mul.wide.u32 and add,
+  // one IMAD.WIDE.U32 in SASS. memref.load's element offset, scaled after
+  // the sum, took a 64-bit multiply, shift and add (relative_bias's gather
+  // cost 8 integer instructions per diagonal, 4 now) and the live 64-bit
+  // stride a register pair. The CPU loads through the memref: x86 scales
+  // an element index in the address itself.
+  Type elemTy = cast<MemRefType>(captures_[pi].getType()).getElementType();
+  int64_t bytes = std::max<int64_t>(1, elemTy.getIntOrFloatBitWidth() / 8);
+  Value addr =
+      byteAddressedGathers_
+          ? memref::ExtractAlignedPointerAsIndexOp::create(b_, captures_[pi])
+          : cIdx(0);
+  const size_t last = g.getIndices().size() - 1;
   for (auto [d, idx] : llvm::enumerate(g.getIndices())) {
     Value hi = arith::IndexCastOp::create(
         b_, i32_,
         minI(sub(capDims_[pi][d], cIdx(1)),
              cIdx(std::numeric_limits<int32_t>::max())));
     Value i = minI(maxI(map.lookup(idx), cI32(0)), hi);
-    off = add(off, mul(arith::IndexCastUIOp::create(b_, b_.getIndexType(), i),
-                       capStrides_[pi][d]));
+    Value stride = capStrides_[pi][d];
+    Value term;
+    if (!byteAddressedGathers_) {
+      term =
+          mul(arith::IndexCastUIOp::create(b_, b_.getIndexType(), i), stride);
+    } else if (d == last) {
+      Value bs32 = arith::TruncIOp::create(
+          b_, i32_,
+          arith::IndexCastUIOp::create(b_, i64_, mul(stride, cIdx(bytes))));
+      term = arith::IndexCastUIOp::create(
+          b_, b_.getIndexType(),
+          arith::MulIOp::create(b_, arith::ExtUIOp::create(b_, i64_, i),
+                                arith::ExtUIOp::create(b_, i64_, bs32)));
+    } else {
+      term = mul(arith::IndexCastUIOp::create(b_, b_.getIndexType(), i),
+                 mul(stride, cIdx(bytes)));
+    }
+    addr = add(addr, term);
   }
-  Value x = load(captures_[pi], off);
+  Value x;
+  if (byteAddressedGathers_) {
+    auto global = LLVM::LLVMPointerType::get(ctx_, /*addressSpace=*/1);
+    Value ptr = LLVM::IntToPtrOp::create(
+        b_, global, Value(arith::IndexCastUIOp::create(b_, i64_, addr)),
+        LLVM::DereferenceableAttr());
+    x = LLVM::LoadOp::create(b_, elemTy, ptr, bytes);
+  } else {
+    x = load(captures_[pi], addr);
+  }
   switch (info_.params[pi].dtype) {
   case rt::DType::F16:
   case rt::DType::BF16: return arith::ExtFOp::create(b_, f32_, x);

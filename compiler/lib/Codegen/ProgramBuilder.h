@@ -498,6 +498,10 @@ protected:
   /// Triton's default); mask_mod's arithmetic is never fused (the mask's
   /// tile classification evaluates it as written).
   bool fuseScoreProducts_ = false;
+  /// The GPU forms: a gather's address is formed in bytes and loaded from
+  /// the global address space (`ld.global`; gather()). The CPU form loads
+  /// through the memref: x86 scales an element index in the address itself.
+  bool byteAddressedGathers_ = false;
   /// The tensor-core forms, which round P (and the backward's dS) to 16
   /// bits: score_mod's and score_grad's tanh and exp and a division by a
   /// loop-invariant divisor take the multi-function unit's shorter forms,

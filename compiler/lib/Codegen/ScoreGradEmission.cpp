@@ -61,11 +61,15 @@ void BackwardBuilder::addToGradients(attn::AccumulateOp a, IRMapping &map) {
     ++pi;
   Value off = cIdx(0);
   for (auto [d, idx] : llvm::enumerate(a.getIndices())) {
-    // Clamped as the gather that read the element.
-    Value i = toIdx(materialize(idx, map));
+    // Clamped as the gather that read the element (in i32, then widened
+    // unsigned: gather's clamp).
     Value n = capDims_[pi][d];
-    i = minI(maxI(i, cIdx(0)), sub(n, cIdx(1)));
-    off = add(mul(off, n), i);
+    Value hi = arith::IndexCastOp::create(
+        b_, i32_,
+        minI(sub(n, cIdx(1)), cIdx(std::numeric_limits<int32_t>::max())));
+    Value i = minI(maxI(materialize(idx, map), cI32(0)), hi);
+    off = add(mul(off, n),
+              arith::IndexCastUIOp::create(b_, b_.getIndexType(), i));
   }
   Value at = add(gradBase_[pi], off);
   Value v = materialize(a.getValue(), map);

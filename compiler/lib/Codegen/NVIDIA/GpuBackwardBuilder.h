@@ -33,6 +33,7 @@ public:
                      const FlashConfig &cfg)
       : BackwardBuilder(m, v, mask, cfg) {
     fuseScoreProducts_ = true;
+    byteAddressedGathers_ = true;
     approximateScoreFunctions_ = cfg.spec.dtype != rt::DType::F32;
   }
 

@@ -110,14 +110,34 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
                                    Value vectors, const RowPlace &rows,
                                    Value baseOff) {
   const int64_t chunks = width / 8, total = R * chunks;
+  // `live` null: a row of a full tile, copied whole.
   auto copy = [&](Value dst, Value from, Value live) {
     nvgpu::DeviceAsyncCopyOp::create(
         b_, nvgpu::DeviceAsyncTokenType::get(ctx_), smem, ValueRange{dst}, src,
-        ValueRange{from}, b_.getIndexAttr(8), select(live, cIdx(8), cIdx(0)),
-        b_.getUnitAttr());
+        ValueRange{from}, b_.getIndexAttr(8),
+        live ? select(live, cIdx(8), cIdx(0)) : cIdx(8), b_.getUnitAttr());
   };
   auto slt = [&](Value a, Value c) {
     return arith::CmpIOp::create(b_, arith::CmpIPredicate::slt, a, c);
+  };
+  // Which rows exist, in i32: the row count is at most R (and above -2^31:
+  // positions are below 2^30) and a row index below R, so the compares are
+  // exact where 64-bit ones took two instructions each and kept the rows'
+  // high words live across the tile loop. A full tile (every tile but the
+  // sequence's last) takes its copies without them: its own version, as
+  // the forward's copies have.
+  auto i32Of = [&](Value x) { return arith::IndexCastOp::create(b_, i32_, x); };
+  Value count32 = i32Of(count);
+  auto versions = [&](function_ref<void(bool tail)> copies) {
+    ifThenElse(
+        arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, count32, cI32(R)),
+        [&] { copies(false); }, [&] { copies(true); });
+  };
+  auto liveRow = [&](bool tail, Value row) {
+    return tail ? slt(i32Of(row), count32) : Value();
+  };
+  auto elementWise = [&](function_ref<Value(Value, Value)> read) {
+    stage(base, ld, width, count, read, baseOff);
   };
   if (rows.stride && TH % chunks == 0) {
     // Affine rows and whole rows per pass of the threads: copy i is the
@@ -128,58 +148,58 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
         [&] {
           Value row = arith::DivUIOp::create(b_, tid, cIdx(chunks));
           Value ch8 = mul(arith::RemUIOp::create(b_, tid, cIdx(chunks)), cIdx(8));
-          Value from = add(add(rows.first, mul(row, rows.stride)), ch8);
+          Value first = add(add(rows.first, mul(row, rows.stride)), ch8);
           Value step = mul(rows.stride, cIdx(rowStep));
           Value to = add(mul(row, cIdx(ld)), ch8);
           if (baseOff)
             to = add(to, baseOff);
-          for (int64_t i = 0; i * TH < total; ++i) {
-            Value at = add(to, cIdx(base + i * rowStep * ld));
-            Value live = slt(add(row, cIdx(i * rowStep)), count);
-            if ((i + 1) * TH <= total)
-              copy(at, from, live);
-            else
-              ifThen(slt(add(tid, cIdx(i * TH)), cIdx(total)),
-                     [&] { copy(at, from, live); });
-            from = add(from, step);
-          }
+          versions([&](bool tail) {
+            Value from = first;
+            for (int64_t i = 0; i * TH < total; ++i) {
+              Value at = add(to, cIdx(base + i * rowStep * ld));
+              Value live = liveRow(tail, add(row, cIdx(i * rowStep)));
+              if ((i + 1) * TH <= total)
+                copy(at, from, live);
+              else
+                ifThen(slt(add(tid, cIdx(i * TH)), cIdx(total)),
+                       [&] { copy(at, from, live); });
+              from = add(from, step);
+            }
+          });
         },
         [&] {
-          stage(
-              base, ld, width, count,
-              [&](Value r, Value d) {
-                return load(src, add(add(rows.first, mul(r, rows.stride)),
-                                     mul(d, dStride)));
-              },
-              baseOff);
+          elementWise([&](Value r, Value d) {
+            return load(src, add(add(rows.first, mul(r, rows.stride)),
+                                 mul(d, dStride)));
+          });
         });
     return;
   }
   ifThenElse(
       vectors,
       [&] {
-        for (int64_t i = 0; i * TH < total; ++i) {
-          Value c = add(tid, cIdx(i * TH));
-          auto issue = [&] {
-            Value row = arith::DivUIOp::create(b_, c, cIdx(chunks));
-            Value ch8 = mul(arith::RemUIOp::create(b_, c, cIdx(chunks)), cIdx(8));
-            Value b = baseOff ? add(baseOff, cIdx(base)) : cIdx(base);
-            copy(add(b, add(mul(row, cIdx(ld)), ch8)),
-                 add(rows.start(row), ch8), slt(row, count));
-          };
-          if ((i + 1) * TH <= total)
-            issue();
-          else
-            ifThen(slt(c, cIdx(total)), issue);
-        }
+        versions([&](bool tail) {
+          for (int64_t i = 0; i * TH < total; ++i) {
+            Value c = add(tid, cIdx(i * TH));
+            auto issue = [&] {
+              Value row = arith::DivUIOp::create(b_, c, cIdx(chunks));
+              Value ch8 =
+                  mul(arith::RemUIOp::create(b_, c, cIdx(chunks)), cIdx(8));
+              Value b = baseOff ? add(baseOff, cIdx(base)) : cIdx(base);
+              copy(add(b, add(mul(row, cIdx(ld)), ch8)),
+                   add(rows.start(row), ch8), liveRow(tail, row));
+            };
+            if ((i + 1) * TH <= total)
+              issue();
+            else
+              ifThen(slt(c, cIdx(total)), issue);
+          }
+        });
       },
       [&] {
-        stage(
-            base, ld, width, count,
-            [&](Value r, Value d) {
-              return load(src, add(rows.start(r), mul(d, dStride)));
-            },
-            baseOff);
+        elementWise([&](Value r, Value d) {
+          return load(src, add(rows.start(r), mul(d, dStride)));
+        });
       });
 }
 

@@ -30,6 +30,7 @@ public:
              const FlashConfig &cfg)
       : ProgramBuilder(m, v, mask, cfg) {
     fuseScoreProducts_ = true;
+    byteAddressedGathers_ = true;
   }
   LogicalResult lower(flash::KernelOp kernel, gpu::GPUModuleOp module);
 

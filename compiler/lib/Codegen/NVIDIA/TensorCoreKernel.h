@@ -30,6 +30,7 @@ public:
       : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)),
         persistent_(persistent && L.producerWarps > 0) {
     fuseScoreProducts_ = true;
+    byteAddressedGathers_ = true;
     approximateScoreFunctions_ = true;
     MT = L.mTiles;
     NT = BN / 8;
