@@ -6,8 +6,9 @@
 // column 2 tig plus a constant: 18 distinct of the 32 elements (16 keys x
 // 64 queries over 32 lanes) of a 64-row Q tile, before each 16-column
 // chunk's two versions, which both use them (and CSE shares score_mod's
-// with score_grad's). _bwd_q computes them per element, in each of its
-// two versions (64).
+// with score_grad's). _bwd_q computes them so in its exact version (18
+// distinct of its 32 elements, one FMA for each but the base's), and per
+// element in its flagged one (32).
 
 attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
   %0 = attn.gather @slope[%h] : f32
@@ -22,7 +23,13 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 }
 
 // CHECK-LABEL: gpu.func @attnc_alibi_bf16_d16v32_m64n64w4s2_bwd_q(
-// CHECK-COUNT-64: arith.sitofp
+// CHECK:          %[[QD0:.*]] = arith.sitofp %{{.*}} : i32 to f32
+// CHECK:          %[[QSLOPE:.*]] = llvm.load {{.*}} : !llvm.ptr<1> -> f32
+// CHECK-NEXT:     %[[QB0:.*]] = arith.mulf %[[QSLOPE]], %[[QD0]] fastmath<reassoc,nsz,contract> : f32
+// CHECK-NOT:      arith.sitofp
+// CHECK-COUNT-17: math.fma %[[QSLOPE]], %{{.*}}, %[[QB0]] : f32
+// CHECK-NOT:      math.fma %[[QSLOPE]], %{{.*}}, %[[QB0]] : f32
+// CHECK-COUNT-32: arith.sitofp
 // CHECK-NOT:      arith.sitofp
 // CHECK-LABEL: gpu.func @attnc_alibi_bf16_d16v32_m64n64w4s2_bwd_kv(
 // The base: key g's kv - q at the Q tile's column 2 tig, converted once

@@ -185,13 +185,24 @@ private:
   Value qoOff_, fsOff_;
   Value fsAt(Value i) { return fsOff_ ? add(fsOff_, i) : i; }
   Value smem, fs, tid, laneId, warp, g, tig2, zeroE;
-  /// _bwd_kv's diagonal values of score_mod and score_grad (diagonalValues):
-  /// at the thread's element (key g + 8k, query column c0 + 8 nt + 2 tig +
-  /// at % 2 of the Q tile) kv - q is diagBase_ + 8k - c0 - 8 nt - at % 2,
-  /// 18 distinct of a tile's 32 at R = 64; each one's values are computed
-  /// at its first use, before its chunk's two versions, and serve both
-  /// (and the next chunk, which shares two of them).
+  /// The diagonal values of score_mod and score_grad (diagonalValues), 18
+  /// distinct kv - q of a tile's 32 elements at R = 64. _bwd_kv: at the
+  /// thread's element (key g + 8k, query column c0 + 8 nt + 2 tig + at % 2
+  /// of the Q tile) kv - q is diagBase_ + 8k - c0 - 8 nt - at % 2; each
+  /// one's values are computed at its first use, before its chunk's two
+  /// versions, and serve both (and the next chunk, which shares two of
+  /// them). _bwd_q: at (query g + 8k, key column c0 + 8 nt + 2 tig + at %
+  /// 2) it is diagBase_ + c0 + 8 nt + at % 2 - 8k, computed in the tile's
+  /// exact version (its flagged one computes each pair's).
   DiagonalValues scoreDiag_, gradDiag_;
+  /// Whether a kernel shares them (diagonalsShared), and for a tile its
+  /// values from the thread's first element's kv - q, `base`
+  /// (beginTileDiagonals: diagBase_ and the tile's conversions).
+  bool diagonalsShared();
+  void beginTileDiagonals(Value base, Value bI32, Value hI32);
+  /// score_mod's and score_grad's diagonal values at kv - q = diagBase_ +
+  /// off, computed at their first use (diagAt_ holds them until cleared).
+  std::pair<IRMapping, IRMapping> &tileDiagonal(int64_t off);
   Value diagBase_;
   DiagonalTile scoreTile_, gradTile_; // the tile's (diagonalTile)
   IRMapping diagScoreArgs_, diagGradArgs_;

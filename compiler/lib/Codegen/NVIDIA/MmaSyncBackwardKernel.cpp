@@ -203,6 +203,46 @@ void TensorCoreBackward::stageTile(int64_t base, int64_t ld, int64_t width,
       });
 }
 
+bool TensorCoreBackward::diagonalsShared() {
+  scoreDiag_ = diagonalValues(v_.getScoreBlock(), {0});
+  gradDiag_ = diagonalValues(*v_.getGradBlock(), {0, 5});
+  // Not where score_mod also gathers per query or key (synaptic's qamp[b,
+  // h, q], key_factor[b, h, kv]) and D > 64: with the accumulators (dK and
+  // dV, or dQ) those values already fill the registers, and the diagonal
+  // values' made _bwd_kv's loop spill (static model, sm_80 D=128: 0 -> 9
+  // local-memory instructions per tile).
+  return (!scoreDiag_.ops.empty() || !gradDiag_.ops.empty()) &&
+         !(scoreDiag_.positionGathers && std::max(D, DV) > 64);
+}
+
+void TensorCoreBackward::beginTileDiagonals(Value base, Value bI32,
+                                            Value hI32) {
+  diagAt_.clear();
+  diagBase_ = base;
+  for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
+    m->clear();
+  diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
+  diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
+  diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
+  diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
+  scoreTile_ =
+      diagonalTile(scoreDiag_, v_.getScoreBlock(), diagBase_, diagScoreArgs_);
+  gradTile_ =
+      diagonalTile(gradDiag_, *v_.getGradBlock(), diagBase_, diagGradArgs_);
+}
+
+std::pair<IRMapping, IRMapping> &TensorCoreBackward::tileDiagonal(int64_t off) {
+  auto [slot, fresh] = diagAt_.try_emplace(off);
+  if (fresh) {
+    slot->second.first = diagonalAt(scoreDiag_, v_.getScoreBlock(), scoreTile_,
+                                    off, diagScoreArgs_);
+    if (!gradDiag_.ops.empty())
+      slot->second.second = diagonalAt(gradDiag_, *v_.getGradBlock(), gradTile_,
+                                       off, diagGradArgs_);
+  }
+  return slot->second;
+}
+
 void TensorCoreBackward::stageQueryTile(
     const Entry &e, int64_t qS, int64_t oS, Value rows,
     function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
@@ -409,6 +449,13 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   inv.map(v_.getMaskBlock().getArgument(0), it.bI32);
   inv.map(v_.getMaskBlock().getArgument(1), it.hI32);
   materializeMaskInvariants(inv);
+  // The diagonal values once per distinct kv - q of the thread's elements
+  // (from the position of its row g, unclamped: a row past the item's end
+  // is never kept).
+  const bool shareDiagonals = diagonalsShared();
+  Value row0Pos = arith::IndexCastOp::create(
+      b_, i32_,
+      add(it.qpos0, rowCoords(e, it, add(mul(warp, cIdx(16)), g)).second));
   SmallVector<Value> init(D / 8 * 4, e.zeroF);
   // Tile t's K and V rows into stage `stage` of the ring (off: its first
   // element past stage 0's; null with one stage).
@@ -434,6 +481,15 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
     // On an exact tile (exactTile) without the flags of kept pairs.
     auto chunks = [&](bool exact) {
       Frags dq = unflatten(acc);
+      // The exact version's pairs share their diagonal values; the flagged
+      // one (the mask's partial tiles, a sequence's last) computes them per
+      // pair: with its keep flags, relative_bias's shared gathers made
+      // ptxas spill in the D=128 loop (0 -> 4 local-memory instructions).
+      diagBase_ = nullptr;
+      if (exact && shareDiagonals)
+        beginTileDiagonals(
+            arith::SubIOp::create(b_, keyPos(t.pos0, tig2), row0Pos), it.bI32,
+            hI32[0]);
       for (int64_t from = 0; from < R; from += C) {
         SmallVector<Value> s =
             flatten(rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C, off));
@@ -462,10 +518,17 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         for (size_t at = 0; at < s.size(); ++at) {
           int64_t k = (at & 3) >> 1;
           lseLog2e_ = exact ? lseLog2e[k] : Value();
+          if (diagBase_) {
+            auto &d = tileDiagonal(from + 8 * int64_t(at / 4) +
+                                   int64_t(at & 1) - 8 * k);
+            pairScoreDiagonal_ = &d.first;
+            pairGradDiagonal_ = &d.second;
+          }
           Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
                                 it.bI32, hI32[k], qpos[k], kv[at])
                          .second;
           lseLog2e_ = nullptr;
+          pairScoreDiagonal_ = pairGradDiagonal_ = nullptr;
           dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
         }
         accumulate(dq, dx, C, kS + from * ldQ, ldQ, D, off);

@@ -38,23 +38,11 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
   }
   // The element's diagonal values, at their first use in the tile, before
   // the chunk's two versions (both use them; the next chunk shares two).
-  auto diagonal = [&](size_t at) -> std::pair<IRMapping, IRMapping> & {
-    int64_t off = 8 * int64_t((at & 3) >> 1) - c0 - 8 * int64_t(at / 4) -
-                  int64_t(at & 1);
-    auto [slot, fresh] = diagAt_.try_emplace(off);
-    if (fresh) {
-      slot->second.first = diagonalAt(scoreDiag_, v_.getScoreBlock(),
-                                      scoreTile_, off, diagScoreArgs_);
-      if (!gradDiag_.ops.empty())
-        slot->second.second = diagonalAt(gradDiag_, *v_.getGradBlock(),
-                                         gradTile_, off, diagGradArgs_);
-    }
-    return slot->second;
-  };
   SmallVector<std::pair<IRMapping, IRMapping> *> diag(s.size(), nullptr);
   if (diagBase_)
     for (size_t at = 0; at < s.size(); ++at)
-      diag[at] = &diagonal(at);
+      diag[at] = &tileDiagonal(8 * int64_t((at & 3) >> 1) - c0 -
+                               8 * int64_t(at / 4) - int64_t(at & 1));
   // P and dX of the chunk's pairs, with or without the flags of kept pairs.
   auto pairTerms = [&](bool flagged) {
     SmallVector<Value> keep;
@@ -141,15 +129,7 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
     for (auto [i, a] : llvm::enumerate(kinds_.item))
       accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
   }
-  scoreDiag_ = diagonalValues(v_.getScoreBlock(), {0});
-  gradDiag_ = diagonalValues(*v_.getGradBlock(), {0, 5});
-  // Not where score_mod also gathers per query or key (synaptic's qamp[b,
-  // h, q], key_factor[b, h, kv]) and D > 64: with dK and dV's accumulators
-  // those values already fill the registers, and the diagonal values' made
-  // its loop spill (static model, sm_80 D=128: 0 -> 9 local-memory
-  // instructions per tile).
-  const bool shareDiagonals = (!scoreDiag_.ops.empty() || !gradDiag_.ops.empty()) &&
-                              !(scoreDiag_.positionGathers && std::max(D, DV) > 64);
+  const bool shareDiagonals = diagonalsShared();
   Value c0 = cIdx(0), c1 = cIdx(1);
   const TileLayout l = keyValueLayout();
   const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
@@ -217,24 +197,14 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
         Value exact = arith::AndIOp::create(b_, exactTile(t, it.rows),
                                             smallExponents(rowsL));
         // The tile's diagonal values, from key g's kv - q at column 2 tig.
-        diagAt_.clear();
         diagBase_ = nullptr;
-        if (shareDiagonals) {
-          diagBase_ = arith::SubIOp::create(
-              b_, kv[0],
-              arith::IndexCastOp::create(b_, i32_,
-                                         add(it.qpos0, add(it.r0, tig2))));
-          for (IRMapping *m : {&diagScoreArgs_, &diagGradArgs_})
-            m->clear();
-          diagScoreArgs_.map(v_.getScoreBlock().getArgument(1), bI32);
-          diagScoreArgs_.map(v_.getScoreBlock().getArgument(2), hI32);
-          diagGradArgs_.map(v_.getGradBlock()->getArgument(1), bI32);
-          diagGradArgs_.map(v_.getGradBlock()->getArgument(2), hI32);
-          scoreTile_ = diagonalTile(scoreDiag_, v_.getScoreBlock(), diagBase_,
-                                    diagScoreArgs_);
-          gradTile_ = diagonalTile(gradDiag_, *v_.getGradBlock(), diagBase_,
-                                   diagGradArgs_);
-        }
+        if (shareDiagonals)
+          beginTileDiagonals(
+              arith::SubIOp::create(
+                  b_, kv[0],
+                  arith::IndexCastOp::create(b_, i32_,
+                                             add(it.qpos0, add(it.r0, tig2)))),
+              bI32, hI32);
         for (int64_t from = 0; from < R; from += C)
           keyValueChunk(sec, e, it, t, exact, from, keyLive, kv, bI32, hI32, dk,
                         dv);
