@@ -152,13 +152,15 @@ Status bindParams(const VariantInfo &v, const AttentionArgs &a, Problem &p) {
     // position indexes in every example) by a 32-bit byte stride: one wide
     // multiply-add per gather. Only a view whose neighbours along it lie
     // 4 GiB apart exceeds it.
+    // (Compared in elements: a stride near 2^63 times the size would wrap.)
     const int64_t last = t.shape.back() > 1 ? t.strides.back() : 0;
-    if (last * int64_t(dtypeSize(t.dtype)) >= (int64_t(1) << 32))
+    const int64_t size = int64_t(dtypeSize(t.dtype));
+    if (last >= (int64_t(1) << 32) / size)
       return Status::invalidArgument(fmt::format(
           "capture '{}' has stride {} along its last dimension ({} bytes), "
           "expected below 2^32 bytes (pass it with that dimension "
           "contiguous)",
-          ps.name, last, last * int64_t(dtypeSize(t.dtype))));
+          ps.name, last, static_cast<unsigned __int128>(last) * size));
     bp.data = t.data;
     bp.dtype = t.dtype;
     bp.shape = t.shape;

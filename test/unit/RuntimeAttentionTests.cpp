@@ -279,6 +279,12 @@ TEST_CASE("bind: a capture's last stride is below 2^32 bytes", "[bind]") {
   CHECK(f.error() == "capture 'bias' has stride 1073741824 along its last "
                      "dimension (4294967296 bytes), expected below 2^32 bytes "
                      "(pass it with that dimension contiguous)");
+  // A stride whose byte count passes 2^63 is refused, not wrapped.
+  f.a.tensors[0].second.strides = {5, int64_t(1) << 62};
+  CHECK(f.error() == "capture 'bias' has stride 4611686018427387904 along "
+                     "its last dimension (18446744073709551616 bytes), "
+                     "expected below 2^32 bytes (pass it with that "
+                     "dimension contiguous)");
   // A last dimension of one element has no step to take: any stride.
   f.a.tensors[0].second.shape = {4, 1};
   f.a.tensors[0].second.strides = {1, int64_t(1) << 40};

@@ -15,6 +15,14 @@ namespace abi = attnc::rt::abi;
 
 namespace attnc::codegen {
 
+Value ProgramBuilder::clampedIndex(size_t pi, size_t d, Value i) {
+  Value hi = arith::IndexCastOp::create(
+      b_, i32_,
+      minI(sub(capDims_[pi][d], cIdx(1)),
+           cIdx(std::numeric_limits<int32_t>::max())));
+  return minI(maxI(i, cI32(0)), hi);
+}
+
 /// A gather with every index clamped into its dimension: never out of
 /// bounds, whatever the modifier computes. A literal extent is a constant
 /// (loadEntryValues), so the clamp folds with the modifier's own
@@ -33,24 +41,20 @@ Value ProgramBuilder::gather(attn::GatherOp g, IRMapping &map) {
   // (stride * size), and the last dimension's byte stride is 32-bit (the
   // runtime checks it is below 2^32: resolveProblem): its index times it
   // plus the other dimensions' 64-bit address is one mul.wide.u32 and add,
-  // one IMAD.WIDE.U32 in SASS. memref.load's element offset, scaled after
+  // an IMAD.WIDE.U32 in SASS. memref.load's element offset, scaled after
   // the sum, took a 64-bit multiply, shift and add (relative_bias's gather
-  // cost 8 integer instructions per diagonal, 4 now) and the live 64-bit
+  // cost 8 integer instructions per diagonal, 5 now) and the live 64-bit
   // stride a register pair. The CPU loads through the memref: x86 scales
   // an element index in the address itself.
   Type elemTy = cast<MemRefType>(captures_[pi].getType()).getElementType();
-  int64_t bytes = std::max<int64_t>(1, elemTy.getIntOrFloatBitWidth() / 8);
+  const int64_t bytes = int64_t(rt::dtypeSize(info_.params[pi].dtype));
   Value addr =
       byteAddressedGathers_
           ? memref::ExtractAlignedPointerAsIndexOp::create(b_, captures_[pi])
           : cIdx(0);
   const size_t last = g.getIndices().size() - 1;
   for (auto [d, idx] : llvm::enumerate(g.getIndices())) {
-    Value hi = arith::IndexCastOp::create(
-        b_, i32_,
-        minI(sub(capDims_[pi][d], cIdx(1)),
-             cIdx(std::numeric_limits<int32_t>::max())));
-    Value i = minI(maxI(map.lookup(idx), cI32(0)), hi);
+    Value i = clampedIndex(pi, d, map.lookup(idx));
     Value stride = capStrides_[pi][d];
     Value term;
     if (!byteAddressedGathers_) {

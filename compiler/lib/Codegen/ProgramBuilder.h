@@ -345,6 +345,10 @@ protected:
                        Value l, function_ref<Value(Value)> acc);
   Value materialize(Value v, IRMapping &map);
   Value gather(attn::GatherOp g, IRMapping &map);
+  /// Index `i` (i32) of dimension d of capture pi clamped into it, in i32
+  /// (an extent past 2^31 - 1 holds every i32 index): a gather's, and the
+  /// accumulate's into the capture's gradient.
+  Value clampedIndex(size_t pi, size_t d, Value i);
   /// attn.sum on scalars: a loop over the index, the body's values local
   /// to it (what it reads from outside is computed before the loop).
   Value sum(attn::SumOp s, IRMapping &map);

@@ -61,14 +61,9 @@ void BackwardBuilder::addToGradients(attn::AccumulateOp a, IRMapping &map) {
     ++pi;
   Value off = cIdx(0);
   for (auto [d, idx] : llvm::enumerate(a.getIndices())) {
-    // Clamped as the gather that read the element (in i32, then widened
-    // unsigned: gather's clamp).
-    Value n = capDims_[pi][d];
-    Value hi = arith::IndexCastOp::create(
-        b_, i32_,
-        minI(sub(n, cIdx(1)), cIdx(std::numeric_limits<int32_t>::max())));
-    Value i = minI(maxI(materialize(idx, map), cI32(0)), hi);
-    off = add(mul(off, n),
+    // Clamped as the gather that read the element, then widened unsigned.
+    Value i = clampedIndex(pi, d, materialize(idx, map));
+    off = add(mul(off, capDims_[pi][d]),
               arith::IndexCastUIOp::create(b_, b_.getIndexType(), i));
   }
   Value at = add(gradBase_[pi], off);

@@ -453,9 +453,13 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   // (from the position of its row g, unclamped: a row past the item's end
   // is never kept).
   const bool shareDiagonals = diagonalsShared();
-  Value row0Pos = arith::IndexCastOp::create(
-      b_, i32_,
-      add(it.qpos0, rowCoords(e, it, add(mul(warp, cIdx(16)), g)).second));
+  Value row0Pos =
+      shareDiagonals
+          ? Value(arith::IndexCastOp::create(
+                b_, i32_,
+                add(it.qpos0,
+                    rowCoords(e, it, add(mul(warp, cIdx(16)), g)).second)))
+          : Value();
   SmallVector<Value> init(D / 8 * 4, e.zeroF);
   // Tile t's K and V rows into stage `stage` of the ring (off: its first
   // element past stage 0's; null with one stage).
