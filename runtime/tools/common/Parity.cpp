@@ -305,6 +305,16 @@ std::vector<Shape> suiteShapes(const Shape &base,
   // Heads 8..15 of a model with 24 (a head-parallel shard): the modifiers
   // see the model's h, H and HKV.
   extra([](Shape &s) { s.headOffset = 8; s.headCount = 24; });
+  // Several whole 64 x 64 tiles off the diagonal and before the tails,
+  // in 16 bits: the tensor-core kernels' exact (unmasked, unpredicated)
+  // loop versions, which the 100-token shapes above barely reach.
+  extra([](Shape &s) {
+    s.dtype = rt::DType::BF16;
+    s.qLen = s.kvLen = 250;
+    s.heads = 2;
+    s.kvHeads = 1;
+    s.batch = 1;
+  });
   return out;
 }
 
