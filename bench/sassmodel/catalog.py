@@ -60,7 +60,8 @@ def images_of_package(example: str, package: dict, backward: bool) -> list[Image
                       k["dtype"], dims, k["target"], "forward", k["kernel"],
                       TileWork(tw["mma"], tw["async_copies"], tw.get("atomics", 0), "KV tile",
                                tw.get("tma_loads", 0),
-                               tw.get("mbarrier_waits", 1 if tw.get("tma_loads") else 0)),
+                               tw.get("mbarrier_waits", 1 if tw.get("tma_loads") else 0),
+                               tw.get("sum_mma", 0)),
                       _config(k["kernel"]))
             out.append(Image(k["target"], k["ptx"], [e]))
         if not backward:

@@ -136,7 +136,8 @@ def cmd_analyze(args) -> int:
         m, walk = tile_metrics(g, TileWork(args.mma, args.copies, args.atomics,
                                            tma_loads=args.tma_loads,
                                            waits=(args.waits if args.waits is not None
-                                                  else 1 if args.tma_loads else 0)),
+                                                  else 1 if args.tma_loads else 0),
+                                           sum_mma=args.sum_mma),
                                args.warps)
     except UnsupportedCode as e:
         print(f"FAIL: structure not recognized: {e}")
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copies", type=int, default=0)
     p.add_argument("--atomics", type=int, default=0)
     p.add_argument("--tma-loads", type=int, default=0)
+    p.add_argument("--sum-mma", type=int, default=0,
+                   help="of --mma, those adding the softmax's row sums (not counted as FLOP)")
     p.add_argument("--waits", type=int, default=None,
                    help="mbarrier waits per tile and warp (default: 1 with --tma-loads)")
     p.add_argument("--warps", type=int, default=1,

@@ -32,6 +32,14 @@ def mma_flop(x: Instruction) -> int:
         return 2 * m * n * k // 4
     return MMA_FLOP.get(shape, 4096)
 
+def product_flop(mma_ins: list[Instruction], sum_mma: int) -> int:
+    """The MMA-FLOP of a path's products: every MMA's but those of the
+    `sum_mma` that add the softmax's row sums (the smallest: an HMMA like
+    the others, an HGMMA.64x8)."""
+    flops = sorted(mma_flop(x) for x in mma_ins)
+    return sum(flops[sum_mma:])
+
+
 _WIDE_PARTS = {"WIDE", "X", "64", "U64", "S64", "EX"}
 
 
@@ -141,12 +149,15 @@ def _invariant_registers(cfg: Cfg, walk: Walk) -> int:
     return len(read - written)
 
 
-def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
+def path_metrics(cfg: Cfg, walk: Walk, sum_mma: int = 0) -> PathMetrics:
+    """The path's counts; MMA-FLOP and instructions per MMA are the
+    products' (the row sums' `sum_mma` MMAs issued, not counted as work)."""
     seq = walk.instructions
     n = len(seq)
     issued = n + walk.call_cost
     mma_ins = [x for x in seq if x.stem in TILE_MMA_OPS]
-    flop = sum(mma_flop(x) for x in mma_ins)
+    flop = product_flop(mma_ins, sum_mma)
+    products = len(mma_ins) - sum_mma
     copies = sum(1 for x in seq if x.stem == "LDGSTS")
 
     # Copy overhead: two iterations, seeds are the copies and the control
@@ -191,7 +202,7 @@ def path_metrics(cfg: Cfg, walk: Walk) -> PathMetrics:
         instructions=issued,
         mma=len(mma_ins),
         mma_flop_per_instruction=round(flop / issued, 1) if issued else 0.0,
-        instructions_per_mma=round(issued / len(mma_ins), 2) if mma_ins else 0.0,
+        instructions_per_mma=round(issued / products, 2) if products > 0 else 0.0,
         async_copies=copies,
         instructions_per_async_copy=round(copy_instr / copies, 1) if copies else 0.0,
         tma_loads=sum(1 for x in seq if x.stem == "UTMALDG"),
@@ -240,16 +251,18 @@ def tile_metrics(cfg: Cfg, work: TileWork, warps: int) -> tuple[PathMetrics, Wal
     (and its walk is the one returned), with the issuing warp's count
     beside them."""
     walk = steady_state(cfg, work)
-    m = path_metrics(cfg, walk)
+    m = path_metrics(cfg, walk, work.sum_mma)
     if not work.tma_loads:
         return m, walk
     other_walk = steady_state(cfg, work.without_tma())
-    other = path_metrics(cfg, other_walk)
+    other = path_metrics(cfg, other_walk, work.sum_mma)
     avg = (m.instructions + (warps - 1) * other.instructions) / warps
-    flop = sum(mma_flop(x) for x in walk.instructions if x.stem in TILE_MMA_OPS)
+    flop = product_flop([x for x in walk.instructions if x.stem in TILE_MMA_OPS],
+                        work.sum_mma)
+    products = other.mma - work.sum_mma
     other.issuing_warp_instructions = m.instructions
     other.tma_loads = m.tma_loads
     other.instructions = int(round(avg))
     other.mma_flop_per_instruction = round(flop / avg, 1) if avg else 0.0
-    other.instructions_per_mma = round(avg / other.mma, 2) if other.mma else 0.0
+    other.instructions_per_mma = round(avg / products, 2) if products > 0 else 0.0
     return other, other_walk

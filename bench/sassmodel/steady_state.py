@@ -40,13 +40,17 @@ class TileWork:
     #: mbarrier waits (try_wait) per tile and thread: a kernel fed by TMA
     #: waits once per tile in every warp.
     waits: int = 0
+    #: Of `mma`, those that add the softmax's row sums (P [V | 1]'s ones
+    #: column, the smallest products): issued, not the attention's FLOP.
+    sum_mma: int = 0
 
     def goal(self) -> tuple[int, int, int, int, int]:
         return (self.mma, self.async_copies, self.atomics, self.tma_loads, self.waits)
 
     def without_tma(self) -> "TileWork":
         """The same tile as a warp that issues no TMA load sees it."""
-        return TileWork(self.mma, self.async_copies, self.atomics, self.what, 0, self.waits)
+        return TileWork(self.mma, self.async_copies, self.atomics, self.what, 0, self.waits,
+                        self.sum_mma)
 
 
 @dataclass

@@ -92,6 +92,16 @@ LogicalResult AccumulateOp::verify() {
   } else {
     return emitOpError("kind must be pv, dq, dv or dk, got '") << k << "'";
   }
+  if (getRowSums() && k != "pv")
+    return emitOpError("row_sums is for pv only, got '") << k << "'";
+  return success();
+}
+
+LogicalResult ZeroAccOp::verify() {
+  if (getWidth() != "v" && getWidth() != "k")
+    return emitOpError("width must be v or k, got '") << getWidth() << "'";
+  if (getRowSums() && getWidth() != "v")
+    return emitOpError("row_sums is for width v only");
   return success();
 }
 

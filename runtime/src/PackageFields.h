@@ -99,8 +99,8 @@ inline bool paramSizes(const json &j, const char *key, std::vector<int> &out,
 }
 
 /// An optional tile-work object {"mma": N, "async_copies": M, "atomics":
-/// A, "tma_loads": T, "mbarrier_waits": W} (the last three optional); absent, `out`
-/// stays unstated (zero).
+/// A, "tma_loads": T, "mbarrier_waits": W, "sum_mma": S} (the last four
+/// optional; S <= N); absent, `out` stays unstated (zero).
 inline bool tileWorkField(const json &j, const char *key, TileWork &out,
                           std::string &why) {
   auto it = j.find(key);
@@ -118,7 +118,9 @@ inline bool tileWorkField(const json &j, const char *key, TileWork &out,
       (it->contains("tma_loads") &&
        !intField(*it, "tma_loads", 0, kMax, out.tmaLoads, why)) ||
       (it->contains("mbarrier_waits") &&
-       !intField(*it, "mbarrier_waits", 0, kMax, out.mbarrierWaits, why))) {
+       !intField(*it, "mbarrier_waits", 0, kMax, out.mbarrierWaits, why)) ||
+      (it->contains("sum_mma") &&
+       !intField(*it, "sum_mma", 0, out.mma, out.sumMma, why))) {
     why = fmt::format("\"{}\": {}", key, why);
     return false;
   }
@@ -133,6 +135,8 @@ inline json tileWorkToJson(const TileWork &w) {
     j["tma_loads"] = w.tmaLoads;
   if (w.mbarrierWaits)
     j["mbarrier_waits"] = w.mbarrierWaits;
+  if (w.sumMma)
+    j["sum_mma"] = w.sumMma;
   return j;
 }
 

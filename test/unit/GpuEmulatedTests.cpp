@@ -253,6 +253,62 @@ TEST_CASE("emulated GPU: the running maximum moves only by more than 2^8, "
     }
 }
 
+TEST_CASE("emulated GPU: the tensor-core forward divides O by its ones "
+          "column's sums, with or without the LSE, whose sums stay f32's",
+          "[gpu-emulated]") {
+  // O's sums are P [V | 1]'s extra column (the rounded P that weights O);
+  // the LSE's are f32 adds of the unrounded P, taken only where the call
+  // writes an LSE. A call without it must write the same O, bit for bit,
+  // and that O must match the fp64 reference; with it, the LSE stays
+  // within f32's error even where one probability dominates its row (a
+  // scale of 2.5; from the column's sums it was 2.3e-3 off, bf16's 2^-9).
+  // Keys rise by 12 per 64 (FlashAttention's rescale at every tile: the
+  // column is rescaled with O) in half the heads.
+  Gpu g;
+  const int64_t Lq = 150, Lk = 300;
+  std::vector<float> slope = {0.5f, -0.25f, 0.125f, 1.0f};
+  for (const char *variant : {"causal", "heads", "capped"})
+    for (const char *target : {"sm_80", "sm_90a"})
+      for (DType dt : {DType::F16, DType::BF16})
+        for (int64_t D : {64, 128}) {
+          INFO(variant << " " << target << " " << dtypeName(dt) << " D=" << D);
+          auto k = g.kernel(variant, dt, D, target);
+          HostProblem p(dt, 1, 4, 2, Lq, Lk, D, 23);
+          for (int64_t j = 0; j < Lk; ++j)
+            for (int64_t d = 0; d < D; ++d) {
+              int64_t at = j * D + d; // KV head 0
+              storeFromDouble(p.k.data(), dt, at,
+                              loadAsDouble(p.k.data(), dt, at) * 0.25 +
+                                  12.0 * double(j / 64) / double(D));
+            }
+          p.a.scale = 2.5;
+          if (std::string(variant) == "heads")
+            p.a.tensors = {
+                {"slope", TensorView::contiguous(slope.data(), DType::F32, {4})}};
+          if (std::string(variant) == "capped")
+            p.a.scalars = {{"cap", 30.0}};
+          REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+          std::vector<double> ref, refLse;
+          REQUIRE(referenceAttention(k->variant(), p.a, ref, refLse).isOk());
+          double lseErr = 0;
+          for (size_t r = 0; r < refLse.size(); ++r)
+            lseErr = std::max(lseErr, std::fabs(p.lse[r] - refLse[r]) /
+                                          std::max(1.0, std::fabs(refLse[r])));
+          // (capped: its tanh's absolute error, ~3e-7 cap)
+          CHECK(lseErr < (std::string(variant) == "capped" ? 2e-5 : 2e-6));
+          std::vector<uint8_t> withLse = p.out;
+          p.out.assign(p.out.size(), 0xff);
+          p.a.lse = {};
+          REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+          CHECK(p.out == withLse);
+          double err = 0;
+          for (size_t i = 0; i < ref.size(); ++i)
+            err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt,
+                                                       int64_t(i)) - ref[i]));
+          CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
+        }
+}
+
 TEST_CASE("emulated GPU: division by a divisor fixed for the loop, at the "
           "ends of the float range",
           "[gpu-emulated]") {

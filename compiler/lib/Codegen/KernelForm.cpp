@@ -56,6 +56,17 @@ mlir::LogicalResult lowerWithForm(const KernelForm &form,
                                "form '")
              << form.name() << "' does not for this configuration";
   }
+  if (!form.takesSumsInAccumulator(configOf(kernel).spec)) {
+    mlir::Operation *asks = nullptr;
+    kernel.walk([&](mlir::flash::ZeroAccOp z) {
+      if (z.getRowSums())
+        asks = z;
+    });
+    if (asks)
+      return asks->emitOpError("keeps the sums in the accumulator, which the "
+                               "form '")
+             << form.name() << "' does not for this configuration";
+  }
   return form.lower(kernel, mask, container);
 }
 

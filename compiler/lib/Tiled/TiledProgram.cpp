@@ -86,8 +86,15 @@ public:
 
   /// The forward: O and LSE of a work item (TiledProgram.h). With
   /// `scaleInExponent` the scores stay products and every exponent's
-  /// factor log2(e) becomes |scale| log2(e), the LSE's m |scale| m.
-  void forward(bool scaleInExponent) {
+  /// factor log2(e) becomes |scale| log2(e), the LSE's m |scale| m. With
+  /// `sumsInAccumulator` (and no dropout: its sums keep the probabilities
+  /// P V drops) the sums that divide O are a column of the accumulator, P
+  /// [V | 1], rescaled with O; the f32 sums of the unrounded P stay, for
+  /// the LSE only (flash.rescale_sum lse_only: a form skips them where no
+  /// LSE is written), so that the LSE keeps f32's accuracy where P's
+  /// rounding (2^-9 in bf16) would move it by up to 2e-3.
+  void forward(bool scaleInExponent, bool sumsInAccumulator) {
+    sumsInAccumulator &= !dropout_;
     MLIRContext *ctx = b_.getContext();
     Type accT = AccType::get(ctx), rowsT = RowsType::get(ctx),
          partT = PartialsType::get(ctx);
@@ -123,7 +130,7 @@ public:
           b_, arith::MulFOp::create(b_, arith::SubFOp::create(b_, x[0], x[1]),
                                     log2Factor(x, 2)));
     };
-    Value acc0 = ZeroAccOp::create(b_, accT, "v");
+    Value acc0 = ZeroAccOp::create(b_, accT, "v", sumsInAccumulator);
     Value m0 = FillRowsOp::create(
         b_, rowsT, b_.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
     Value l0 = ZeroPartialsOp::create(b_, partT);
@@ -165,20 +172,25 @@ public:
       Value alpha = rowsMap(with({m, mUse}, c), exp2OfDifference);
       Value p = scoresMap({s}, with({mUse}, c), exp2OfDifference);
       Value lNew = RescaleSumOp::create(b_, partT, l, alpha,
-                                        RowSumOp::create(b_, partT, p));
+                                        RowSumOp::create(b_, partT, p),
+                                        sumsInAccumulator);
       Value scaled = ScaleAccOp::create(b_, accT, acc, alpha);
       // Dropout after the statistics: the sums keep every probability,
       // P.V takes the kept ones, scaled.
       Value pv = dropout_ ? Value(DropoutOp::create(b_, ScoresType::get(ctx),
                                                     p, t))
                           : p;
-      Value accNew = AccumulateOp::create(b_, accT, scaled, pv, kv, "pv");
+      Value accNew = AccumulateOp::create(b_, accT, scaled, pv, kv, "pv",
+                                          sumsInAccumulator);
       return SmallVector<Value>{accNew, mNew, lNew};
     });
     // The epilogue: O = acc / l (0 for a row with no key: l = 0; a NaN l
     // from non-finite scores propagates), LSE = m + ln l (-inf where l = 0).
     Value l = CompleteOp::create(b_, rowsT, loop.getResult(2));
-    Value invL = rowsMap({l}, [&](ArrayRef<Value> x) -> Value {
+    Value lO = sumsInAccumulator
+                   ? Value(AccSumsOp::create(b_, rowsT, loop.getResult(0)))
+                   : l;
+    Value invL = rowsMap({lO}, [&](ArrayRef<Value> x) -> Value {
       Value pos = arith::CmpFOp::create(b_, arith::CmpFPredicate::UNE, x[0],
                                         f32(0.0));
       return arith::SelectOp::create(
@@ -299,7 +311,8 @@ KernelOp buildForwardKernel(ModuleOp module, attn::VariantOp variant,
                             StringRef name) {
   KernelWriter w(module, variant);
   KernelOp k = w.kernel("forward", form, config, name);
-  w.forward(config.scaleInExponent && scoreModIsIdentity(variant));
+  w.forward(config.scaleInExponent && scoreModIsIdentity(variant),
+            config.sumsInAccumulator);
   return k;
 }
 
@@ -329,6 +342,7 @@ FlashConfig configOf(KernelOp k) {
   c.vectorWidth = int64_t(k.getVectorWidth());
   c.spec.dropout = false;
   k.walk([&](DropoutOp) { c.spec.dropout = true; });
+  k.walk([&](ZeroAccOp z) { c.sumsInAccumulator |= z.getRowSums(); });
   c.spec.keyOffsets = k.getKeyOffsets();
   c.spec.stages = int64_t(k.getStages());
   return c;

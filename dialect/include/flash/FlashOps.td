@@ -263,8 +263,13 @@ def Flash_ZeroPartialsOp : Flash_Op<"zero_partials", [Pure]> {
 
 def Flash_RescaleSumOp : Flash_Op<"rescale_sum", [Pure]> {
   let summary = "Running partial sums rescaled, plus a tile's: sum * scale + add";
+  let description = [{
+    With `lse_only`, the sums serve the LSE alone (O's are its
+    accumulator's, `flash.acc_sums`): a form may leave them as they are
+    (and skip `add`'s row sums) in a kernel call that writes no LSE.
+  }];
   let arguments = (ins Flash_Partials:$sum, Flash_Rows:$scale,
-                       Flash_Partials:$add);
+                       Flash_Partials:$add, UnitAttr:$lse_only);
   let results = (outs Flash_Partials:$result);
   let assemblyFormat = "$sum `*` $scale `+` $add attr-dict";
 }
@@ -332,11 +337,27 @@ def Flash_ScoresMapOp : Flash_Op<"scores_map", [Pure, AttrSizedOperandSegments,
 def Flash_ZeroAccOp : Flash_Op<"zero_acc", [Pure]> {
   let summary = "An accumulator of zeros";
   let description = [{
-    `width` is `v` (Dv: O, dV) or `k` (Dqk: dQ, dK).
+    `width` is `v` (Dv: O, dV) or `k` (Dqk: dQ, dK). With `row_sums` (`v`
+    only), the accumulator has a column of its rows' sums beside them: the
+    forward's O with the softmax's sums, added to by `flash.accumulate pv
+    {row_sums}` (P [V | 1]), rescaled with O by `flash.scale_acc`, read by
+    `flash.acc_sums`.
   }];
-  let arguments = (ins StrAttr:$width);
+  let arguments = (ins StrAttr:$width, UnitAttr:$row_sums);
   let results = (outs Flash_Acc:$acc);
   let assemblyFormat = "$width attr-dict";
+  let hasVerifier = 1;
+}
+
+def Flash_AccSumsOp : Flash_Op<"acc_sums", [Pure]> {
+  let summary = "Each row's sum from an accumulator's sums column";
+  let description = [{
+    The sums column of an accumulator made by `flash.zero_acc {row_sums}`:
+    each row's whole sum (no partial sums to add).
+  }];
+  let arguments = (ins Flash_Acc:$acc);
+  let results = (outs Flash_Rows:$rows);
+  let assemblyFormat = "$acc attr-dict";
 }
 
 def Flash_ScaleAccOp : Flash_Op<"scale_acc", [Pure]> {
@@ -352,10 +373,14 @@ def Flash_AccumulateOp : Flash_Op<"accumulate", [Pure]> {
     `pv` (forward: O += P V, rows by value dims), `dq` (dQ += dX K), `dv`
     (dV += P^T dO, keys by value dims), `dk` (dK += dX^T Q). `with` is the
     staged operand: the KV tile (pv, dq) or the query-side rows (dv, dk).
+    With `row_sums` (pv only, into an accumulator with a sums column), each
+    row's sum of the scores is added to that column: P [V | 1], the
+    softmax's sums taken from the same rounded P as O (a tensor-core form:
+    one MMA per 16 keys instead of an add per score).
   }];
   let arguments = (ins Flash_Acc:$acc, Flash_Scores:$scores,
                        AnyTypeOf<[Flash_KeyValue, Flash_Query]>:$with,
-                       StrAttr:$kind);
+                       StrAttr:$kind, UnitAttr:$row_sums);
   let results = (outs Flash_Acc:$result);
   let assemblyFormat = [{
     $kind $acc `+` $scores `x` $with attr-dict `:` type($with)

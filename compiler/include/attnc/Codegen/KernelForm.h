@@ -73,12 +73,20 @@ public:
   virtual bool takesScaleInExponent(const rt::KernelSpec &) const {
     return false;
   }
+  /// Whether the forward keeps the softmax's sums as a column of its
+  /// accumulator (flash.zero_acc and flash.accumulate {row_sums},
+  /// flash.acc_sums): P [V | 1] on the tensor cores.
+  virtual bool takesSumsInAccumulator(const rt::KernelSpec &) const {
+    return false;
+  }
   /// `base` (the vector width, ...) with what this form fixes for `spec`:
-  /// the spec itself and whether the scale goes into the exponents. Every
-  /// tiled program of the form is built from a configuration made here.
+  /// the spec itself, whether the scale goes into the exponents and the
+  /// sums into the accumulator. Every tiled program of the form is built
+  /// from a configuration made here.
   FlashConfig flashConfig(FlashConfig base, const rt::KernelSpec &spec) const {
     base.spec = spec;
     base.scaleInExponent = takesScaleInExponent(spec);
+    base.sumsInAccumulator = takesSumsInAccumulator(spec);
     return base;
   }
   /// The configurations the tuner times for a request's shape class.

@@ -14,7 +14,10 @@
 // ln(l), -inf (and O = 0) for a row with no key. A form may take the
 // scale in the exponents instead (FlashConfig::scaleInExponent): for an
 // identity score_mod, m is then over the unscaled products and the
-// factor is |scale| log2(e) (flash.score_scale).
+// factor is |scale| log2(e) (flash.score_scale). And it may keep the sums
+// l in its accumulator (FlashConfig::sumsInAccumulator): a column of ones
+// beside V, so that P V adds each row's sum of the same rounded P that
+// weights O (a tensor core's MMA per 16 keys instead of an add per score).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_TILED_TILEDPROGRAM_H
@@ -35,6 +38,9 @@ struct FlashConfig {
   /// The form takes the softmax scale in the forward's exponents where the
   /// score_mod is the identity (KernelForm::takesScaleInExponent).
   bool scaleInExponent = false;
+  /// The form's forward keeps the softmax's sums as a column of its
+  /// accumulator, P [V | 1] (KernelForm::takesSumsInAccumulator).
+  bool sumsInAccumulator = false;
 };
 
 /// Whether `variant`'s score_mod returns the score unchanged.

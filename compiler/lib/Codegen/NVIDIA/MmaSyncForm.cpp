@@ -121,6 +121,10 @@ public:
   bool takesScaleInExponent(const rt::KernelSpec &s) const override {
     return tensorCoreLayout(s).qInRegisters;
   }
+  /// The sums as O's ones column (TensorCoreLayout::sumsInAccumulator).
+  bool takesSumsInAccumulator(const rt::KernelSpec &s) const override {
+    return tensorCoreLayout(s).sumsInAccumulator;
+  }
   std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,
                                              StringRef target) const override {
     std::vector<rt::KernelSpec> out;

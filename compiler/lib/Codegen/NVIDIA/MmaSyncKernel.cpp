@@ -402,7 +402,9 @@ LogicalResult TensorCoreKernel::lowerOp(Operation &op) {
     return success();
   }
   if (auto z = dyn_cast<flash::ZeroAccOp>(op)) {
-    regs[z] = SmallVector<Value>(MT * DT * 4, e.zeroF);
+    // With the sums: an n-tile of them after O's, per m-tile.
+    regs[z] = SmallVector<Value>(MT * DT * 4 + (z.getRowSums() ? MT * 4 : 0),
+                                 e.zeroF);
     return success();
   }
   if (auto f = dyn_cast<flash::FillRowsOp>(op)) {
@@ -697,7 +699,8 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
     raw = memref::ViewOp::create(
         b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                             MemRefLayoutAttrInterface(), wg),
-        raw, viewAt, ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes())});
+        raw, viewAt,
+        ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes() + L.onesBytes())});
     smemAddr = u32OfIdx(memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
     viewAt = cIdx(0);
   }

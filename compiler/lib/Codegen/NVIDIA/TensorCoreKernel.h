@@ -287,8 +287,13 @@ private:
   /// P's registers as wgmma's A operand: per 16 keys four packed pairs
   /// (i32), in order.
   SmallVector<Value> pvOperands(ArrayRef<Value> P);
-  /// V's descriptors per 16 keys for the stage's V at element vBase.
+  /// V's descriptors per 16 keys for the stage's V at element vBase, then
+  /// (sumsInAccumulator) the ones' descriptor.
   SmallVector<Value> pvDescriptors(Value vBase);
+  /// The shared address (i32) of the sums' ones (TensorCoreLayout), and
+  /// their writing by the consumers (consumersStart).
+  Value onesAddress();
+  void writeOnes();
   /// Issues O += P V (A: pvOperands) on descriptors `descs`, unwaited.
   SmallVector<Value> issuePv(ArrayRef<Value> aRegs, ArrayRef<Value> o,
                              ArrayRef<Value> descs);

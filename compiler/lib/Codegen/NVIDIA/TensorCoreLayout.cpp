@@ -9,6 +9,7 @@ namespace attnc {
 
 TensorCoreLayout tensorCoreLayout(const rt::KernelSpec &s, bool wgmma) {
   TensorCoreLayout L;
+  L.sumsInAccumulator = !s.dropout;
   if (wgmma) {
     L.wgmma = true;
     L.warps = s.blockM / 16;
@@ -76,6 +77,11 @@ rt::TileWork tensorCoreTileWork(const rt::KernelSpec &s, bool wgmma) {
   w.mma = L.wgmma ? s.headDim / 16 + s.blockN / 16
                   : L.mTiles * (s.blockN / 8 * (s.headDim / 16) +
                                 s.blockN / 16 * (s.vHeadDim / 8));
+  // The sums' MMAs (P [V | 1]): one per 16 keys (and m-tile), N = 8.
+  if (L.sumsInAccumulator) {
+    w.sumMma = L.wgmma ? s.blockN / 16 : L.mTiles * (s.blockN / 16);
+    w.mma += w.sumMma;
+  }
   w.asyncCopies = perThread(s.blockN * s.headDim / 8) +
                   perThread(s.blockN * s.vHeadDim / 8);
   if (L.wgmma) {

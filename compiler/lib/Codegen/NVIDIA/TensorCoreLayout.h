@@ -72,8 +72,16 @@ struct TensorCoreLayout {
   /// bytes each): `full` (the producer's loads landed) and `empty` (every
   /// consumer warp is done reading the stage).
   int64_t tmaBytes() const { return wgmma ? stages * 16 : 0; }
+  /// The forward keeps the softmax's sums in O's accumulator (every
+  /// kernel without dropout): P [V | 1], one MMA per 16 keys and m-tile
+  /// adding a row's probabilities where the adds were one per score.
+  bool sumsInAccumulator = false;
+  /// wgmma, after the mbarriers: the ones column's B operand, 16 keys x 8
+  /// columns of 1.0 without swizzle (256 bytes, K-major core matrices
+  /// 128 bytes apart), written by the consumers at their start.
+  int64_t onesBytes() const { return wgmma && sumsInAccumulator ? 256 : 0; }
   int64_t sharedBytes() const {
-    return totalElems * 2 + (wgmma ? 1024 + tmaBytes() : 0);
+    return totalElems * 2 + (wgmma ? 1024 + tmaBytes() + onesBytes() : 0);
   }
 };
 

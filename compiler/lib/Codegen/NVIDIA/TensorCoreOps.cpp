@@ -263,6 +263,10 @@ std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
           for (int64_t c = 0; c < 4; ++c)
             out.push_back(arith::MulFOp::create(b_, o[(mt * DT + dt) * 4 + c],
                                                 alpha[mt * 2 + (c >> 1)]));
+      // (the sums' n-tiles, where the accumulator has them)
+      for (size_t at = out.size(); at < o.size(); ++at)
+        out.push_back(arith::MulFOp::create(
+            b_, o[at], alpha[(at - MT * DT * 4) / 4 * 2 + ((at % 4) >> 1)]));
       return out;
     });
     return success();
@@ -321,6 +325,16 @@ std::optional<LogicalResult> TensorCoreKernel::lowerProductOp(Operation &op) {
       for (int64_t dt = 0; dt < DT; ++dt)
         for (int64_t c = 0; c < 4; ++c)
           O[mt][dt].push_back(o[(mt * DT + dt) * 4 + c]);
+    // The sums (row_sums): P times a B of ones, per m-tile, after O's.
+    SmallVector<Frag> sums;
+    Value one;
+    if (a.getRowSums()) {
+      for (int64_t mt = 0; mt < MT; ++mt)
+        sums.push_back(Frag(o.begin() + MT * DT * 4 + mt * 4,
+                            o.begin() + MT * DT * 4 + mt * 4 + 4));
+      Value c1 = arith::ConstantOp::create(b_, b_.getFloatAttr(elem_, 1.0));
+      one = mf.packPair(c1, c1);
+    }
     // O += P V: P's accumulator fragments are the A fragments of the second
     // MMA (converted in registers); each V fragment (ldmatrix.trans) feeds
     // every m-tile.
@@ -343,11 +357,15 @@ std::optional<LogicalResult> TensorCoreKernel::lowerProductOp(Operation &op) {
             O[mt][2 * dt2 + h] =
                 mma(fa[mt], {fr[2 * h], fr[2 * h + 1]}, O[mt][2 * dt2 + h]);
       }
+      for (size_t mt = 0; mt < sums.size(); ++mt)
+        sums[mt] = mma(fa[mt], {one, one}, sums[mt]);
     }
     SmallVector<Value> out;
     for (auto &m : O)
       for (auto &f : m)
         out.append(f.begin(), f.end());
+    for (const Frag &f : sums)
+      out.append(f.begin(), f.end());
     regs[a] = out;
     return success();
   }
@@ -374,8 +392,8 @@ std::optional<LogicalResult> TensorCoreKernel::lowerRowOp(Operation &op) {
     regs[m] = out;
     return success();
   }
-  if (auto s = dyn_cast<flash::RowSumOp>(op)) {
-    // This lane's part of each row (flash.complete adds the lanes).
+  // This lane's part of each row (flash.complete adds the lanes).
+  auto partialSums = [&](flash::RowSumOp s) {
     const SmallVector<Value> &p = regs[s.getScores()];
     SmallVector<Value> out(R, e.zeroF);
     for (int64_t mt = 0; mt < MT; ++mt)
@@ -384,7 +402,17 @@ std::optional<LogicalResult> TensorCoreKernel::lowerRowOp(Operation &op) {
           int64_t r = mt * 2 + (c >> 1);
           out[r] = arith::AddFOp::create(b_, out[r], p[(mt * NT + nt) * 4 + c]);
         }
-    regs[s] = out;
+    return out;
+  };
+  auto lseOnly = [](Operation *user) {
+    auto r = dyn_cast<flash::RescaleSumOp>(user);
+    return r && r.getLseOnly();
+  };
+  if (auto s = dyn_cast<flash::RowSumOp>(op)) {
+    // Sums for the LSE alone are added where it is written (below).
+    if (!s->use_empty() && llvm::all_of(s->getUsers(), lseOnly))
+      return success();
+    regs[s] = partialSums(s);
     return success();
   }
   if (auto m = dyn_cast<flash::RowsMapOp>(op)) {
@@ -399,13 +427,35 @@ std::optional<LogicalResult> TensorCoreKernel::lowerRowOp(Operation &op) {
     return success();
   }
   if (auto s = dyn_cast<flash::RescaleSumOp>(op)) {
+    auto rescaled = [&](const SmallVector<Value> &add) {
+      SmallVector<Value> out(R);
+      for (int64_t r = 0; r < R; ++r)
+        out[r] = arith::AddFOp::create(
+            b_, arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
+                                      rowsOf(s.getScale())[r]),
+            add[r]);
+      return out;
+    };
+    auto rowSum = s.getAdd().getDefiningOp<flash::RowSumOp>();
+    if (!s.getLseOnly() || !rowSum) {
+      regs[s] = rescaled(rowsOf(s.getAdd()));
+      return success();
+    }
+    // O's sums are the accumulator's: these, the f32 sums of the unrounded
+    // probabilities, only where the call writes the LSE (a uniform branch;
+    // the adds skipped in a call without it).
+    regs[s] = ifYield(e.hasLse, rowsOf(s.getSum()),
+                      [&] { return rescaled(partialSums(rowSum)); });
+    return success();
+  }
+  if (auto a = dyn_cast<flash::AccSumsOp>(op)) {
+    // The sums' n-tile of m-tile mt: rows g (c 0, 1) and g + 8 (c 2, 3),
+    // the same value in both columns (each is all of the row's sum).
+    const SmallVector<Value> &acc = regs[a.getAcc()];
     SmallVector<Value> out(R);
     for (int64_t r = 0; r < R; ++r)
-      out[r] = arith::AddFOp::create(
-          b_, arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
-                                    rowsOf(s.getScale())[r]),
-          rowsOf(s.getAdd())[r]);
-    regs[s] = out;
+      out[r] = acc[MT * DT * 4 + (r / 2) * 4 + 2 * (r % 2)];
+    regs[a] = out;
     return success();
   }
   if (auto c = dyn_cast<flash::CompleteOp>(op)) {

@@ -12,17 +12,18 @@ using namespace mlir;
 namespace attnc::codegen {
 
 Value WgmmaEmitter::descriptor(Value base, int64_t offset, int64_t lbo,
-                               int64_t sbo) {
+                               int64_t sbo, bool swizzle128) {
   Type i32 = b_.getI32Type();
   auto c = [&](int64_t v) {
     return arith::ConstantOp::create(b_, b_.getI32IntegerAttr(int32_t(v)));
   };
   // Bits 0-13: address >> 4; 16-29: lbo >> 4; 32-45: sbo >> 4; 62-63: 1
-  // (128-byte swizzle); base offset 0 (atoms start on 1024-byte boundaries).
+  // (128-byte swizzle) or 0 (none); base offset 0 (atoms start on
+  // 1024-byte boundaries).
   Value lo = arith::AddIOp::create(
       b_, arith::ShRUIOp::create(b_, base, c(4)),
       c((offset >> 4) + (((lbo >> 4) & 0x3fff) << 16)));
-  Value hi = c(((sbo >> 4) & 0x3fff) | (int64_t(1) << 30));
+  Value hi = c(((sbo >> 4) & 0x3fff) | (swizzle128 ? int64_t(1) << 30 : 0));
   Value pair = vector::FromElementsOp::create(
       b_, VectorType::get({2}, i32), ValueRange{lo, hi});
   return LLVM::BitcastOp::create(b_, b_.getI64Type(), pair);

@@ -38,9 +38,10 @@ public:
   /// between atoms along N, sbo 1024 between 8-row groups). In 32-bit
   /// halves: the low one is (base >> 4) plus a constant, the high one a
   /// constant (shared addresses are below 256 KB: the 14-bit field never
-  /// carries), so a k-step's descriptor is one add.
+  /// carries), so a k-step's descriptor is one add. Without `swizzle128`,
+  /// an operand of 8 x 16-byte core matrices (the sums' ones).
   mlir::Value descriptor(mlir::Value base, int64_t offset, int64_t lbo,
-                         int64_t sbo);
+                         int64_t sbo, bool swizzle128 = true);
   void fence();
   void commit();
   void proxyFence();

@@ -133,6 +133,10 @@ public:
   bool takesScaleInExponent(const rt::KernelSpec &) const override {
     return true;
   }
+  /// The sums as O's ones column (TensorCoreLayout::sumsInAccumulator).
+  bool takesSumsInAccumulator(const rt::KernelSpec &s) const override {
+    return tensorCoreLayout(s, /*wgmma=*/true).sumsInAccumulator;
+  }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {
     return lowerTensorCoreForward(kernel, mask, container, /*wgmma=*/true,

@@ -34,6 +34,8 @@ void TensorCoreKernel::consumersStart() {
     consumerBarrier();
     signSharedQ();
   }
+  if (L.onesBytes())
+    writeOnes();
   wg.proxyFence();
   consumerBarrier();
   if (pingPong())
@@ -122,16 +124,52 @@ SmallVector<Value> TensorCoreKernel::pvDescriptors(Value vBase) {
   Value vAt = byteAddress(vBase);
   for (int64_t kk = 0; kk < KP; ++kk)
     descs.push_back(wg.descriptor(vAt, kk * 16 * 128, L.atomV * 2, 1024));
+  // The sums' B, the same ones for every 16 keys: two K-major core
+  // matrices 128 bytes apart (whichever of lbo and sbo steps along K).
+  if (L.sumsInAccumulator)
+    descs.push_back(wg.descriptor(onesAddress(), 0, 128, 128,
+                                  /*swizzle128=*/false));
   return descs;
+}
+
+Value TensorCoreKernel::onesAddress() {
+  return arith::AddIOp::create(b_, smemAddr,
+                               cI32(L.totalElems * 2 + L.tmaBytes()));
+}
+
+void TensorCoreKernel::writeOnes() {
+  // 256 bytes of 1.0 pairs, 16 bytes by each of the first 16 consumer
+  // threads (before their proxy fence and barrier: wgmma reads them
+  // through the async proxy).
+  auto wg = gpu::AddressSpaceAttr::get(b_.getContext(),
+                                      gpu::AddressSpace::Workgroup);
+  Value ones = memref::ViewOp::create(
+      b_, MemRefType::get({L.onesBytes() / 2}, elem_,
+                          MemRefLayoutAttrInterface(), wg),
+      smemBytes, cIdx(L.totalElems * 2 + L.tmaBytes()), ValueRange{});
+  auto vec = VectorType::get({8}, elem_);
+  Value v = arith::ConstantOp::create(
+      b_, vec, DenseElementsAttr::get(vec, b_.getFloatAttr(elem_, 1.0)));
+  ifThen(cmp(arith::CmpIPredicate::ult, tid, cIdx(16)), [&] {
+    vector::StoreOp::create(b_, v, ones, ValueRange{mul(tid, cIdx(8))},
+                            /*nontemporal=*/false, llvm::Align(16));
+  });
 }
 
 SmallVector<Value> TensorCoreKernel::issuePv(ArrayRef<Value> aRegs,
                                              ArrayRef<Value> o,
                                              ArrayRef<Value> descs) {
-  SmallVector<Value> acc(o.begin(), o.end());
-  for (int64_t kk = 0; kk < KP; ++kk)
+  // O's n-tiles, then (row_sums) the sums' m64n8 with B = ones.
+  SmallVector<Value> acc(o.begin(), o.begin() + DT * 4),
+      sums(o.begin() + DT * 4, o.end());
+  for (int64_t kk = 0; kk < KP; ++kk) {
     acc = wg.mma(acc, Value(), aRegs.slice(kk * 4, 4), descs[kk], DT * 4,
                  elem_.isBF16(), /*transB=*/true, /*accumulate=*/true);
+    if (!sums.empty())
+      sums = wg.mma(sums, Value(), aRegs.slice(kk * 4, 4), descs[KP], 4,
+                    elem_.isBF16(), /*transB=*/false, /*accumulate=*/true);
+  }
+  acc.append(sums);
   return acc;
 }
 

@@ -72,6 +72,9 @@ struct TileWork {
   int64_t atomics = 0;
   int64_t tmaLoads = 0; // issued by one thread of the CTA (UTMALDG)
   int64_t mbarrierWaits = 0; // per tile and warp (mbarrier.try_wait)
+  /// Of `mma`, those that add the softmax's row sums (P [V | 1]'s ones
+  /// column): issued, but not the attention's FLOP.
+  int64_t sumMma = 0;
 };
 
 class BlockMask;
