@@ -7,7 +7,9 @@
 // shared-memory descriptors, Dqk 64 = 4 k-steps; O += PV as 8 m64n64k16
 // with A from registers, block_n 128 = 8 k-steps; each group fenced
 // before, committed and waited with the accumulators tied through the
-// wait) and a producer warpgroup that fills three stages (what 227 KB
+// wait; beside them the softmax's sums as 8 m64n8k16, P times a column
+// of ones in shared memory) and a producer warpgroup that fills three
+// stages (what 227 KB
 // hold at D=64). The launch
 // gives every thread 168 registers; the producer lowers its budget to 40
 // and the consumers raise theirs to 232 (setmaxnreg, within the CTA's
@@ -55,7 +57,7 @@ module {
   flash.kernel @attnc_alibi_bf16_d64v64_m128n128w12s3 "forward" form "wgmma" of @alibi attributes {block_m = 128 : i64, block_n = 128 : i64, dtype = bf16, head_dim = 64 : i64, v_head_dim = 64 : i64, vector_width = 8 : i64, warps = 12 : i64} {
     %0 = flash.work_item
     %1 = flash.load_query "q" of %0
-    %2 = flash.zero_acc "v"
+    %2 = flash.zero_acc "v" {row_sums}
     %3 = flash.fill_rows 0xFF800000
     %4 = flash.zero_partials
     %5:3 = flash.for_tiles %0 iter_args(%2, %3, %4) : !flash.acc, !flash.rows, !flash.partials {
@@ -94,13 +96,14 @@ module {
         flash.yield %23 : f32
       }
       %17 = flash.row_sum %16
-      %18 = flash.rescale_sum %arg3 * %15 + %17
+      %18 = flash.rescale_sum %arg3 * %15 + %17 {lse_only}
       %19 = flash.scale_acc %arg1 by %15
-      %20 = flash.accumulate "pv" %19 + %16 x %9 : !flash.kv
+      %20 = flash.accumulate "pv" %19 + %16 x %9 {row_sums} : !flash.kv
       flash.yield %20, %13, %18 : !flash.acc, !flash.rows, !flash.partials
     }
     %6 = flash.complete %5#2
-    %7 = flash.rows_map(%6) {
+    %sums = flash.acc_sums %5#0
+    %7 = flash.rows_map(%sums) {
     ^bb0(%arg0: f32):
       %cst = arith.constant 0.000000e+00 : f32
       %9 = arith.cmpf une, %arg0, %cst : f32
@@ -132,7 +135,7 @@ module {
 // CHECK-NOT: flash.kernel
 // CHECK: gpu.func @attnc_alibi_bf16_d64v64_m128n128w12s3({{.*}}: i64, %[[KMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[VMAP:.*]]: !llvm.ptr {llvm.align = 64 : i64}, %[[FLAG:.*]]: i64) kernel attributes {attnc.kv_tensor_maps, known_block_size = array<i32: 384, 1, 1>, nvvm.maxnreg = 168 : i32}
 // CHECK: %[[RAW:.*]] = gpu.dynamic_shared_memory
-// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c114736]
+// CHECK: %[[ALIGNED:.*]] = memref.view %[[RAW]][%{{.*}}][%c114992]
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 8;"
 // CHECK: "mbarrier.init.shared::cta.b64 [$0], 1;"
@@ -164,6 +167,11 @@ module {
 // CHECK-NOT: gpu.barrier
 // CHECK: nvgpu.device_async_copy
 // CHECK-NOT: gpu.barrier
+// The sums' ones (16 keys x 8 columns of 1.0, after the mbarriers) by the
+// first 16 consumer threads, before the proxy fence that lets wgmma read
+// them.
+// CHECK: memref.view %[[ALIGNED]][%c114736][] : {{.*}} to memref<128xbf16, #gpu.address_space<workgroup>>
+// CHECK: vector.store %{{.*}} : memref<128xbf16, #gpu.address_space<workgroup>>, vector<8xbf16>
 // CHECK: "fence.proxy.async.shared::cta;"
 // CHECK: nvvm.barrier id = %c1_i32{{.*}} number_of_threads = %c256_i32
 // CHECK-NOT: gpu.barrier
@@ -202,7 +210,10 @@ module {
 // CHECK-COUNT-4: "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, 1, 1, 0, 0;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
 // CHECK-NOT: wgmma.fence
+// Per 16 keys O's m64n64 and the sums' m64n8 (P times the ones, K-major,
+// not transposed), A from the same registers.
 // CHECK-COUNT-8: "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{.*}}}, {$32, $33, $34, $35}, $36, 1, 1, 1, 1;"
+// CHECK: "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {$0, $1, $2, $3}, {$4, $5, $6, $7}, $8, 1, 1, 1, 0;"
 // CHECK: "wgmma.commit_group.sync.aligned;"
 // CHECK-NEXT: "bar.arrive $0, 256;", "r,~{memory}" %[[THEIRS]]
 // S waited for, PV left in flight through the softmax; O's rescale waits

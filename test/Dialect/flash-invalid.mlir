@@ -93,6 +93,30 @@ func.func @f(%a: !flash.acc, %s: !flash.scores, %kv: !flash.kv) {
 
 // -----
 
+func.func @f(%a: !flash.acc, %s: !flash.scores, %kv: !flash.kv) {
+  // expected-error @+1 {{row_sums is for pv only, got 'dq'}}
+  %r = flash.accumulate "dq" %a + %s x %kv {row_sums} : !flash.kv
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{row_sums is for width v only}}
+  %a = flash.zero_acc "k" {row_sums}
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{width must be v or k, got 'w'}}
+  %a = flash.zero_acc "w"
+  return
+}
+
+// -----
+
 func.func @f(%i: !flash.item, %a: !flash.acc) {
   // expected-error @+1 {{grad must be dq, dk or dv, got 'do'}}
   flash.store_grad "do" %a of %i
