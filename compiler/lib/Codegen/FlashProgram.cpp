@@ -84,7 +84,7 @@ OwningOpRef<ModuleOp> buildFlashModule(attn::VariantOp variant,
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
-  FlashConfig cfg = choice.flashConfig(config);
+  FlashConfig cfg = choice.flashConfig(config, copy);
   std::string name = target == "cpu"
                          ? "kernel"
                          : kernelName(variant.getSymName(), *choice.form,

@@ -24,7 +24,7 @@ mlir::LogicalResult KernelForm::build(mlir::Operation *container,
                                       const MaskAnalysis &mask,
                                       const FlashConfig &config,
                                       llvm::StringRef name) const {
-  FlashConfig cfg = flashConfig(config, config.spec);
+  FlashConfig cfg = flashConfig(config, config.spec, variant);
   if (direction() == Direction::Forward)
     return lowerWithForm(
         *this, buildForwardKernel(parent, variant, this->name(), cfg, name),
@@ -56,7 +56,7 @@ mlir::LogicalResult lowerWithForm(const KernelForm &form,
                                "form '")
              << form.name() << "' does not for this configuration";
   }
-  if (!form.takesSumsInAccumulator(configOf(kernel).spec)) {
+  if (!form.takesSumsInAccumulator(configOf(kernel).spec, variantOf(kernel))) {
     mlir::Operation *asks = nullptr;
     kernel.walk([&](mlir::flash::ZeroAccOp z) {
       if (z.getRowSums())

@@ -73,20 +73,23 @@ public:
   virtual bool takesScaleInExponent(const rt::KernelSpec &) const {
     return false;
   }
-  /// Whether the forward keeps the softmax's sums as a column of its
-  /// accumulator (flash.zero_acc and flash.accumulate {row_sums},
-  /// flash.acc_sums): P [V | 1] on the tensor cores.
-  virtual bool takesSumsInAccumulator(const rt::KernelSpec &) const {
+  /// Whether the forward of `variant` (null: any variant) keeps the
+  /// softmax's sums as a column of its accumulator (flash.zero_acc and
+  /// flash.accumulate {row_sums}, flash.acc_sums): P [V | 1] on the
+  /// tensor cores.
+  virtual bool takesSumsInAccumulator(const rt::KernelSpec &,
+                                      mlir::attn::VariantOp) const {
     return false;
   }
   /// `base` (the vector width, ...) with what this form fixes for `spec`:
   /// the spec itself, whether the scale goes into the exponents and the
   /// sums into the accumulator. Every tiled program of the form is built
   /// from a configuration made here.
-  FlashConfig flashConfig(FlashConfig base, const rt::KernelSpec &spec) const {
+  FlashConfig flashConfig(FlashConfig base, const rt::KernelSpec &spec,
+                          mlir::attn::VariantOp variant = {}) const {
     base.spec = spec;
     base.scaleInExponent = takesScaleInExponent(spec);
-    base.sumsInAccumulator = takesSumsInAccumulator(spec);
+    base.sumsInAccumulator = takesSumsInAccumulator(spec, variant);
     return base;
   }
   /// The configurations the tuner times for a request's shape class.
@@ -127,8 +130,9 @@ struct FormChoice {
   rt::KernelSpec spec;              // as the form configured it
   explicit operator bool() const { return form != nullptr; }
   /// The tiled program's configuration for this choice (KernelForm::flashConfig).
-  FlashConfig flashConfig(const FlashConfig &base) const {
-    return form->flashConfig(base, spec);
+  FlashConfig flashConfig(const FlashConfig &base,
+                          mlir::attn::VariantOp variant = {}) const {
+    return form->flashConfig(base, spec, variant);
   }
 };
 

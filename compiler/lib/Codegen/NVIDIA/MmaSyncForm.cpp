@@ -122,7 +122,8 @@ public:
     return tensorCoreLayout(s).qInRegisters;
   }
   /// The sums as O's ones column (TensorCoreLayout::sumsInAccumulator).
-  bool takesSumsInAccumulator(const rt::KernelSpec &s) const override {
+  bool takesSumsInAccumulator(const rt::KernelSpec &s,
+                              attn::VariantOp) const override {
     return tensorCoreLayout(s).sumsInAccumulator;
   }
   std::vector<rt::KernelSpec> tileCandidates(const rt::KernelSpec &request,

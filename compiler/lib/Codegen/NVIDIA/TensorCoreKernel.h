@@ -29,6 +29,8 @@ public:
                    bool persistent = false)
       : ProgramBuilder(m, v, mask, cfg), L(tensorCoreLayout(cfg.spec, wgmma)),
         persistent_(persistent && L.producerWarps > 0) {
+    // (the kernel's own choice: a variant may keep its sums as adds)
+    L.sumsInAccumulator = cfg.sumsInAccumulator;
     fuseScoreProducts_ = true;
     byteAddressedGathers_ = true;
     approximateScoreFunctions_ = true;

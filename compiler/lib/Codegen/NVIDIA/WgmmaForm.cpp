@@ -19,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/TileConfigTable.h"
+#include "ProgramBuilder.h"
 #include "TensorCoreForward.h"
 #include "TensorCoreLayout.h"
 
@@ -42,6 +43,30 @@ constexpr WgmmaTile kTable[] = {{64, 128, 128}, {128, 128, 128}, {256, 128, 64}}
 /// the producer warpgroup: the warps its configuration name states.
 int64_t launchWarps(const rt::KernelSpec &s) {
   return tensorCoreWarps(s, /*wgmma=*/true);
+}
+
+/// Whether the forward of `v` (null: any) keeps the softmax's sums in O's
+/// accumulator (TensorCoreLayout::sumsInAccumulator): not with dropout,
+/// and not at Dv > 64 where a modifier gathers at an index of the key. The
+/// column's 4 registers per thread beside such gathers' made ptxas
+/// serialize the wgmma pipeline (synaptic, relative_bias at D=128: the
+/// static model's gate) or spill in the tile loop (document_mask).
+bool sumsFit(const rt::KernelSpec &s, attn::VariantOp v) {
+  if (!tensorCoreLayout(s, /*wgmma=*/true).sumsInAccumulator)
+    return false;
+  if (!v || s.vHeadDim <= 64)
+    return true;
+  auto byKey = [](Block &block, unsigned kv) {
+    llvm::DenseSet<Value> keyInvariant =
+        codegen::ProgramBuilder::uniformValues(block, {kv});
+    bool any = false;
+    block.walk([&](attn::GatherOp g) {
+      any |= !keyInvariant.contains(g.getResult());
+    });
+    return any;
+  };
+  // (score_mod's arguments: score, b, h, q, kv; mask_mod's: b, h, q, kv)
+  return !byKey(v.getScoreBlock(), 4) && !byKey(v.getMaskBlock(), 3);
 }
 
 bool isWgmmaShape(const rt::KernelSpec &s) {
@@ -120,12 +145,17 @@ public:
                           tensorCoreLayout(s, true).stages};
   }
   std::vector<KernelEntry> entries(const rt::KernelSpec &s,
-                                   attn::VariantOp) const override {
+                                   attn::VariantOp v) const override {
     LaunchFacts l;
     l.threads = tensorCoreWarps(s, true) * 32;
     l.dynamicSharedBytes = tensorCoreSharedBytes(s, true);
     l.persistent = persistent_ && tensorCoreLayout(s, true).producerWarps > 0;
-    return {KernelEntry{"", l, tensorCoreWork(s, true)}};
+    rt::TileWork w = tensorCoreWork(s, true);
+    if (!sumsFit(s, v)) {
+      w.mma -= w.sumMma;
+      w.sumMma = 0;
+    }
+    return {KernelEntry{"", l, w}};
   }
   /// The scale goes into the exponents where the score_mod is the
   /// identity: Q, in shared memory, takes a negative scale's sign once per
@@ -133,9 +163,10 @@ public:
   bool takesScaleInExponent(const rt::KernelSpec &) const override {
     return true;
   }
-  /// The sums as O's ones column (TensorCoreLayout::sumsInAccumulator).
-  bool takesSumsInAccumulator(const rt::KernelSpec &s) const override {
-    return tensorCoreLayout(s, /*wgmma=*/true).sumsInAccumulator;
+  /// The sums as O's ones column where they fit (sumsFit).
+  bool takesSumsInAccumulator(const rt::KernelSpec &s,
+                              attn::VariantOp v) const override {
+    return sumsFit(s, v);
   }
   LogicalResult lower(flash::KernelOp kernel, const MaskAnalysis &mask,
                       Operation *container) const override {
