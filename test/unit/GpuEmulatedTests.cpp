@@ -283,8 +283,8 @@ TEST_CASE("emulated GPU: the tensor-core forward divides O by its ones "
             }
           p.a.scale = 2.5;
           if (std::string(variant) == "heads")
-            p.a.tensors = {
-                {"slope", TensorView::contiguous(slope.data(), DType::F32, {4})}};
+            p.a.tensors = {{"slope", TensorView::contiguous(slope.data(),
+                                                            DType::F32, {4})}};
           if (std::string(variant) == "capped")
             p.a.scalars = {{"cap", 30.0}};
           REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
@@ -303,8 +303,9 @@ TEST_CASE("emulated GPU: the tensor-core forward divides O by its ones "
           CHECK(p.out == withLse);
           double err = 0;
           for (size_t i = 0; i < ref.size(); ++i)
-            err = std::max(err, std::fabs(loadAsDouble(p.out.data(), dt,
-                                                       int64_t(i)) - ref[i]));
+            err = std::max(
+                err,
+                std::fabs(loadAsDouble(p.out.data(), dt, int64_t(i)) - ref[i]));
           CHECK(err < (dt == DType::F16 ? 2e-3 : 1.6e-2));
         }
 }

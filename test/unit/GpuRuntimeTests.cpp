@@ -307,8 +307,10 @@ TEST_CASE("hostile packages are refused, never trusted", "[package]") {
   CHECK_THAT(error(edit("\"ptx\":", "\"tile_work\": {\"mma\": 8, \"async_copies\": 0, \"mbarrier_waits\": -1}, \"ptx\":")),
              Catch::Contains("\"mbarrier_waits\" must be an integer in [0, 1048576]"));
   // The sums' MMAs are some of the tile's.
-  CHECK_THAT(error(edit("\"ptx\":", "\"tile_work\": {\"mma\": 8, \"async_copies\": 0, \"sum_mma\": 9}, \"ptx\":")),
-             Catch::Contains("\"sum_mma\" must be an integer in [0, 8], found 9"));
+  CHECK_THAT(
+      error(edit("\"ptx\":", "\"tile_work\": {\"mma\": 8, \"async_copies\": 0, "
+                             "\"sum_mma\": 9}, \"ptx\":")),
+      Catch::Contains("\"sum_mma\" must be an integer in [0, 8], found 9"));
   // The manifest must agree with the entry's name and the PTX.
   CHECK_THAT(error(edit("\"block_n\": 64", "\"block_n\": 128")),
              Catch::Contains("does not match its manifest"));

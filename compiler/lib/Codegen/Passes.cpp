@@ -99,8 +99,8 @@ LogicalResult buildTiledPrograms(ModuleOp m, const ConfigOptions &o,
     if (backward)
       buildBackwardKernels(m, v, choice.form->name(), config, name);
     else
-      buildForwardKernel(m, v, choice.form->name(),
-                         choice.flashConfig(base, v), name);
+      buildForwardKernel(m, v, choice.form->name(), choice.flashConfig(base, v),
+                         name);
   }
   return success();
 }

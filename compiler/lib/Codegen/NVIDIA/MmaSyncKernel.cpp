@@ -697,8 +697,9 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
     Value base = memref::ExtractAlignedPointerAsIndexOp::create(b_, raw);
     viewAt = remu(sub(cIdx(1024), remu(base, 1024)), 1024);
     raw = memref::ViewOp::create(
-        b_, MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
-                            MemRefLayoutAttrInterface(), wg),
+        b_,
+        MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
+                        MemRefLayoutAttrInterface(), wg),
         raw, viewAt,
         ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes() + L.onesBytes())});
     smemAddr = u32OfIdx(memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));

@@ -431,8 +431,9 @@ std::optional<LogicalResult> TensorCoreKernel::lowerRowOp(Operation &op) {
       SmallVector<Value> out(R);
       for (int64_t r = 0; r < R; ++r)
         out[r] = arith::AddFOp::create(
-            b_, arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
-                                      rowsOf(s.getScale())[r]),
+            b_,
+            arith::MulFOp::create(b_, rowsOf(s.getSum())[r],
+                                  rowsOf(s.getScale())[r]),
             add[r]);
       return out;
     };

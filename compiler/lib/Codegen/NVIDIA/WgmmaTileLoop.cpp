@@ -141,11 +141,12 @@ void TensorCoreKernel::writeOnes() {
   // 256 bytes of 1.0 pairs, 16 bytes by each of the first 16 consumer
   // threads (before their proxy fence and barrier: wgmma reads them
   // through the async proxy).
-  auto wg = gpu::AddressSpaceAttr::get(b_.getContext(),
-                                      gpu::AddressSpace::Workgroup);
+  auto wg =
+      gpu::AddressSpaceAttr::get(b_.getContext(), gpu::AddressSpace::Workgroup);
   Value ones = memref::ViewOp::create(
-      b_, MemRefType::get({L.onesBytes() / 2}, elem_,
-                          MemRefLayoutAttrInterface(), wg),
+      b_,
+      MemRefType::get({L.onesBytes() / 2}, elem_, MemRefLayoutAttrInterface(),
+                      wg),
       smemBytes, cIdx(L.totalElems * 2 + L.tmaBytes()), ValueRange{});
   auto vec = VectorType::get({8}, elem_);
   Value v = arith::ConstantOp::create(
