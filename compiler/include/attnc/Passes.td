@@ -34,6 +34,19 @@ def AttnBalanceLogic : Pass<"attn-balance-logic", "mlir::ModuleOp"> {
   }];
 }
 
+def AttnMaskFacts : Pass<"attn-mask-facts", "mlir::ModuleOp"> {
+  let summary = "Simplify score_mod and score_grad by what every kept score's positions satisfy";
+  let description = [{
+    Where mask_mod is a conjunction with `q >= kv` (or `q > kv`), every
+    score the softmax keeps has q >= kv: `abs(q - kv)` and `abs(kv - q)`
+    in score_mod and score_grad become `q - kv` (and symmetrically for
+    `kv >= q`). A dropped score's value is never used. The backends run it
+    on their copy of a variant; the runtime's modifier program keeps the
+    variant as written.
+  }];
+  let dependentDialects = ["mlir::arith::ArithDialect"];
+}
+
 def AttnDifferentiate : Pass<"attn-differentiate", "mlir::ModuleOp"> {
   let summary = "Build each attn.variant's score_grad region";
   let description = [{

@@ -6,8 +6,9 @@
 // a GPU gpu.funcs.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/Codegen/KernelForm.h"
 #include "ProgramBuilder.h"
+#include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/MaskFacts.h"
 
 using namespace mlir;
 
@@ -84,6 +85,7 @@ OwningOpRef<ModuleOp> buildFlashModule(attn::VariantOp variant,
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  simplifyUnderMask(copy); // the kernels' copy only (MaskFacts.h)
   FlashConfig cfg = choice.flashConfig(config, copy);
   std::string name = target == "cpu"
                          ? "kernel"

@@ -1,7 +1,8 @@
 //===- CpuBackend.cpp - Lowering and JIT for the host CPU ----------------===//
-#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/KernelForm.h"
+#include "attnc/Codegen/MaskFacts.h"
 #include "attnc/Codegen/VariantInfo.h"
 #include "attnc/runtime/Backward.h"
 
@@ -54,6 +55,7 @@ OwningOpRef<ModuleOp> buildTiledModule(attn::VariantOp variant,
   // its values are the ones the program is built from.
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  simplifyUnderMask(copy); // the kernels' copy only (MaskFacts.h)
   MaskAnalysis mask = analyzeMask(copy);
   FormChoice choice = formFor(config.spec, "cpu", Direction::Forward);
   if (!choice || failed(buildForwardProgram(*choice.form, *m, *m, copy, mask,
@@ -85,6 +87,7 @@ OwningOpRef<ModuleOp> buildBackwardTiledModule(attn::VariantOp variant,
   OwningOpRef<ModuleOp> m = ModuleOp::create(variant.getLoc());
   b.setInsertionPointToEnd(m->getBody());
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  simplifyUnderMask(copy); // the kernels' copy only (MaskFacts.h)
   FormChoice choice = formFor(config.spec, "cpu", Direction::Backward);
   if (!choice || failed(buildBackwardProgram(*choice.form, *m, *m, copy,
                                              analyzeMask(copy),

@@ -6,11 +6,12 @@
 // polynomials before the GPU lowering, so no libdevice call is emitted.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/GpuBackend.h"
+#include "SpecialFunctions.h"
+#include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/KernelForm.h"
-#include "SpecialFunctions.h"
+#include "attnc/Codegen/MaskFacts.h"
 
 #include "TensorCoreForward.h"
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -72,6 +73,7 @@ OwningOpRef<ModuleOp> buildGpuModuleWith(
   // The analysis is of the copy: its values are the ones the program is
   // built from.
   auto copy = cast<attn::VariantOp>(b.clone(*variant));
+  simplifyUnderMask(copy); // the kernels' copy only (MaskFacts.h)
   MaskAnalysis mask = analyzeMask(copy);
   auto gm = gpu::GPUModuleOp::create(b, variant.getLoc(), "attnc_kernels");
   if (failed(build(gm, copy, mask))) {
