@@ -29,7 +29,9 @@ gradients are checked against the fp64 backward by attnc-run --backward
       --attnc-run .device/bin/attnc-run --packages .device/backward
 
 Protocol: CUDA events, --warmup 200 and --iters 500 (median and spread),
-seed 42. First run on an H100 on 2026-11-23 (docs/performance.md); the CPU
+seed 42. attnc's forward is timed without the LSE (`attnc-run --no-lse`:
+inference's call, as flex_attention's output alone is timed; --with-lse
+times a training forward's call). First run on an H100 on 2026-11-23 (docs/performance.md); the CPU
 counterpart, through the Python package, is compare_torch_cpu.py.
 """
 import argparse
@@ -138,6 +140,8 @@ def attnc_case(args, c, tensors, sets, tmp):
         cmd += ["--set", "%s=%s" % (name, v)]
     out = os.path.join(tmp, "out.npy")
     cmd += ["--backward"] if args.backward else ["--output", out]
+    if not args.backward and not args.with_lse:
+        cmd += ["--no-lse"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True,
                            timeout=args.attnc_timeout)
@@ -339,6 +343,10 @@ def main():
     p.add_argument("--backward", action="store_true",
                    help="time the backward pass (packages from attnc compile "
                    "--emit=package --backward; default .device/backward)")
+    p.add_argument("--with-lse", action="store_true",
+                   help="time attnc's forward with the LSE written (a training "
+                   "forward's call; default: without, as inference calls it "
+                   "and as flex_attention is timed)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the cases; needs neither torch nor a GPU")
     args = p.parse_args()

@@ -96,7 +96,7 @@ rt::Status timeCalls(const Context &ctx, int iters,
 
 int runGpuBench(const Context &ctx,
                 const std::vector<const rt::PackageVariant *> &variants,
-                const Options &o, const std::vector<Shape> &shapes) {
+                const Options &o, const std::vector<Shape> &shapes, bool lse) {
   const rt::cuda::DriverApi &api = ctx.driver().api();
   int cc = ctx.device().computeCapability();
   if (!o.json)
@@ -123,6 +123,8 @@ int runGpuBench(const Context &ctx,
       Inputs in;
       if (st)
         st = makeInputs(v->info, s, o.sets, o.inputs, in);
+      if (!lse)
+        in.args.lse = {}; // inference's calls: no LSE asked for
       rt::Problem p;
       if (st)
         st = rt::resolveProblem(v->info, &image->spec, in.args, p);
@@ -174,6 +176,7 @@ int runGpuBench(const Context &ctx,
             "{{\"system\": \"attnc\", \"variant\": \"{}\", \"kernel\": \"{}\", "
             "\"gpu\": \"{}\", \"B\": {}, \"H\": {}, \"HKV\": {}, \"Lq\": {}, "
             "\"Lkv\": {}, \"D\": {}, \"Dv\": {}, \"dtype\": \"{}\", "
+            "\"lse\": {}, "
             "\"ms_median\": {:.5f}, \"ms_min\": {:.5f}, \"ms_max\": {:.5f}, "
             "\"tflops_dense\": {:.4f}, \"tflops_useful\": {:.4f}, "
             "\"tokens_per_s\": {:.1f}, \"kv_gbs\": {:.2f}, "
@@ -181,11 +184,10 @@ int runGpuBench(const Context &ctx,
             "\"device_mb_used\": {:.1f}, \"block_mask_ms\": {:.4f}, "
             "\"warmup\": {}, \"iters\": {}}}\n",
             v->info.name, image->kernel, ctx.device().name(), p.B, p.Hq, p.Hkv,
-            p.Lq, p.Lkv, p.Dqk, p.Dv, rt::dtypeName(s.dtype), med, ms.front(),
-            ms.back(), dense / sec / 1e12, useful / sec / 1e12,
+            p.Lq, p.Lkv, p.Dqk, p.Dv, rt::dtypeName(s.dtype), lse, med,
+            ms.front(), ms.back(), dense / sec / 1e12, useful / sec / 1e12,
             p.B * p.Lq / sec, kvBytes / sec / 1e9, ofPeak, s.splits, devMB,
-            blockMaskMs, o.warmup,
-            o.iters);
+            blockMaskMs, o.warmup, o.iters);
       else
         std::cout << fmt::format(
             "{:<16} {:>5} {:>4} {:>7} {:>7} {:>4} | {:>9.4f} {:>9.4f} {:>9.4f} "

@@ -39,9 +39,11 @@ rt::Status timeCalls(const rt::cuda::Context &ctx, int iters,
 /// launches, then o.iters, each timed alone: median, min, max) and prints
 /// a table or, with o.json, one JSON object per row. With o.output, the
 /// output of the last shape is written there (f32 .npy, for cross-checks).
+/// Without `lse` the calls ask for no LSE (inference's calls).
 int runGpuBench(const rt::cuda::Context &ctx,
                 const std::vector<const rt::PackageVariant *> &variants,
-                const Options &o, const std::vector<Shape> &shapes);
+                const Options &o, const std::vector<Shape> &shapes,
+                bool lse = true);
 
 } // namespace attnc::tools
 

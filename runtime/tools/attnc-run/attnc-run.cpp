@@ -83,6 +83,9 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
                           the (last) output for cross-checks. A data-
                           dependent mask's block mask is built once, before
                           the timed launches (its ms in --json)
+  --no-lse                with --bench: calls without the LSE (inference:
+                          the tensor-core forward then skips the LSE's f32
+                          sums; "lse": false in --json)
   --sweep T1,T2,...       with --bench or --tune: sequence lengths (prefill
                           Lq = Lkv = T; decode Lkv = T)
   --backward              the backward's kernels (a package from attnc
@@ -117,7 +120,7 @@ constexpr int kNoDevice = 3;
 static int runTool(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool list = false, deviceInfo = false, bench = false, tune = false,
-       backward = false, warmupSet = false, itersSet = false;
+       backward = false, warmupSet = false, itersSet = false, noLse = false;
   std::string sweepText, recordsPath;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -132,6 +135,8 @@ static int runTool(int argc, char **argv) {
       tune = true;
     else if (a == "--backward")
       backward = true;
+    else if (a == "--no-lse")
+      noLse = true;
     else if (a == "--records" && i + 1 < args.size())
       recordsPath = args[++i];
     else if (a.rfind("--records=", 0) == 0)
@@ -169,6 +174,8 @@ static int runTool(int argc, char **argv) {
     return usage("attnc-run", "expected exactly one package file");
   if (!sweepText.empty() && !bench && !tune)
     return usage("attnc-run", "--sweep is for --bench and --tune");
+  if (noLse && (!bench || backward))
+    return usage("attnc-run", "--no-lse is for --bench of the forward");
   if (backward && tune)
     return usage("attnc-run", "--tune is for the forward kernels");
   if (bench && tune)
@@ -240,7 +247,7 @@ static int runTool(int argc, char **argv) {
                ? 1
                : 0;
   if (bench)
-    return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
+    return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep), !noLse);
   if (tune) {
     if (recordsPath.empty())
       return runGpuTune(*ctx, variants, o, sweepShapes(o.shape, sweep),
