@@ -310,6 +310,41 @@ TEST_CASE("emulated GPU: the tensor-core forward divides O by its ones "
         }
 }
 
+TEST_CASE("emulated GPU: softcap's one exponent factor, clamped where "
+          "the cap is too small for it, keeps zero scores finite",
+          "[gpu-emulated]") {
+  // The tensor-core kernels take tanh(score / cap)'s exponent as S F, F =
+  // scale s k 2 log2 e once (SpecialFunctions.cpp, combinedFactor). With
+  // cap 1e-40 (a subnormal) F overflows f32: it is clamped to the largest
+  // float, so that a zero score (Q's zero rows) stays 0, not 0 x inf =
+  // NaN; every score is then within |cap| of the reference's. A cap of
+  // -7 checks the sign. A cap of 3e38 is past what the absolute-accuracy
+  // tanh resolves (its score is within ~3e-7 cap: here every score
+  // rounds to 0), but it must stay finite: c - 2c r overflowed -2c, every
+  // score -inf and the LSE infinite, before c + c (-2 r).
+  Gpu g;
+  for (double cap : {1e-40, -7.0, 3e38})
+    for (const char *target : {"sm_80", "sm_90a"}) {
+      INFO(target << " cap " << cap);
+      auto k = g.kernel("capped", DType::BF16, 64, target);
+      HostProblem p(DType::BF16, 1, 2, 2, 70, 70, 64, 31);
+      for (int64_t i = 0; i < 64 * 10; ++i) // rows 0..9 of head 0: zero
+        storeFromDouble(p.q.data(), DType::BF16, i, 0.0);
+      p.a.scalars = {{"cap", cap}};
+      REQUIRE(cuda::runFromHost(*g.ctx, *k, p.a).isOk());
+      if (cap < 1e30) {
+        CHECK(p.maxError(k->variant()) < 1.6e-2);
+        continue;
+      }
+      bool finite = true;
+      for (float l : p.lse)
+        finite &= std::isfinite(l);
+      for (int64_t i = 0; i < 2 * 70 * 64; ++i)
+        finite &= std::isfinite(loadAsDouble(p.out.data(), DType::BF16, i));
+      CHECK(finite);
+    }
+}
+
 TEST_CASE("emulated GPU: division by a divisor fixed for the loop, at the "
           "ends of the float range",
           "[gpu-emulated]") {

@@ -28,8 +28,9 @@
 //           polynomial, no select, no sign, within 2e-7 absolute (its
 //           relative error grows as tanh(x) nears 0); c * tanh(x) with c
 //           the same for every score (softcap's cap) puts c in the last
-//           FMA, and tanh(y / c') takes the division into its exponent
-//           (lowerTanhAbsolute);
+//           FMA, and tanh(y / c') takes the division into its exponent,
+//           with y's own invariant factor (the score's scale) where it
+//           has one: one multiply per score (lowerTanhAbsolute);
 // exp(x)  = 2^(x log2 e) (the product's rounding costs |x| 2^-24 relative);
 // x / y   = (x s) k as above with x s reassociable (the score's scale and
 //           s fold into one factor).
@@ -44,9 +45,13 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <limits>
 
 using namespace mlir;
 
@@ -159,12 +164,40 @@ InvariantDivisor invariantDivisor(Emit &e, Value y) {
   return {s, k};
 }
 
+/// scale s k2 computed once, where both `scale` and `k2` are defined (null
+/// where neither definition dominates the other), its magnitude clamped
+/// to the largest float: where the product would overflow, |cap| is
+/// below 2^-126 |scale| (k2 <= 2^127.6 for |cap| s >= 2^-126), and the
+/// score c tanh(.) it feeds is within |c| of any value: an exponent
+/// smaller than the exact one moves no output (a zero score stays 0, not
+/// 0 x inf).
+Value combinedFactor(Emit &e, Operation *at, Value scale, Value s, Value k2) {
+  DominanceInfo dom(at->getParentOfType<FunctionOpInterface>());
+  OpBuilder::InsertionGuard guard(e.b);
+  if (dom.properlyDominates(scale, k2.getDefiningOp()))
+    setInsertionAfterDef(e.b, k2);
+  else if (scale.getDefiningOp() &&
+           dom.properlyDominates(k2, scale.getDefiningOp()))
+    setInsertionAfterDef(e.b, scale);
+  else
+    return {};
+  Value f = e.mul(e.mul(scale, s), k2);
+  Value mag =
+      arith::MinimumFOp::create(e.b, e.loc, math::AbsFOp::create(e.b, e.loc, f),
+                                e.c(std::numeric_limits<float>::max()));
+  return LLVM::CallIntrinsicOp::create(e.b, e.loc, e.b.getF32Type(),
+                                       e.b.getStringAttr("llvm.copysign.f32"),
+                                       ValueRange{mag, f})
+      .getResult(0);
+}
+
 /// An afn tanh's 2^ argument, 2x log2 e. Where x is an afn division by a
 /// divisor the same for every instance (softcap's score / cap), the
 /// division is taken in: (n s) (k 2 log2 e), the second factor computed
-/// once (below 2^128), n s reassociable, so the score's scale and s fold
-/// into one factor: two multiplies per score where the division and the
-/// product took three or four. Else x (2 log2 e), reassociable.
+/// once (below 2^128). Where n is the score, S x scale with the scale the
+/// same for every score too, one factor for all three (combinedFactor): one
+/// multiply per score where the division and the products took three or
+/// four. Else n s reassociable (two multiplies), or x (2 log2 e).
 Value tanhExponent(Emit &e, Value x) {
   auto div = x.getDefiningOp<arith::DivFOp>();
   if (!div || !div->hasOneUse() || !isApproximate(div) ||
@@ -177,6 +210,10 @@ Value tanhExponent(Emit &e, Value x) {
     setInsertionAfterDef(e.b, d.k);
     k2 = e.mul(d.k, e.c(2 * kLog2E));
   }
+  if (auto score = div.getLhs().getDefiningOp<arith::MulFOp>();
+      score && invariantFor(div, score.getRhs()))
+    if (Value f = combinedFactor(e, div, score.getRhs(), d.s, k2))
+      return e.mul(score.getLhs(), f);
   return e.mul(mulReassoc(e, div.getLhs(), d.s), k2);
 }
 
@@ -195,25 +232,23 @@ Value invariantScaleOf(Operation *tanh) {
 /// An afn tanh: 1 - 2 / (e^(2x) + 1), one ex2 and one rcp: 1 at +inf (the
 /// rcp of inf is 0), -1 where e^(2x) flushes to 0, NaN for NaN. Where its
 /// only use is c * tanh(x) with c the same for every instance (softcap's
-/// cap), c - 2c / (e^(2x) + 1): c in the last FMA (-2c once), a multiply
-/// per score fewer, the same values at the ends and NaN for c = inf at
-/// x = 0, as inf * 0.
+/// cap), c + c (-2 / (e^(2x) + 1)): c in the last FMA, a multiply per score
+/// fewer, the same values at the ends, finite for every finite c, and NaN
+/// for c = inf at x = 0, as inf * 0.
 void lowerTanhAbsolute(Emit &e, Operation *tanh) {
   auto div = tanh->getOperand(0).getDefiningOp<arith::DivFOp>();
   Value t = e.ex2Ftz(tanhExponent(e, tanh->getOperand(0)));
-  Value r = e.rcp(e.add(t, e.c(1.0f)));
   if (Value c = invariantScaleOf(tanh)) {
+    // c + c (-2 / (e^(2x) + 1)): the fma's product is exact, so c up to
+    // the largest float stays finite (c - 2c r overflowed -2c past 1.7e38);
+    // -2 / (e^(2x) + 1) as rcp(-e^(2x) / 2 - 1/2), an FMA where the add was.
+    Value m = e.rcp(e.fma(t, e.c(-0.5f), e.c(-0.5f)));
     Operation *mul = *tanh->user_begin();
-    Value minus2c;
-    {
-      OpBuilder::InsertionGuard guard(e.b);
-      setInsertionAfterDef(e.b, c);
-      minus2c = e.mul(c, e.c(-2.0f));
-    }
     e.b.setInsertionPoint(mul);
-    e.b.replaceOp(mul, e.fma(r, minus2c, c));
+    e.b.replaceOp(mul, e.fma(m, c, c));
     e.b.eraseOp(tanh);
   } else {
+    Value r = e.rcp(e.add(t, e.c(1.0f)));
     e.b.replaceOp(tanh, e.fma(e.c(-2.0f), r, e.c(1.0f)));
   }
   if (div && div->use_empty())
