@@ -415,6 +415,14 @@ IRMapping ProgramBuilder::hoistUniform(Block &block, ArrayRef<unsigned> varying,
   return map;
 }
 
+bool ProgramBuilder::gathersVarying(Block &block, ArrayRef<unsigned> varying) {
+  llvm::DenseSet<Value> uniform = uniformValues(block, varying);
+  bool any = false;
+  block.walk(
+      [&](attn::GatherOp g) { any |= !uniform.contains(g.getResult()); });
+  return any;
+}
+
 llvm::DenseSet<Value> ProgramBuilder::uniformValues(Block &block,
                                               ArrayRef<unsigned> varying) {
   llvm::DenseSet<Value> dependent, uniform;

@@ -61,6 +61,9 @@ public:
   /// Values of `block` that do not depend on its arguments `varying`.
   static llvm::DenseSet<Value> uniformValues(Block &block,
                                              ArrayRef<unsigned> varying);
+  /// Whether `block` gathers at an index that depends on its arguments
+  /// `varying` (score_mod's {0, 4}: the score and kv; mask_mod's {3}).
+  static bool gathersVarying(Block &block, ArrayRef<unsigned> varying);
   ProgramBuilder(ModuleOp module, attn::VariantOp v, const MaskAnalysis &mask,
            const FlashConfig &cfg)
       : ctx_(module.getContext()), b_(v.getLoc(), ctx_), v_(v), mask_(mask),

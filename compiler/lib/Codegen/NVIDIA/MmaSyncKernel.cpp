@@ -700,8 +700,7 @@ LogicalResult TensorCoreKernel::lower(flash::KernelOp kernel,
         b_,
         MemRefType::get({ShapedType::kDynamic}, b_.getI8Type(),
                         MemRefLayoutAttrInterface(), wg),
-        raw, viewAt,
-        ValueRange{cIdx(L.totalElems * 2 + L.tmaBytes() + L.onesBytes())});
+        raw, viewAt, ValueRange{cIdx(L.onesOffset() + L.onesBytes())});
     smemAddr = u32OfIdx(memref::ExtractAlignedPointerAsIndexOp::create(b_, raw));
     viewAt = cIdx(0);
   }

@@ -80,6 +80,7 @@ struct TensorCoreLayout {
   /// columns of 1.0 without swizzle (256 bytes, K-major core matrices
   /// 128 bytes apart), written by the consumers at their start.
   int64_t onesBytes() const { return wgmma && sumsInAccumulator ? 256 : 0; }
+  int64_t onesOffset() const { return totalElems * 2 + tmaBytes(); } // bytes
   int64_t sharedBytes() const {
     return totalElems * 2 + (wgmma ? 1024 + tmaBytes() + onesBytes() : 0);
   }

@@ -56,17 +56,10 @@ bool sumsFit(const rt::KernelSpec &s, attn::VariantOp v) {
     return false;
   if (!v || s.vHeadDim <= 64)
     return true;
-  auto byKey = [](Block &block, unsigned kv) {
-    llvm::DenseSet<Value> keyInvariant =
-        codegen::ProgramBuilder::uniformValues(block, {kv});
-    bool any = false;
-    block.walk([&](attn::GatherOp g) {
-      any |= !keyInvariant.contains(g.getResult());
-    });
-    return any;
-  };
   // (score_mod's arguments: score, b, h, q, kv; mask_mod's: b, h, q, kv)
-  return !byKey(v.getScoreBlock(), 4) && !byKey(v.getMaskBlock(), 3);
+  using codegen::ProgramBuilder;
+  return !ProgramBuilder::gathersVarying(v.getScoreBlock(), {4}) &&
+         !ProgramBuilder::gathersVarying(v.getMaskBlock(), {3});
 }
 
 bool isWgmmaShape(const rt::KernelSpec &s) {

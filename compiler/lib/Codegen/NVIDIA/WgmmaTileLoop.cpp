@@ -133,8 +133,7 @@ SmallVector<Value> TensorCoreKernel::pvDescriptors(Value vBase) {
 }
 
 Value TensorCoreKernel::onesAddress() {
-  return arith::AddIOp::create(b_, smemAddr,
-                               cI32(L.totalElems * 2 + L.tmaBytes()));
+  return arith::AddIOp::create(b_, smemAddr, cI32(L.onesOffset()));
 }
 
 void TensorCoreKernel::writeOnes() {
@@ -143,11 +142,11 @@ void TensorCoreKernel::writeOnes() {
   // through the async proxy).
   auto wg =
       gpu::AddressSpaceAttr::get(b_.getContext(), gpu::AddressSpace::Workgroup);
-  Value ones = memref::ViewOp::create(
-      b_,
-      MemRefType::get({L.onesBytes() / 2}, elem_, MemRefLayoutAttrInterface(),
-                      wg),
-      smemBytes, cIdx(L.totalElems * 2 + L.tmaBytes()), ValueRange{});
+  Value ones =
+      memref::ViewOp::create(b_,
+                             MemRefType::get({L.onesBytes() / 2}, elem_,
+                                             MemRefLayoutAttrInterface(), wg),
+                             smemBytes, cIdx(L.onesOffset()), ValueRange{});
   auto vec = VectorType::get({8}, elem_);
   Value v = arith::ConstantOp::create(
       b_, vec, DenseElementsAttr::get(vec, b_.getFloatAttr(elem_, 1.0)));
@@ -191,14 +190,8 @@ SmallVector<Value> TensorCoreKernel::wgmmaPv(ArrayRef<Value> aRegs,
 bool TensorCoreKernel::overlapFits() {
   if (DV <= 64)
     return true;
-  Block &score = v_.getScoreBlock();
   // (score and kv: what varies per element of a row)
-  llvm::DenseSet<Value> keyInvariant = uniformValues(score, {0, 4});
-  bool byKey = false;
-  score.walk([&](attn::GatherOp g) {
-    byKey |= !keyInvariant.contains(g.getResult());
-  });
-  return !byKey;
+  return !gathersVarying(v_.getScoreBlock(), {0, 4});
 }
 
 std::optional<std::pair<flash::AccumulateOp, unsigned>>
