@@ -48,6 +48,16 @@ variant strided(t: f32[H, 64], w: f16[B, KV], m: i64[KV], keep: bool[KV]) {
   score_mod(s, b, h, q, kv) = s + t[h, min(abs(q - kv), 63)] + w[b, kv] * (m[kv] % 3)
   mask_mod(b, h, q, kv) = keep[kv] || q == kv
 }
+variant buckets_causal(t: f32[H, 8]) {
+  score_mod(s, b, h, q, kv) = s + t[h, min(q - kv, 7)]
+  mask_mod(b, h, q, kv) = q >= kv
+}
+variant buckets_two_sided(t: f32[H, 16]) {
+  score_mod(s, b, h, q, kv) = s + t[h, min(abs(q - kv), 15)]
+}
+variant buckets_coarse(t: f32[H, 8]) {
+  score_mod(s, b, h, q, kv) = s + 0.5 * t[h, max(min((kv - q) / 32, 3), -4) + 4]
+}
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -709,6 +719,51 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
         }
       UNSCOPED_INFO(f.target << " " << c.variant << ": worst / bound "
                              << worst);
+    }
+}
+
+TEST_CASE("emulated GPU: a bucketed modifier's diagonal values, once per "
+          "tile where its bucket is constant",
+          "[gpu-emulated]") {
+  // Where score_mod's diagonal values depend on kv - q through one
+  // saturating monotone i32 value (the bucket: a clamp, a division), a
+  // tile whose warp sees one bucket on all its diagonals computes them
+  // once (ProgramBuilder::bucketConstant). 300 tokens and buckets of a few
+  // diagonals: most tiles are past the last bucket (or before the first),
+  // the diagonal's straddle it, and a two-sided abs's tiles across kv = q
+  // have the same bucket at both ends but not between (its sign check).
+  // Large table values, so that a wrong bucket moves P by far more than
+  // the tolerance.
+  Gpu g;
+  const int64_t H = 2, L = 300;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(-3, 3);
+  std::vector<float> t(H * 16);
+  for (float &x : t)
+    x = float(u(rng));
+  struct Form {
+    const char *target;
+    DType dt;
+    int64_t d;
+    double tol;
+  };
+  for (Form f : {Form{"sm_80", DType::BF16, 64, 1.6e-2},
+                 Form{"sm_80", DType::F16, 128, 2e-3},
+                 Form{"sm_90a", DType::BF16, 64, 1.6e-2},
+                 Form{"sm_90a", DType::F16, 128, 2e-3}})
+    for (auto [variant, n] :
+         {std::pair{"buckets_causal", 8}, std::pair{"buckets_two_sided", 16},
+          std::pair{"buckets_coarse", 8}}) {
+      INFO(f.target << " " << dtypeName(f.dt) << " D=" << f.d << " "
+                    << variant);
+      auto k = g.kernel(variant, f.dt, f.d, f.target);
+      HostProblem p(f.dt, 1, H, H, L, L, f.d, 7);
+      p.a.tensors = {
+          {"t", TensorView::contiguous(t.data(), DType::F32, {H, int64_t(n)})}};
+      Status st = cuda::runFromHost(*g.ctx, *k, p.a);
+      INFO(st.toString());
+      REQUIRE(st.isOk());
+      CHECK(p.maxError(k->variant()) < f.tol);
     }
 }
 

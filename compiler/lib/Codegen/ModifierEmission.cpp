@@ -9,6 +9,7 @@
 #include "ProgramBuilder.h"
 
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Matchers.h"
 
 using namespace mlir;
 namespace abi = attnc::rt::abi;
@@ -272,7 +273,156 @@ ProgramBuilder::diagonalValues(Block &block, ArrayRef<unsigned> varying) {
     for (Value r : op.getResults())
       of[r] = deps;
   }
+  findBucket(block, d);
   return d;
+}
+
+namespace {
+/// Positions lie in [0, 2^30) (resolveProblem), and a thread's diagonals
+/// reach at most a tile past a difference of two.
+constexpr int64_t kDifferenceBound = (int64_t(1) << 30) + (int64_t(1) << 16);
+
+struct IntRange {
+  int64_t lo, hi;
+};
+
+std::optional<int64_t> constantOf(Value v) {
+  APInt c;
+  if (v && matchPattern(v, m_ConstantInt(&c)))
+    return c.getSExtValue();
+  return std::nullopt;
+}
+
+/// The range of `op`'s i32 result when it is monotone in its one varying
+/// operand `x` (range `r`) and cannot wrap there; nullopt otherwise.
+std::optional<IntRange> monotoneRange(Operation *op, Value x, IntRange r) {
+  Value y = op->getNumOperands() == 2
+                ? op->getOperand(op->getOperand(0) == x ? 1 : 0)
+                : Value();
+  std::optional<int64_t> c = constantOf(y);
+  bool xFirst = op->getOperand(0) == x;
+  IntRange out;
+  if (isa<math::AbsIOp>(op))
+    out = r.lo >= 0   ? r
+          : r.hi <= 0 ? IntRange{-r.hi, -r.lo}
+                      : IntRange{0, std::max(-r.lo, r.hi)};
+  else if (isa<arith::AddIOp>(op) && c)
+    out = {r.lo + *c, r.hi + *c};
+  else if (isa<arith::SubIOp>(op) && c)
+    out = xFirst ? IntRange{r.lo - *c, r.hi - *c}
+                 : IntRange{*c - r.hi, *c - r.lo};
+  else if (isa<arith::MulIOp>(op) && c)
+    out = *c >= 0 ? IntRange{*c * r.lo, *c * r.hi}
+                  : IntRange{*c * r.hi, *c * r.lo};
+  else if (isa<arith::MinSIOp>(op))
+    out = c ? IntRange{std::min(r.lo, *c), std::min(r.hi, *c)}
+            : IntRange{INT32_MIN, r.hi};
+  else if (isa<arith::MaxSIOp>(op))
+    out = c ? IntRange{std::max(r.lo, *c), std::max(r.hi, *c)}
+            : IntRange{r.lo, INT32_MAX};
+  else if (isa<arith::DivSIOp>(op) && xFirst && c && *c != 0)
+    // (C++'s division truncates as arith.divsi does)
+    out = {std::min(r.lo / *c, r.hi / *c), std::max(r.lo / *c, r.hi / *c)};
+  else if (isa<arith::ShRSIOp>(op) && xFirst && c && *c >= 0 && *c < 32)
+    out = {r.lo >> *c, r.hi >> *c};
+  else
+    return std::nullopt;
+  if (out.lo < INT32_MIN || out.hi > INT32_MAX)
+    return std::nullopt;
+  return out;
+}
+} // namespace
+
+void ProgramBuilder::findBucket(Block &block, DiagonalValues &d) {
+  // The chain: the differences and the monotone i32 ops of one value of it
+  // (and of values that do not vary by diagonal), with their ranges.
+  llvm::DenseSet<Value> diagonal;
+  llvm::DenseMap<Value, IntRange> chain;
+  llvm::DenseSet<Operation *> chainOps;
+  // (values of the chain past a clamp, a division or a shift: only those
+  // can be the same on two diagonals of one sign)
+  llvm::DenseSet<Value> manyToOne;
+  for (Operation *s : d.differences) {
+    chain[s->getResult(0)] = {-kDifferenceBound, kDifferenceBound};
+    chainOps.insert(s);
+    diagonal.insert(s->getResult(0));
+  }
+  for (Operation *op : d.ops)
+    diagonal.insert(op->getResult(0));
+  SmallVector<Operation *> absOps;
+  for (Operation *op : d.ops) {
+    Value x;
+    int varying = 0;
+    for (Value o : op->getOperands())
+      if (diagonal.contains(o)) {
+        ++varying;
+        x = o;
+      }
+    if (varying != 1 || !chain.count(x) || op->getNumRegions() != 0 ||
+        !op->getResult(0).getType().isInteger(32))
+      continue;
+    std::optional<IntRange> r = monotoneRange(op, x, chain[x]);
+    if (!r)
+      continue;
+    if (isa<math::AbsIOp>(op) && chain[x].lo < 0 && chain[x].hi > 0)
+      absOps.push_back(op);
+    chain[op->getResult(0)] = *r;
+    chainOps.insert(op);
+    if (manyToOne.contains(x) ||
+        isa<arith::MinSIOp, arith::MaxSIOp, arith::DivSIOp, arith::ShRSIOp>(op))
+      manyToOne.insert(op->getResult(0));
+  }
+  // The bucket: the one chain value read outside the chain.
+  Value bucket;
+  bool one = true;
+  for (Operation &op : block) {
+    if (chainOps.contains(&op))
+      continue;
+    attn::forEachValueRead(&op, [&](Value v) {
+      if (!chain.count(v))
+        return;
+      if (bucket && bucket != v)
+        one = false;
+      bucket = v;
+    });
+  }
+  // A one-to-one bucket (a difference, its abs, a multiple) takes a value
+  // per diagonal: nothing to share.
+  if (!one || !bucket || !manyToOne.contains(bucket))
+    return;
+  d.bucket = bucket;
+  d.bucketAbs = std::move(absOps);
+}
+
+Value ProgramBuilder::bucketConstant(const DiagonalValues &d,
+                                     const DiagonalTile &t, int64_t atLo,
+                                     int64_t atHi, const IRMapping &args) {
+  auto at = [&](int64_t a) {
+    IRMapping m = args;
+    Value kvMinusQ = add(t.base, cI32(a));
+    for (Operation *s : d.differences) {
+      auto sub = cast<arith::SubIOp>(s);
+      bool kvFirst = cast<BlockArgument>(sub.getLhs()).getArgNumber() == 4;
+      m.map(s->getResult(0),
+            kvFirst ? kvMinusQ : arith::SubIOp::create(b_, cI32(0), kvMinusQ));
+    }
+    return m;
+  };
+  IRMapping lo = at(atLo), hi = at(atHi);
+  Value same = arith::CmpIOp::create(b_, arith::CmpIPredicate::eq,
+                                     materialize(d.bucket, lo),
+                                     materialize(d.bucket, hi));
+  // An abs is monotone where its operand keeps one sign; the operand is
+  // monotone in the diagonal, so its two ends say.
+  for (Operation *a : d.bucketAbs) {
+    Value x = materialize(a->getOperand(0), lo),
+          y = materialize(a->getOperand(0), hi);
+    same = arith::AndIOp::create(
+        b_, same,
+        arith::CmpIOp::create(b_, arith::CmpIPredicate::sge,
+                              arith::XOrIOp::create(b_, x, y), cI32(0)));
+  }
+  return same;
 }
 
 namespace {

@@ -403,8 +403,20 @@ protected:
     /// Whether the block also gathers at an index of q or kv themselves
     /// (synaptic's qamp[b, h, q]): per-row or per-key values.
     bool positionGathers = false;
+    /// The bucket: the one i32 value through which every diagonal value
+    /// depends on the difference, when it is a monotone function of it
+    /// that cannot wrap (relative_bias's min(q - kv, 255), a window's
+    /// clamp): where it is the same at a thread's first and last diagonal
+    /// it is the same on every diagonal between, and so is every diagonal
+    /// value (bucketConstant). Null when there is none.
+    Value bucket;
+    /// math.absi ops on the way to the bucket whose operand can take
+    /// either sign: monotone only where it keeps one over the diagonals.
+    SmallVector<Operation *> bucketAbs;
   };
   static DiagonalValues diagonalValues(Block &block, ArrayRef<unsigned> varying);
+  /// Sets d.bucket and d.bucketAbs (see there) from d's ops.
+  static void findBucket(Block &block, DiagonalValues &d);
   /// A tile's diagonals: kv - q at the thread's first element (`base`, i32;
   /// the others are base + a constant). In the f16/bf16 kernels
   /// (approximateScoreFunctions_) also f32(base) and f32(-base) where the
@@ -432,6 +444,11 @@ protected:
   IRMapping diagonalAt(const DiagonalValues &d, Block &block,
                        const DiagonalTile &t, int64_t at,
                        const IRMapping &args);
+  /// Whether `d`'s bucket is the same on every diagonal t.base + at for
+  /// at in [atLo, atHi] (i1, per thread): its values at both ends are
+  /// equal, and each sign-changing abs on its way keeps one sign.
+  Value bucketConstant(const DiagonalValues &d, const DiagonalTile &t,
+                       int64_t atLo, int64_t atHi, const IRMapping &args);
   /// The values of `block` that depend on none of its arguments `varying`,
   /// computed here for `args` (e.g. a row's q-only values).
   IRMapping hoistUniform(Block &block, ArrayRef<unsigned> varying,

@@ -127,34 +127,61 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
                          arith::SubIOp::create(b_, kvpos[0], rows[0].qpos),
                          scoreRow[0])
           : DiagonalTile();
-  llvm::DenseMap<int64_t, IRMapping> diagonal;
-  auto diagonalOf = [&](int64_t at) -> const IRMapping & {
-    auto [slot, fresh] = diagonal.try_emplace(at);
-    if (fresh)
-      slot->second =
-          diagonalAt(diagonals_, block, tileDiagonals, at, scoreRow[0]);
-    return slot->second;
+  // Element (mt, nt, c) is on diagonal base + at(mt, nt, c).
+  auto atOf = [](int64_t mt, int64_t nt, int64_t c) {
+    return 8 * nt + (c & 1) - 16 * mt - 8 * (c >> 1);
   };
-  SmallVector<Value> sv;
-  for (int64_t mt = 0; mt < MT; ++mt)
-    for (int64_t nt = 0; nt < NT; ++nt)
-      for (int64_t c = 0; c < 4; ++c) {
-        int64_t r = mt * 2 + (c >> 1), k = nt * 2 + (c & 1);
-        // The row's values, and the column's where hoisted (emitModifier
-        // maps the block's arguments per element).
-        IRMapping m = scoreRow[r];
-        if (hoistColumns_)
-          for (auto [from, to] : column[k].getValueMap())
-            if (!isa<BlockArgument>(from) && !ofRow.contains(from))
+  auto elements = [&](function_ref<const IRMapping &(int64_t)> diagonalOf) {
+    SmallVector<Value> sv;
+    for (int64_t mt = 0; mt < MT; ++mt)
+      for (int64_t nt = 0; nt < NT; ++nt)
+        for (int64_t c = 0; c < 4; ++c) {
+          int64_t r = mt * 2 + (c >> 1), k = nt * 2 + (c & 1);
+          // The row's values, and the column's where hoisted (emitModifier
+          // maps the block's arguments per element).
+          IRMapping m = scoreRow[r];
+          if (hoistColumns_)
+            for (auto [from, to] : column[k].getValueMap())
+              if (!isa<BlockArgument>(from) && !ofRow.contains(from))
+                m.map(from, to);
+          if (shareDiagonals_)
+            for (auto [from, to] : diagonalOf(atOf(mt, nt, c)).getValueMap())
               m.map(from, to);
-        if (shareDiagonals_)
-          for (auto [from, to] :
-               diagonalOf(8 * nt + (c & 1) - 16 * mt - 8 * (c >> 1)).getValueMap())
-            m.map(from, to);
-        sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
-                                 rows[r].hI32, rows[r].qpos, kvpos[k], &m));
-      }
-  return sv;
+          sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
+                                   rows[r].hI32, rows[r].qpos, kvpos[k], &m));
+        }
+    return sv;
+  };
+  auto perDiagonal = [&] {
+    llvm::DenseMap<int64_t, IRMapping> diagonal;
+    return elements([&](int64_t at) -> const IRMapping & {
+      auto [slot, fresh] = diagonal.try_emplace(at);
+      if (fresh)
+        slot->second =
+            diagonalAt(diagonals_, block, tileDiagonals, at, scoreRow[0]);
+      return slot->second;
+    });
+  };
+  if (!shareDiagonals_ || !diagonals_.bucket)
+    return perDiagonal();
+  // A bucketed modifier (relative_bias's bias[h, min(q - kv, 255)]): where
+  // the bucket is the same on each of the warp's threads' diagonals (a
+  // tile past the last bucket, most of a long sequence's), every diagonal
+  // value is, and one computes them all: one gather per tile, not one per
+  // diagonal. The same values either way, to the bit.
+  const int64_t atLo = atOf(MT - 1, 0, 2), atHi = atOf(0, NT - 1, 1);
+  Value same =
+      bucketConstant(diagonals_, tileDiagonals, atLo, atHi, scoreRow[0]);
+  Value warpSame = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), same,
+                                            NVVM::VoteSyncKind::all);
+  return ifElseYield(
+      warpSame, SmallVector<Type>(S.size(), f32_),
+      [&] {
+        IRMapping one =
+            diagonalAt(diagonals_, block, tileDiagonals, atLo, scoreRow[0]);
+        return elements([&](int64_t) -> const IRMapping & { return one; });
+      },
+      perDiagonal);
 }
 
 /// The ops on a tile's registers: its scores, probabilities and the
