@@ -26,6 +26,13 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # The emulator, in the instrumented tools: one host thread keeps reports
 # readable and the run within CI's time.
 export ATTNC_EMU_THREADS=1
+# The heaviest matrices on a representative subset (test/unit/
+# Representative.h: the examples with their own compiler paths, a rotation
+# over forms, dtypes and head dims; lit's `sanitized` feature leaves out
+# the emulated sweeps whose host code their sibling files reach): under
+# ASan they took 40 of this test's 45 minutes of runs (2026-11-29); the
+# main build runs every case.
+export ATTNC_TEST_REPRESENTATIVE=1
 for t in attnc-runtime-tests attnc-frontend-tests attnc-cpu-tests attnc-emucuda-tests; do
   echo "== $t"
   "$out/bin/$t" | tail -n 2

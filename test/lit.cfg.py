@@ -34,6 +34,11 @@ if ptxas:
 config.substitutions.append(("%emucuda",
                              os.path.join(config.attnc_obj_root, "lib",
                                           "libattnc-emucuda.so")))
+# The sanitizer build (scripts/check-sanitizers.sh): its heaviest
+# emulated matrices are marked UNSUPPORTED there (the host code they reach
+# runs under the sanitizers in their lighter sibling files).
+if getattr(config, "attnc_sanitize", ""):
+    config.available_features.add("sanitized")
 # The kernel cache of the tests lives in the build tree, not in ~/.cache.
 config.environment["ATTNC_CACHE_DIR"] = os.path.join(config.attnc_obj_root,
                                                      "test", "kernel-cache")

@@ -6,6 +6,8 @@
 #include "attnc/Driver/Session.h"
 #include "attnc/runtime/cuda/GpuKernel.h"
 
+#include "Representative.h"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -277,10 +279,13 @@ TEST_CASE("emulated GPU: the tensor-core forward divides O by its ones "
   Gpu g;
   const int64_t Lq = 150, Lk = 300;
   std::vector<float> slope = {0.5f, -0.25f, 0.125f, 1.0f};
+  test::MatrixSample sample(3);
   for (const char *variant : {"causal", "heads", "capped"})
     for (const char *target : {"sm_80", "sm_90a"})
       for (DType dt : {DType::F16, DType::BF16})
         for (int64_t D : {64, 128}) {
+          if (!sample.keep())
+            continue;
           INFO(variant << " " << target << " " << dtypeName(dt) << " D=" << D);
           auto k = g.kernel(variant, dt, D, target);
           HostProblem p(dt, 1, 4, 2, Lq, Lk, D, 23);
@@ -673,9 +678,12 @@ TEST_CASE("emulated GPU: the tensor-core kernels' f32(kv - q) per diagonal "
     DType dt;
     double ulps;
   };
+  test::MatrixSample sample(3);
   for (Form f : {Form{"sm_80", DType::BF16, 2}, Form{"sm_90a", DType::BF16, 2},
                  Form{"sm_80", DType::F32, 0.5}})
     for (const Case &c : cases) {
+      if (!sample.keep())
+        continue;
       INFO(f.target << " " << dtypeName(f.dt) << " " << c.variant);
       auto k = g.kernel(c.variant, f.dt, 64, f.target, /*keyOffsets=*/true);
       HostProblem p(f.dt, B, 1, 1, Lq, Lk, 64, 9);
@@ -747,12 +755,15 @@ TEST_CASE("emulated GPU: a bucketed modifier's diagonal values, once per "
     int64_t d;
     double tol;
   };
+  test::MatrixSample sample(2);
   for (Form f : {Form{"sm_80", DType::BF16, 64, 1.6e-2},
                  Form{"sm_80", DType::F16, 128, 2e-3},
                  Form{"sm_90a", DType::BF16, 64, 1.6e-2}})
     for (auto [variant, n] :
          {std::pair{"buckets_causal", 8}, std::pair{"buckets_two_sided", 16},
           std::pair{"buckets_coarse", 8}}) {
+      if (!sample.keep())
+        continue;
       INFO(f.target << " " << dtypeName(f.dt) << " D=" << f.d << " "
                     << variant);
       auto k = g.kernel(variant, f.dt, f.d, f.target);
@@ -833,10 +844,13 @@ TEST_CASE("emulated GPU: the tensor-core forward takes the scale in its "
   // where masked scores must stay -inf (not NaN). doc's is not: it scales
   // first.
   Gpu g;
+  test::MatrixSample sample(3);
   for (const char *target : {"sm_80", "sm_90a"})
   for (DType dt : {DType::F16, DType::BF16})
     for (int64_t d : {64, 128})
       for (const char *variant : {"causal", "doc"}) {
+        if (!sample.keep())
+          continue;
         auto k = g.kernel(variant, dt, d, target);
         for (double scale : {0.125, -0.3, 2.5, -1e-3, 1e-300}) {
           INFO(target << " " << variant << " D=" << d << " scale " << scale);

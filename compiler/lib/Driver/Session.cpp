@@ -1,6 +1,7 @@
 //===- Session.cpp - Parse, check, lower and compile a .attn file --------===//
-#include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Driver/Session.h"
+#include "attnc/Codegen/AttnPipeline.h"
+#include "attnc/Driver/CachedGpuCompile.h"
 
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
@@ -16,14 +17,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "attnc/CodegenId.h"
-
 namespace attnc {
-
-namespace {
-const char *kCompilerId =
-    "attnc " ATTNC_VERSION " (LLVM/MLIR " ATTNC_LLVM_VERSION ")";
-} // namespace
 
 // A Session is safe to share between threads: its MLIR context and module
 // are not, so every entry point that reads or compiles into them holds `mu`
@@ -151,7 +145,7 @@ void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
   impl_->cacheChosen = true;
 }
 
-const char *Session::compilerId() { return kCompilerId; }
+const char *Session::compilerId() { return compilerIdentity(); }
 
 std::string gpuTargetFor(int cc) {
   // Compute capability 9.0 gets sm_90a (the wgmma form); a later device
@@ -176,49 +170,10 @@ rt::Status Session::compileGpu(const std::string &variant,
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
   if (!impl_->cacheChosen) {
-    const char *env = std::getenv("ATTNC_KERNEL_CACHE");
-    if (!env || std::string(env) != "0")
-      impl_->cache = std::make_shared<rt::KernelCache>();
+    impl_->cache = defaultKernelCache();
     impl_->cacheChosen = true;
   }
-  // The key is everything the PTX depends on: the compiler, the target,
-  // the configuration and the variant's canonical IR (no locations).
-  std::string key;
-  if (impl_->cache) {
-    llvm::raw_string_ostream os(key);
-    os << "attnc-gpu-kernel v1\ncompiler " << kCompilerId << "\ncodegen "
-       << ATTNC_CODEGEN_ID << "\ntarget "
-       << target << "\ndtype " << rt::dtypeName(spec.dtype) << " d "
-       << spec.headDim << " dv " << spec.vHeadDim << " m " << spec.blockM
-       << " n " << spec.blockN << " w " << spec.warps << " s "
-       << spec.stages << " form '"
-       << spec.form << "'" << (spec.dropout ? " dropout" : "")
-       << (spec.keyOffsets ? " key-offsets" : "") << "\n";
-    v->print(os, mlir::OpPrintingFlags().enableDebugInfo(false));
-    if (auto hit = impl_->cache->lookup(key)) {
-      rt::Package p;
-      if (rt::Package::parse(*hit, "the kernel cache", p).isOk() &&
-          p.variants.size() == 1 && p.variants[0].kernels.size() == 1) {
-        out = p.variants[0].kernels[0];
-        return rt::Status::ok();
-      }
-    }
-  }
-  if (rt::Status s = compileForGpu(v, spec, target, out); !s)
-    return s;
-  if (impl_->cache) {
-    // An entry is a one-kernel package (its checks apply on the way out).
-    rt::Package p;
-    p.compiler = kCompilerId;
-    rt::PackageVariant pv;
-    if (rt::Status s = infoLocked(variant, pv.info); !s)
-      return s;
-    pv.kernels.push_back(out);
-    p.variants.push_back(std::move(pv));
-    // A cache that cannot be written is not an error for the compile.
-    (void)impl_->cache->store(key, p.serialize());
-  }
-  return rt::Status::ok();
+  return compileForGpuCached(impl_->cache.get(), v, spec, target, out);
 }
 
 rt::Status Session::countTiles(const std::string &variant,

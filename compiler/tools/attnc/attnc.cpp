@@ -8,12 +8,13 @@
 //===----------------------------------------------------------------------===//
 #include "Check.h"
 
-#include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Analysis/MaskAnalysis.h"
+#include "attnc/Codegen/AttnPipeline.h"
 #include "attnc/Codegen/CpuBackend.h"
 #include "attnc/Codegen/GpuBackend.h"
 #include "attnc/Codegen/KernelForm.h"
 #include "attnc/Codegen/VariantInfo.h"
+#include "attnc/Driver/CachedGpuCompile.h"
 #include "attnc/Frontend/Parser.h"
 #include "attnc/Frontend/Sema.h"
 #include "attnc/MLIRGen/MLIRGen.h"
@@ -230,6 +231,9 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
   // folders.
   pkg.source = source.substr(source.find_last_of('/') + 1);
   pkg.tileCandidates = o.tileCandidates;
+  // Kernels compiled before (by this tool, a Session or a test) come from
+  // the kernel cache, as they do for a Session (ATTNC_KERNEL_CACHE=0: off).
+  std::shared_ptr<rt::KernelCache> cache = attnc::defaultKernelCache();
   for (auto v : module.getOps<mlir::attn::VariantOp>()) {
     rt::PackageVariant pv;
     if (rt::Status s = rt::VariantInfo::parse(
@@ -269,7 +273,9 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
           }
           for (const rt::KernelSpec &one : specs) {
             rt::GpuKernelImage img;
-            if (rt::Status s = attnc::compileForGpu(v, one, t, img); !s) {
+            if (rt::Status s =
+                    attnc::compileForGpuCached(cache.get(), v, one, t, img);
+                !s) {
               std::cerr << "attnc: error: " << s.message() << "\n";
               return 1;
             }
