@@ -3,7 +3,7 @@
 // scripts/check-sanitizers.sh runs every Catch2 suite again under ASan and
 // UBSan, where the emulator and the compiler run several times slower.
 // There (ATTNC_TEST_REPRESENTATIVE=1) the heaviest matrices run a
-// representative subset: every example that brings its own compiler path
+// representative subset: the examples chosen for their own compiler paths
 // (tour's helpers, `let` blocks and both capture shapes; a data-dependent
 // mask; a special function; a gather by a bucket) and, of a nested loop
 // over forms, dtypes and head dims, a rotation that still reaches every
@@ -38,9 +38,9 @@ inline bool runsExample(const std::string &file) {
 
 /// One combination in `every` of a nested loop's, in the loop's order, in
 /// a representative run; every combination otherwise. Each use picks
-/// `every` so that each value of each axis is still reached (3 does over
-/// axes of 2 and 3: kept combinations 0, 3, 6, ... step through every
-/// value of the innermost axis and carry into the outer ones).
+/// `every` so that each value of each axis is still reached, checked by
+/// hand for its loop (e.g. 3 over axes of 2, or an outer axis of 3; 2 over
+/// an innermost axis of 3, which 3 would pin to its first value).
 class MatrixSample {
 public:
   explicit MatrixSample(int every) : every_(representativeRun() ? every : 1) {}

@@ -225,8 +225,7 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
       return 1;
     }
   rt::Package pkg;
-  pkg.compiler = std::string("attnc ") + ATTNC_VERSION + " (LLVM/MLIR " +
-                 ATTNC_LLVM_VERSION + ")";
+  pkg.compiler = attnc::compilerIdentity();
   // The source's file name only: a package does not carry the builder's
   // folders.
   pkg.source = source.substr(source.find_last_of('/') + 1);
@@ -718,8 +717,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cmd == "--version") {
-    std::cout << "attnc " << ATTNC_VERSION << " (LLVM/MLIR "
-              << ATTNC_LLVM_VERSION << ")\n";
+    std::cout << attnc::compilerIdentity() << "\n";
     return 0;
   }
   std::vector<std::string> rest(args.begin() + 1, args.end());
