@@ -9,7 +9,9 @@
 # model every spill fails. Then every example's GPU
 # backward (SIMT f32 D=64; tensor cores bf16 D=64 and 128; sm_90;
 # docs/backward.md) assembles too, with its table (fails on any ptxas
-# error; spills are reported, not failed). Exits 77 (a ctest skip, with
+# error; spills are reported, not failed). Kernels come through the
+# kernel cache and ptxas through scripts/ptxas-cached.sh, so under ctest
+# what the SASS model assembled is read back. Exits 77 (a ctest skip, with
 # the reason) when ptxas is not installed.
 #   usage: scripts/ptxas-table.sh BUILD_DIR
 set -euo pipefail
@@ -48,7 +50,7 @@ for i, k in enumerate(p["variants"][0]["kernels"]):
           w.get("async_copies", 0))
 PY
   while read -r dt d sm kernel smem ptx mma copies; do
-    if ! out="$("$ptxas" -arch=$sm -v "$ptx" -o "$tmp/k.cubin" 2>&1)"; then
+    if ! out="$("$src/scripts/ptxas-cached.sh" "$ptxas" "$sm" "$ptx" "$tmp/k.cubin" 2>&1)"; then
       echo "FAIL: $n $dt D=$d $sm: $out" >&2
       bad=1
       continue
@@ -84,22 +86,37 @@ echo "|---|---|---|---:|---|---:|---:|---:|---:|"
 for f in "$src"/examples/*.attn; do
   n="$(basename "$f" .attn)"
   [[ "$n" == tour ]] && continue
-  # SIMT (f32) and tensor cores (bf16 at 64- and 32-row tiles).
-  for cfg in "SIMT f32 64" "tensor-cores bf16 64" "tensor-cores bf16 128"; do
-    read -r form dt d <<< "$cfg"
-    out=""
-    if ! "$build/bin/attnc" compile "$f" --emit=ptx --backward --target=sm_90 \
-        --dtype "$dt" --head-dim "$d" -o "$tmp/bwd.ptx" ||
-       ! out="$("$ptxas" -arch=sm_90 -v "$tmp/bwd.ptx" -o "$tmp/k.cubin" 2>&1)"; then
-      echo "FAIL: $n backward $dt D=$d: ${out:-cannot compile}" >&2
+  # SIMT (f32) and tensor cores (bf16 at 64- and 32-row tiles), packaged
+  # (through the kernel cache, which the SASS model's packages fill).
+  for cfg in "SIMT f32 64" "tensor-cores bf16 64,128"; do
+    read -r form dt dims <<< "$cfg"
+    if ! "$build/bin/attnc" compile "$f" --emit=package --backward --target=sm_90 \
+        --dtypes="$dt" --head-dims="$dims" -o "$tmp/bwd.json"; then
+      echo "FAIL: $n backward $dt D=$dims: cannot compile" >&2
       bad=1
       continue
     fi
-    echo "$out" | awk -v n="$n" -v form="$form" -v dt="$dt" -v d="$d" '
-      /Compiling entry function/ { match($0, /_bwd_(q|kv)/); e = substr($0, RSTART + 1, RLENGTH - 1); keep = RSTART > 0 }
-      keep && /bytes stack frame/ { split($0, a, " "); for (i in a) { if (a[i] == "stack") st = a[i-2]; if (a[i] == "stores,") ss = a[i-3]; if (a[i] == "loads") sl = a[i-3] } }
-      keep && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); r = substr($0, RSTART + 5, RLENGTH - 5);
-        printf "| %s | %s | %s | %s:%s | `%s` | %s | %s | %s | %s |\n", n, form, dt, d, d, e, r, st, ss, sl; keep = 0 }'
+    python3 - "$tmp/bwd.json" "$tmp" > "$tmp/bwd.list" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for i, k in enumerate(p["variants"][0]["backward"]):
+    path = "%s/b%d.ptx" % (sys.argv[2], i)
+    open(path, "w").write(k["ptx"])
+    print(k["head_dim"], path)
+PY
+    while read -r d ptx; do
+      out=""
+      if ! out="$("$src/scripts/ptxas-cached.sh" "$ptxas" sm_90 "$ptx" "$tmp/k.cubin" 2>&1)"; then
+        echo "FAIL: $n backward $dt D=$d: $out" >&2
+        bad=1
+        continue
+      fi
+      echo "$out" | awk -v n="$n" -v form="$form" -v dt="$dt" -v d="$d" '
+        /Compiling entry function/ { match($0, /_bwd_(q|kv)/); e = substr($0, RSTART + 1, RLENGTH - 1); keep = RSTART > 0 }
+        keep && /bytes stack frame/ { split($0, a, " "); for (i in a) { if (a[i] == "stack") st = a[i-2]; if (a[i] == "stores,") ss = a[i-3]; if (a[i] == "loads") sl = a[i-3] } }
+        keep && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); r = substr($0, RSTART + 5, RLENGTH - 5);
+          printf "| %s | %s | %s | %s:%s | `%s` | %s | %s | %s | %s |\n", n, form, dt, d, d, e, r, st, ss, sl; keep = 0 }'
+    done < "$tmp/bwd.list"
   done
   n_bwd=$((n_bwd + 1))
 done

@@ -121,6 +121,56 @@ TEST_CASE("GPU kernels are named by their configuration and cached",
   fs::remove_all(dir);
 }
 
+TEST_CASE("GPU backward kernels go through the kernel cache", "[gpu-compile]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / "attnc-gpu-bwd-cache-test";
+  fs::remove_all(dir);
+  KernelSpec spec;
+  spec.dtype = DType::BF16;
+  spec.headDim = spec.vHeadDim = 64;
+
+  auto cache = std::make_shared<KernelCache>(dir.string());
+  auto s = load();
+  s->setKernelCache(cache);
+  GpuBackwardImage cold;
+  REQUIRE(s->compileGpuBackward("docs", spec, "sm_90", cold).isOk());
+  CHECK(cache->misses == 1);
+  CHECK(cold.ptx.find(".target sm_90") != std::string::npos);
+  // The forward with the same spec is another entry, not this one.
+  GpuKernelImage fwd;
+  REQUIRE(s->compileGpu("docs", spec, "sm_90", fwd).isOk());
+  CHECK(cache->misses == 2);
+
+  // Another session hits the disk entry: the same image, field by field
+  // where the runtime reads them.
+  auto cache2 = std::make_shared<KernelCache>(dir.string());
+  auto s2 = load();
+  s2->setKernelCache(cache2);
+  GpuBackwardImage warm;
+  REQUIRE(s2->compileGpuBackward("docs", spec, "sm_90", warm).isOk());
+  CHECK(cache2->diskHits == 1);
+  CHECK(cache2->misses == 0);
+  CHECK(warm.ptx == cold.ptx);
+  CHECK(warm.query == cold.query);
+  CHECK(warm.keyValue == cold.keyValue);
+  CHECK(warm.maskBuilder == cold.maskBuilder);
+  CHECK(warm.queryParams == cold.queryParams);
+  CHECK(warm.keyValueParams == cold.keyValueParams);
+  CHECK(warm.queryDynamicSharedBytes == cold.queryDynamicSharedBytes);
+  CHECK(warm.keyValueDynamicSharedBytes == cold.keyValueDynamicSharedBytes);
+  // Another dtype is another entry; with caching off nothing is read.
+  KernelSpec f32 = spec;
+  f32.dtype = DType::F32;
+  REQUIRE(s2->compileGpuBackward("docs", f32, "sm_90", warm).isOk());
+  CHECK(cache2->misses == 1);
+  CHECK(warm.ptx != cold.ptx);
+  auto s3 = load();
+  s3->setKernelCache(nullptr);
+  REQUIRE(s3->compileGpuBackward("docs", spec, "sm_90", warm).isOk());
+  CHECK(warm.ptx == cold.ptx);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the configuration table covers every tensor-core head dim",
           "[gpu-compile]") {
   // Every f16/bf16 head dim that is a multiple of 16 up to 256, Dv equal

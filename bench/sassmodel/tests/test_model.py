@@ -449,3 +449,55 @@ def test_tma_tiles_average_the_issuing_warp_with_the_others():
     # A kernel without TMA: one path, as before.
     plain, _ = tile_metrics(Cfg(func(WGMMA_LOOP)), TileWork(3, 1), warps=8)
     assert plain.issuing_warp_instructions == 0
+
+
+PTX_ADD = """
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry add_one(.param .u64 p) {
+  .reg .b64 %rd<2>;
+  .reg .b32 %r<3>;
+  ld.param.u64 %rd1, [p];
+  ld.global.u32 %r1, [%rd1];
+  add.s32 %r2, %r1, 1;
+  st.global.u32 [%rd1], %r2;
+  ret;
+}
+"""
+
+
+def test_assembled_images_are_cached(tmp_path, monkeypatch):
+    """scripts/ptxas-cached.sh: the second assembly of the same PTX is the
+    first's cubin and report, read from $ATTNC_PTXAS_CACHE; other PTX or
+    another arch is another entry; a failed assembly is not stored."""
+    from sassmodel import toolchain
+    try:
+        ptxas = toolchain.find_tool("ptxas")
+    except toolchain.ToolMissing as e:
+        pytest.skip(str(e))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATTNC_PTXAS_CACHE", str(cache))
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(PTX_ADD)
+    first, second = tmp_path / "1.cubin", tmp_path / "2.cubin"
+    r1 = toolchain.assemble(ptxas, ptx, "sm_80", first)
+    assert r1["add_one"].registers > 0
+    entries = sorted(p.name for p in cache.iterdir())
+    assert len(entries) == 2 and entries[0].endswith(".cubin") and entries[1].endswith(".log")
+    # A stand-in ptxas that fails proves the second result is the cache's.
+    fake = tmp_path / "ptxas"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && exec " + ptxas + " --version\nexit 3\n")
+    fake.chmod(0o755)
+    r2 = toolchain.assemble(str(fake), ptx, "sm_80", second)
+    assert second.read_bytes() == first.read_bytes()
+    assert r2 == r1
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        toolchain.assemble(str(fake), ptx, "sm_86", second)
+    ptx.write_text(PTX_ADD.replace("add.s32 %r2, %r1, 1", "add.s32 %r2, %r1, 2"))
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        toolchain.assemble(str(fake), ptx, "sm_80", second)
+    assert len(list(cache.iterdir())) == 2
+    monkeypatch.delenv("ATTNC_PTXAS_CACHE")
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        toolchain.assemble(str(fake), ptx, "sm_80", second)

@@ -29,6 +29,15 @@ struct Session::Impl {
   std::vector<std::string> names;
   std::shared_ptr<rt::KernelCache> cache;
   bool cacheChosen = false;
+  /// The cache this Session compiles through: the one set, else the
+  /// default (chosen on first use; null: none). Called under `mu`.
+  rt::KernelCache *kernelCache() {
+    if (!cacheChosen) {
+      cache = defaultKernelCache();
+      cacheChosen = true;
+    }
+    return cache.get();
+  }
   mlir::attn::VariantOp find(const std::string &n) {
     for (auto v : module->getOps<mlir::attn::VariantOp>())
       if (v.getSymName() == n)
@@ -136,7 +145,8 @@ rt::Status Session::compileGpuBackward(const std::string &variant,
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
-  return compileBackwardForGpu(v, spec, target, out);
+  return compileBackwardForGpuCached(impl_->kernelCache(), v, spec, target,
+                                     out);
 }
 
 void Session::setKernelCache(std::shared_ptr<rt::KernelCache> cache) {
@@ -169,11 +179,7 @@ rt::Status Session::compileGpu(const std::string &variant,
   auto v = impl_->find(variant);
   if (!v)
     return rt::Status::notFound("no variant named '" + variant + "'");
-  if (!impl_->cacheChosen) {
-    impl_->cache = defaultKernelCache();
-    impl_->cacheChosen = true;
-  }
-  return compileForGpuCached(impl_->cache.get(), v, spec, target, out);
+  return compileForGpuCached(impl_->kernelCache(), v, spec, target, out);
 }
 
 rt::Status Session::countTiles(const std::string &variant,

@@ -285,7 +285,8 @@ int emitPackage(mlir::ModuleOp module, const CompileOptions &o,
             rt::GpuBackwardImage img;
             rt::KernelSpec bspec = spec;
             bspec.stages = o.backwardStages;
-            if (rt::Status s = attnc::compileBackwardForGpu(v, bspec, t, img);
+            if (rt::Status s = attnc::compileBackwardForGpuCached(
+                    cache.get(), v, bspec, t, img);
                 !s) {
               std::cerr << "attnc: error: " << s.message() << "\n";
               return 1;

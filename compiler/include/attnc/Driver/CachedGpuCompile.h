@@ -1,9 +1,9 @@
 //===- CachedGpuCompile.h - GPU kernels through the kernel cache -*- C++ -*-=//
 //
 // One compile path for every caller that may reuse a kernel compiled
-// before (Session::compileGpu, `attnc compile --emit=package`): the key is
-// everything the PTX depends on, a hit is the stored image, a miss
-// compiles and stores it.
+// before (Session::compileGpu and compileGpuBackward, `attnc compile
+// --emit=package`): the key is everything the PTX depends on, a hit is the
+// stored image, a miss compiles and stores it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_DRIVER_CACHEDGPUCOMPILE_H
@@ -36,6 +36,16 @@ rt::Status compileForGpuCached(rt::KernelCache *cache,
                                const rt::KernelSpec &spec,
                                const std::string &target,
                                rt::GpuKernelImage &out, bool *hit = nullptr);
+
+/// compileBackwardForGpu through `cache`, as compileForGpuCached: the key
+/// also says "backward", and an entry is a package whose variant holds the
+/// one backward image.
+rt::Status compileBackwardForGpuCached(rt::KernelCache *cache,
+                                       mlir::attn::VariantOp variant,
+                                       const rt::KernelSpec &spec,
+                                       const std::string &target,
+                                       rt::GpuBackwardImage &out,
+                                       bool *hit = nullptr);
 
 } // namespace attnc
 

@@ -56,7 +56,7 @@ public:
                                 const rt::KernelSpec &spec,
                                 std::unique_ptr<rt::CpuBackwardKernel> &out) const;
   /// Compiles the backward pass of `variant` to PTX for `target`
-  /// (rt::cuda::GpuBackwardKernel; not cached).
+  /// (rt::cuda::GpuBackwardKernel), through the kernel cache as compileGpu.
   rt::Status compileGpuBackward(const std::string &variant,
                                 const rt::KernelSpec &spec,
                                 const std::string &target,
@@ -69,9 +69,9 @@ public:
                         const std::string &target,
                         rt::GpuKernelImage &out) const;
 
-  /// The cache compileGpu uses. By default a KernelCache in its default
-  /// folder, created on first use, unless $ATTNC_KERNEL_CACHE is 0; null
-  /// turns caching off.
+  /// The cache compileGpu and compileGpuBackward use. By default a KernelCache
+  /// in its default folder, created on first use, unless $ATTNC_KERNEL_CACHE is
+  /// 0; null turns caching off.
   void setKernelCache(std::shared_ptr<rt::KernelCache> cache);
 
   /// Counts the (empty, partial, full) tiles a kernel with `spec` visits
