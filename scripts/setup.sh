@@ -14,7 +14,7 @@ packages=(cmake ninja-build g++ catch2 libfmt-dev nlohmann-json3-dev libssl-dev 
 [[ $runtime_only == 0 ]] && packages+=(python3-dev python3-venv)
 if [[ $runtime_only == 0 ]]; then
   packages+=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools libopenblas-dev python3-matplotlib
-             clang libclang-rt-dev)
+             clang libclang-rt-dev clang-22 libclang-rt-22-dev)
 fi
 
 missing=()
