@@ -24,9 +24,11 @@
 
 #include "attnc/runtime/FileIO.h"
 
+#include <cstdlib>
 #include <iostream>
-#include <sstream>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <tuple>
 
 using namespace attnc;
@@ -86,6 +88,9 @@ case | max_abs | mean_abs | tolerance | PASS/FAIL. Needs no compiler.
   --no-lse                with --bench: calls without the LSE (inference:
                           the tensor-core forward then skips the LSE's f32
                           sums; "lse": false in --json)
+  --only DT:D[:DV],...    with --matrix or --suite: only the cases of these
+                          dtypes and head dims (each must be one of the
+                          list's; e.g. --only bf16:64,f16:128:128)
   --sweep T1,T2,...       with --bench or --tune: sequence lengths (prefill
                           Lq = Lkv = T; decode Lkv = T)
   --backward              the backward's kernels (a package from attnc
@@ -115,13 +120,87 @@ Exit status: 0 all passed, 1 a case failed, 2 usage or package error,
 
 constexpr int kNoDevice = 3;
 
+/// A kernel's dtype and head dims, as --only names them.
+struct CaseKernel {
+  rt::DType dtype;
+  int64_t headDim, vHeadDim;
+};
+
+/// "bf16:64,f16:128:64" (Dv defaults to D); false with `err` on bad text.
+bool parseOnly(const std::string &text, std::vector<CaseKernel> &out,
+               std::string &err) {
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    std::vector<std::string> f;
+    std::stringstream parts(item);
+    for (std::string x; std::getline(parts, x, ':');)
+      f.push_back(x);
+    auto dt = f.empty() ? std::nullopt : rt::parseDType(f[0]);
+    int64_t d = 0, dv = 0;
+    auto dim = [](const std::string &x, int64_t &v) {
+      char *end = nullptr;
+      long long n = std::strtoll(x.c_str(), &end, 10);
+      if (x.empty() || *end || n < 1 || n > 1024)
+        return false;
+      v = n;
+      return true;
+    };
+    bool ok = dt && (f.size() == 2 || f.size() == 3) && dim(f[1], d);
+    dv = d;
+    if (ok && f.size() == 3)
+      ok = dim(f[2], dv);
+    if (!ok) {
+      err = "--only expects DTYPE:D[:DV] items (f32, f16 or bf16; head dims "
+            "in [1, 1024]), got '" +
+            item + "'";
+      return false;
+    }
+    out.push_back({*dt, d, dv});
+  }
+  if (out.empty()) {
+    err = "--only needs at least one DTYPE:D[:DV] item";
+    return false;
+  }
+  return true;
+}
+
+/// The cases of `shapes` whose kernel is one of `only` (all when empty);
+/// an item that keeps no case is an error.
+bool keepOnly(std::vector<Shape> &shapes, const std::vector<CaseKernel> &only,
+              std::string &err) {
+  if (only.empty())
+    return true;
+  std::vector<Shape> kept;
+  std::vector<bool> used(only.size(), false);
+  for (Shape &s : shapes) {
+    s.resolve();
+    bool keep = false;
+    for (size_t i = 0; i < only.size(); ++i)
+      if (only[i].dtype == s.dtype && only[i].headDim == s.headDim &&
+          only[i].vHeadDim == s.vHeadDim)
+        keep = used[i] = true;
+    if (keep)
+      kept.push_back(s);
+  }
+  for (size_t i = 0; i < only.size(); ++i)
+    if (!used[i]) {
+      err = fmt::format("--only {}:{}:{} matches no case of the list",
+                        rt::dtypeName(only[i].dtype), only[i].headDim,
+                        only[i].vHeadDim);
+      return false;
+    }
+  shapes = std::move(kept);
+  return true;
+}
+
 } // namespace
 
 static int runTool(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   bool list = false, deviceInfo = false, bench = false, tune = false,
        backward = false, warmupSet = false, itersSet = false, noLse = false;
-  std::string sweepText, recordsPath;
+  std::string sweepText, recordsPath, onlyText;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
@@ -141,6 +220,10 @@ static int runTool(int argc, char **argv) {
       recordsPath = args[++i];
     else if (a.rfind("--records=", 0) == 0)
       recordsPath = a.substr(10);
+    else if (a == "--only" && i + 1 < args.size())
+      onlyText = args[++i];
+    else if (a.rfind("--only=", 0) == 0)
+      onlyText = a.substr(7);
     else if (a == "--sweep" && i + 1 < args.size())
       sweepText = args[++i];
     else if (a.rfind("--sweep=", 0) == 0)
@@ -184,6 +267,18 @@ static int runTool(int argc, char **argv) {
     return usage("attnc-run", "--records is for --tune");
   std::vector<int64_t> sweep;
   if (!sweepText.empty() && (sweep = parseSweep(sweepText, err)).empty())
+    return usage("attnc-run", err);
+  std::vector<CaseKernel> only;
+  if (!onlyText.empty() && (bench || tune || !(o.matrix || o.suite)))
+    return usage("attnc-run",
+                 "--only is for the checks of --matrix and --suite");
+  if (!onlyText.empty() && !parseOnly(onlyText, only, err))
+    return usage("attnc-run", err);
+  // The checks' cases: the shape given, or the list's (those of --only).
+  std::vector<Shape> cases =
+      shapesFor(o.matrix, o.suite, o.shape,
+                {rt::DType::F32, rt::DType::F16, rt::DType::BF16});
+  if (!keepOnly(cases, only, err))
     return usage("attnc-run", err);
   // The GPU protocol's defaults (the CPU tools' are 3 and 10).
   if (bench && !warmupSet)
@@ -240,12 +335,7 @@ static int runTool(int argc, char **argv) {
   if (backward && bench)
     return runGpuBackwardBench(*ctx, variants, o, sweepShapes(o.shape, sweep));
   if (backward)
-    return runGpuBackwardCheck(
-               *ctx, variants, o,
-               shapesFor(o.matrix, o.suite, o.shape,
-                         {rt::DType::F32, rt::DType::F16, rt::DType::BF16}))
-               ? 1
-               : 0;
+    return runGpuBackwardCheck(*ctx, variants, o, cases) ? 1 : 0;
   if (bench)
     return runGpuBench(*ctx, variants, o, sweepShapes(o.shape, sweep), !noLse);
   if (tune) {
@@ -267,10 +357,7 @@ static int runTool(int argc, char **argv) {
   std::map<Key, std::unique_ptr<rt::cuda::GpuKernel>> kernels;
   std::vector<Row> rows;
   for (const rt::PackageVariant *v : variants) {
-    std::vector<Shape> shapes =
-        shapesFor(o.matrix, o.suite, o.shape,
-                  {rt::DType::F32, rt::DType::F16, rt::DType::BF16});
-    for (Shape s : shapes) {
+    for (Shape s : cases) {
       s.resolve();
       std::string name = v->info.name + " " + s.describe();
       Key key{v, s.dtype, s.headDim, s.vHeadDim, s.needs().keyOffsets};
