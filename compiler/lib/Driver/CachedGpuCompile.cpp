@@ -71,6 +71,37 @@ std::optional<rt::PackageVariant> lookupEntry(rt::KernelCache &cache,
   return std::move(p.variants[0]);
 }
 
+/// `compile` through `cache`: an entry holds the one image, in `images`
+/// (the variant's forward kernels or its backward ones), and nothing else.
+template <typename Image>
+rt::Status compileCached(rt::KernelCache *cache, mlir::attn::VariantOp variant,
+                         const rt::KernelSpec &spec, const std::string &target,
+                         const char *direction,
+                         std::vector<Image> rt::PackageVariant::*images,
+                         rt::Status (*compile)(mlir::attn::VariantOp,
+                                               const rt::KernelSpec &,
+                                               const std::string &, Image &),
+                         Image &out, bool *hit) {
+  if (hit)
+    *hit = false;
+  if (!cache)
+    return compile(variant, spec, target, out);
+  std::string key = kernelKey(direction, variant, spec, target);
+  if (auto pv = lookupEntry(*cache, key);
+      pv && pv->kernels.size() + pv->backward.size() == 1 &&
+      ((*pv).*images).size() == 1) {
+    out = std::move(((*pv).*images)[0]);
+    if (hit)
+      *hit = true;
+    return rt::Status::ok();
+  }
+  if (rt::Status s = compile(variant, spec, target, out); !s)
+    return s;
+  rt::PackageVariant pv;
+  (pv.*images).push_back(out);
+  return storeEntry(*cache, key, variant, std::move(pv));
+}
+
 } // namespace
 
 rt::Status compileForGpuCached(rt::KernelCache *cache,
@@ -78,25 +109,10 @@ rt::Status compileForGpuCached(rt::KernelCache *cache,
                                const rt::KernelSpec &spec,
                                const std::string &target,
                                rt::GpuKernelImage &out, bool *hit) {
-  if (hit)
-    *hit = false;
-  if (!cache)
-    return compileForGpu(variant, spec, target, out);
   // The forward's key has no direction line (entries stored before the
   // backward was cached keep their keys).
-  std::string key = kernelKey("", variant, spec, target);
-  if (auto pv = lookupEntry(*cache, key);
-      pv && pv->kernels.size() == 1 && pv->backward.empty()) {
-    out = std::move(pv->kernels[0]);
-    if (hit)
-      *hit = true;
-    return rt::Status::ok();
-  }
-  if (rt::Status s = compileForGpu(variant, spec, target, out); !s)
-    return s;
-  rt::PackageVariant pv;
-  pv.kernels.push_back(out);
-  return storeEntry(*cache, key, variant, std::move(pv));
+  return compileCached(cache, variant, spec, target, "",
+                       &rt::PackageVariant::kernels, &compileForGpu, out, hit);
 }
 
 rt::Status compileBackwardForGpuCached(rt::KernelCache *cache,
@@ -104,23 +120,9 @@ rt::Status compileBackwardForGpuCached(rt::KernelCache *cache,
                                        const rt::KernelSpec &spec,
                                        const std::string &target,
                                        rt::GpuBackwardImage &out, bool *hit) {
-  if (hit)
-    *hit = false;
-  if (!cache)
-    return compileBackwardForGpu(variant, spec, target, out);
-  std::string key = kernelKey("backward\n", variant, spec, target);
-  if (auto pv = lookupEntry(*cache, key);
-      pv && pv->kernels.empty() && pv->backward.size() == 1) {
-    out = std::move(pv->backward[0]);
-    if (hit)
-      *hit = true;
-    return rt::Status::ok();
-  }
-  if (rt::Status s = compileBackwardForGpu(variant, spec, target, out); !s)
-    return s;
-  rt::PackageVariant pv;
-  pv.backward.push_back(out);
-  return storeEntry(*cache, key, variant, std::move(pv));
+  return compileCached(cache, variant, spec, target, "backward\n",
+                       &rt::PackageVariant::backward, &compileBackwardForGpu,
+                       out, hit);
 }
 
 } // namespace attnc
