@@ -158,8 +158,9 @@ bool parseOnly(const std::string &text, std::vector<CaseKernel> &out,
     }
     out.push_back({*dt, d, dv});
   }
-  if (out.empty()) {
-    err = "--only needs at least one DTYPE:D[:DV] item";
+  if (out.empty() || text.back() == ',') {
+    err = "--only needs DTYPE:D[:DV] items separated by commas, got '" + text +
+          "'";
     return false;
   }
   return true;
@@ -220,9 +221,11 @@ static int runTool(int argc, char **argv) {
       recordsPath = args[++i];
     else if (a.rfind("--records=", 0) == 0)
       recordsPath = a.substr(10);
-    else if (a == "--only" && i + 1 < args.size())
+    else if (a == "--only") {
+      if (i + 1 >= args.size())
+        return usage("attnc-run", "option '--only' needs a value");
       onlyText = args[++i];
-    else if (a.rfind("--only=", 0) == 0)
+    } else if (a.rfind("--only=", 0) == 0)
       onlyText = a.substr(7);
     else if (a == "--sweep" && i + 1 < args.size())
       sweepText = args[++i];
