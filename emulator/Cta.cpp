@@ -108,6 +108,7 @@ void Cta::run(uint32_t x, uint32_t y, uint32_t z) {
     w.exited = ~w.exists;
     w.atBarrier = w.waiting = w.parked = 0;
     w.atWarpgroup = false;
+    w.gridWaited = false;
     for (int l = 0; l < 32; ++l) {
       w.pc[l] = 0;
       w.pending[l].clear();

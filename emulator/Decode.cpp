@@ -502,12 +502,12 @@ int loadModuleCode(const std::string &ptx, int cc, std::unique_ptr<Module> &out,
         if (in.guard < 0)
           e = "unknown predicate '" + s.guard + "'";
       }
-      bool taken = e.empty() && (bindControl(d, s, in, e, labels) ||
-                                 bindAlu(d, s, in, e) ||
-                                 bindConvert(d, s, in, e) ||
-                                 bindAsync(d, s, in, e) ||
-                                 bindMemory(d, s, in, e) || bindWarp(d, s, in, e) ||
-                                 bindWarpgroup(d, s, in, e));
+      bool taken =
+          e.empty() &&
+          (bindControl(d, s, in, e, labels) || bindAlu(d, s, in, e) ||
+           bindConvert(d, s, in, e) || bindAsync(d, s, in, e) ||
+           bindGridDependency(d, s, in, e) || bindMemory(d, s, in, e) ||
+           bindWarp(d, s, in, e) || bindWarpgroup(d, s, in, e));
       if (e.empty() && !taken)
         e = "instruction '" + s.opcode + "' is not supported by the emulator";
       if (e.empty() && in.ctl == Ctl::Plain && !in.fn)

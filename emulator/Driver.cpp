@@ -290,18 +290,26 @@ R cuFuncGetAttribute(int *v, int attr, void *f) {
   return kSuccess;
 }
 
-R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                 unsigned by, unsigned bz, unsigned smem, void *stream,
-                 void **params, void **extra) {
-  ATTNC_EMU_FAULT_POINT("cuLaunchKernel");
+} // extern "C"
+
+namespace {
+
+int launchKernel(const char *entry, void *f, const unsigned grid[3],
+                 const unsigned block[3], unsigned smem, void *stream,
+                 void **params, void **extra, bool programmatic) {
   auto *k = static_cast<Kernel *>(f);
   if (!k)
     return kInvalidHandle;
   if (extra) {
-    report("cuLaunchKernel: 'extra' parameter buffers are not supported by the emulator");
+    report(std::string(entry) +
+           ": 'extra' parameter buffers are not supported by the emulator");
     return kInvalidValue;
   }
-  LaunchRecord rec{k->name, {gx, gy, gz}, {bx, by, bz}, smem, {}};
+  LaunchRecord rec{k->name,
+                   {grid[0], grid[1], grid[2]},
+                   {block[0], block[1], block[2]},
+                   smem,
+                   {}};
   for (size_t i = 0; params && i < k->params.size(); ++i) {
     unsigned long long v = 0;
     std::memcpy(&v, params[i], std::min<size_t>(8, k->params[i].size));
@@ -312,8 +320,12 @@ R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     state().launches.push_back(rec);
   }
   LaunchShape s;
-  s.grid[0] = gx; s.grid[1] = gy; s.grid[2] = gz;
-  s.block[0] = bx; s.block[1] = by; s.block[2] = bz;
+  s.grid[0] = grid[0];
+  s.grid[1] = grid[1];
+  s.grid[2] = grid[2];
+  s.block[0] = block[0];
+  s.block[1] = block[1];
+  s.block[2] = block[2];
   s.dynamicShared = smem;
   std::string what;
   if (int r = checkLaunch(*k, s, what)) {
@@ -321,11 +333,71 @@ R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
     return r;
   }
   if (!params && !k->params.empty()) {
-    report("cuLaunchKernel of " + k->name + " without its parameters");
+    report(std::string(entry) + " of " + k->name + " without its parameters");
     return kInvalidValue;
   }
-  Streams::get().launch(stream, *k, s, params);
+  Streams::get().launch(stream, *k, s, params, programmatic);
   return kSuccess;
+}
+
+/// cuda.h's CUlaunchConfig and CUlaunchAttribute (a 4-byte id, padding,
+/// a 64-byte value union).
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid[3], block[3], sharedMemBytes;
+  void *stream;
+  LaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+constexpr int kAttrProgrammaticStreamSerialization = 6;
+
+} // namespace
+
+extern "C" {
+
+R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                 unsigned by, unsigned bz, unsigned smem, void *stream,
+                 void **params, void **extra) {
+  ATTNC_EMU_FAULT_POINT("cuLaunchKernel");
+  const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+  return launchKernel("cuLaunchKernel", f, grid, block, smem, stream, params,
+                      extra, false);
+}
+
+/// Launch attributes: programmatic stream serialization (the launch may
+/// overlap the kernel ahead of it; GridDependency.h), and no other.
+R cuLaunchKernelEx(const LaunchConfig *config, void *f, void **params,
+                   void **extra) {
+  ATTNC_EMU_FAULT_POINT("cuLaunchKernelEx");
+  if (!config || (config->numAttrs && !config->attrs))
+    return kInvalidValue;
+  bool programmatic = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const LaunchAttribute &a = config->attrs[i];
+    if (a.id != kAttrProgrammaticStreamSerialization) {
+      report("cuLaunchKernelEx: launch attribute " + std::to_string(a.id) +
+             " is not supported by the emulator (only 6, programmatic "
+             "stream serialization)");
+      return kNotSupported;
+    }
+    programmatic = a.value.programmaticStreamSerializationAllowed != 0;
+  }
+  if (programmatic && deviceCc() < 90) {
+    report("cuLaunchKernelEx: programmatic stream serialization needs "
+           "compute capability 9.0 or later (the device has " +
+           std::to_string(deviceCc()) + ")");
+    return kNotSupported;
+  }
+  return launchKernel("cuLaunchKernelEx", f, config->grid, config->block,
+                      config->sharedMemBytes, config->stream, params, extra,
+                      programmatic);
 }
 
 R cuMemAlloc_v2(unsigned long long *p, size_t n) {

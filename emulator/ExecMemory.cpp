@@ -77,8 +77,19 @@ uint8_t *Cta::globalPtr(const Warp &w, const Instr &in, int lane, uint64_t addr,
             std::string("invalid global ") + (write ? "write" : "read") + " of " +
                 std::to_string(n) + " bytes at " + hex(addr) + ": " +
                 mem->describe(addr, n));
-    lastAlloc = a;
+    // With a grid dependency to check, every access comes back here.
+    if (!writeLog && !prerequisite)
+      lastAlloc = a;
   }
+  if (writeLog && write)
+    GridWrites::note(*writeLog, addr, n);
+  if (prerequisite && !w.gridWaited && prerequisite->overlaps(addr, n))
+    fault(w, in, lane, kErrIllegalAddress,
+          std::string("global ") + (write ? "write" : "read") + " of " +
+              std::to_string(n) + " bytes at " + hex(addr) +
+              " before griddepcontrol.wait: " + prerequisite->kernel +
+              ", the kernel this launch depends on programmatically, writes "
+              "those bytes and may still be running");
   return reinterpret_cast<uint8_t *>(addr);
 }
 

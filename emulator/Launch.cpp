@@ -70,7 +70,8 @@ int checkLaunch(const Kernel &k, const LaunchShape &s, std::string &report) {
 }
 
 int launch(const Kernel &k, const LaunchShape &s, void **params,
-           const MemoryMap &mem, const LaunchOptions &opts, std::string &report) {
+           const MemoryMap &mem, const LaunchOptions &opts, std::string &report,
+           GridDependencyChecks grid) {
   if (int r = checkLaunch(k, s, report))
     return r;
   uint64_t ctas = uint64_t(s.grid[0]) * s.grid[1] * s.grid[2];
@@ -90,9 +91,16 @@ int launch(const Kernel &k, const LaunchShape &s, void **params,
   std::mutex mu;
   uint64_t faultCta = UINT64_MAX;
   Fault first{0, ""};
+  // Each worker's log of global writes (when a dependent follows).
+  std::vector<std::vector<GridWrites::Range>> logs(
+      size_t(std::max(workers, 1)));
+  std::atomic<int> worker{0};
   auto work = [&]() {
     Cta cta;
     cta.init(k, s, mem, paramBuf.data(), opts.racecheck, opts.maxSteps);
+    cta.prerequisite = grid.prerequisite;
+    if (grid.record)
+      cta.writeLog = &logs[size_t(worker.fetch_add(1))];
     for (;;) {
       uint64_t i = next.fetch_add(1);
       if (i >= ctas || stop.load())
@@ -121,6 +129,12 @@ int launch(const Kernel &k, const LaunchShape &s, void **params,
       pool.emplace_back(work);
     for (std::thread &t : pool)
       t.join();
+  }
+  if (grid.record) {
+    grid.record->kernel = k.name;
+    for (std::vector<GridWrites::Range> &log : logs)
+      grid.record->gather(log);
+    grid.record->finish();
   }
   if (faultCta != UINT64_MAX) {
     report = first.what;

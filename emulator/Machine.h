@@ -13,6 +13,7 @@
 #ifndef ATTNC_EMU_MACHINE_H
 #define ATTNC_EMU_MACHINE_H
 
+#include "GridDependency.h"
 #include "Program.h"
 
 #include <cstdint>
@@ -135,6 +136,7 @@ struct Warp {
   uint8_t *local = nullptr; // 32 * localBytes
   std::vector<PendingCopy> pending[32];
   uint32_t openGroup[32] = {}; // the group new cp.async copies join
+  bool gridWaited = false;     // ran griddepcontrol.wait (GridDependency.h)
 };
 
 struct Cta {
@@ -172,6 +174,13 @@ struct Cta {
   bool racecheck = true;
   uint64_t steps = 0, maxSteps = 0;
   const Allocation *lastAlloc = nullptr; // global lookups hit the same allocation
+  // Programmatic dependent launches (GridDependency.h): the global bytes
+  // this grid writes, recorded when a dependent follows it; the bytes the
+  // grid this one depends on wrote, which a warp may touch only after its
+  // griddepcontrol.wait. With either, global accesses take the checked
+  // path (lastAlloc stays null).
+  std::vector<std::pair<uint64_t, uint64_t>> *writeLog = nullptr;
+  const GridWrites *prerequisite = nullptr;
 
   /// Sets up the CTA's warps for `shape` (storage reused between CTAs).
   void init(const Kernel &kernel, const LaunchShape &s, const MemoryMap &m,
@@ -283,6 +292,8 @@ bool bindMemory(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarp(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindWarpgroup(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
 bool bindAsync(Decoder &d, const SynInstr &s, Instr &in, std::string &error);
+bool bindGridDependency(Decoder &d, const SynInstr &s, Instr &in,
+                        std::string &error);
 /// TMA loads issued by every launch since the last call that cleared them.
 uint64_t tmaLoadsIssued(bool clear);
 /// False while the warpgroup instruction `in` of warpgroup `group` must

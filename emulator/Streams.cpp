@@ -95,11 +95,12 @@ int Streams::launchGraph(void *stream, const Graph &g) {
 }
 
 void Streams::launch(void *stream, const Kernel &k, const LaunchShape &s,
-                     void **params) {
+                     void **params, bool programmatic) {
   Work w;
   w.kind = Work::Launch;
   w.kernel = &k;
   w.shape = s;
+  w.programmatic = programmatic;
   w.bytes.assign(k.paramBytes + 8, 0);
   for (size_t i = 0; i < k.params.size(); ++i)
     std::memcpy(w.bytes.data() + k.params[i].offset, params[i], k.params[i].size);
@@ -133,9 +134,17 @@ void Streams::record(void *stream, Event *e) {
 
 int Streams::run(std::deque<Work> &q) {
   int first = 0;
+  const char *sync = std::getenv("ATTNC_EMU_SYNC");
+  const bool eager = sync && *sync == '1';
+  auto at = ahead_.find(&q);
   while (!q.empty()) {
     Work w = std::move(q.front());
     q.pop_front();
+    if (w.kind != Work::Launch && at != ahead_.end()) {
+      // Only a kernel right behind a kernel overlaps it.
+      ahead_.erase(at);
+      at = ahead_.end();
+    }
     switch (w.kind) {
     case Work::Launch: {
       std::vector<void *> ptrs;
@@ -143,11 +152,24 @@ int Streams::run(std::deque<Work> &q) {
         ptrs.push_back(w.bytes.data() + p.offset);
       MemoryMap mem = DeviceMemory::get().snapshot();
       std::string what;
+      GridWrites writes;
+      GridDependencyChecks grid;
+      if (w.programmatic && at != ahead_.end())
+        grid.prerequisite = &at->second;
+      if (eager || (!q.empty() && q.front().kind == Work::Launch &&
+                    q.front().programmatic))
+        grid.record = &writes;
       int r = emu::launch(*w.kernel, w.shape, ptrs.data(), mem,
-                          launchOptionsFromEnv(), what);
+                          launchOptionsFromEnv(), what, grid);
       if (r) {
         reportFault(what);
         first = first ? first : r;
+      }
+      if (grid.record)
+        at = ahead_.insert_or_assign(&q, std::move(writes)).first;
+      else if (at != ahead_.end()) {
+        ahead_.erase(at);
+        at = ahead_.end();
       }
       break;
     }

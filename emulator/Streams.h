@@ -52,7 +52,10 @@ public:
   static Streams &get();
 
   /// Queues a launch; the parameters are copied now, as cuLaunchKernel does.
-  void launch(void *stream, const Kernel &k, const LaunchShape &s, void **params);
+  /// `programmatic`: it may overlap the launch ahead of it (PDL;
+  /// GridDependency.h says what is checked).
+  void launch(void *stream, const Kernel &k, const LaunchShape &s,
+              void **params, bool programmatic = false);
   /// Queues a host-to-device copy (the host bytes are copied now); 0, or
   /// an error on a capturing stream.
   int copyToDevice(void *stream, uint64_t dst, const void *src, size_t n);
@@ -80,6 +83,7 @@ public:
     enum Kind { Launch, ToDevice, ToHost, Record } kind;
     const Kernel *kernel = nullptr;
     LaunchShape shape;
+    bool programmatic = false;
     std::vector<uint8_t> bytes; // launch parameters, or host data
     uint64_t dev = 0;
     void *host = nullptr;
@@ -102,6 +106,10 @@ private:
     bool invalid = false;
   };
   std::map<void *, Capture> capturing_;
+  /// Per queue, what its last launch wrote, where a programmatic launch
+  /// may follow it (recorded when one is queued behind it, or always with
+  /// ATTNC_EMU_SYNC, which runs each launch before the next is queued).
+  std::map<const std::deque<Work> *, GridWrites> ahead_;
 };
 
 /// A captured graph (also its executable form: instantiation copies it).

@@ -180,7 +180,8 @@ pack a
 b=$logs/b
 tb=$(date +%s)
 # ab NAME "EXAMPLES" "HEAD_DIMS" SIDE_A SIDE_B [attnc-run options]: an
-# A/B of two sides on the same shape (bf16, B=2, H=16, 8k), alternating,
+# A/B of two sides on the same shape (bf16, B=2, H=16, 8k, unless the
+# options give another: the last of an option wins), alternating,
 # twice; a side is a package folder of .device, with VAR=VALUE after a
 # colon for the runtime's environment (packages-persistent:ATTNC_GRID=items);
 # the medians into $b/NAME.jsonl and NAME.txt.
@@ -194,9 +195,9 @@ ab() {
         for side in "$sa" "$sb"; do
           local pk="${side%%:*}" envs=""
           [[ "$side" == *:* ]] && envs="${side#*:}"
-          r=$(env $envs timeout 30 "$run" "$dev/$pk/$n.json" --bench --json "$@" \
+          r=$(env $envs timeout 30 "$run" "$dev/$pk/$n.json" --bench --json \
             --batch 2 --heads 16 --kv-heads 16 --q-len 8192 --kv-len 8192 \
-            --head-dim $d --dtype bf16 2>/dev/null | tail -1)
+            --head-dim $d --dtype bf16 "$@" 2>/dev/null | tail -1)
           [[ -n "$r" ]] && echo "{\"side\": \"$side\", \"row\": $r}" >> "$b/$name.jsonl"
         done
       done
@@ -223,6 +224,15 @@ ab persistent-ab "full causal sliding_window document_mask" "128 64" packages \
   packages-persistent --warmup 20 --iters 100
 ab persistent-grid-ab "full sliding_window" "128 64" \
   packages-persistent:ATTNC_GRID=items packages-persistent --warmup 20 --iters 100
+# The split-KV merge as the kernel's programmatic dependent (PDL, issue #29
+# item 4: the default on sm_90+) and after it by stream order (ATTNC_PDL=0),
+# on decode steps the planner splits (one query per sequence, 32 query
+# heads over 8 KV heads, 32k keys; batch 1 and 8).
+for bsz in 1 8; do
+  ab pdl-ab-b$bsz "causal" "128" packages:ATTNC_PDL=0 packages \
+    --warmup 20 --iters 200 --batch $bsz --heads 32 --kv-heads 8 --q-len 1 \
+    --kv-len 32768
+done
 # The backward's K/V ring A/B: _bwd_q with two stages (backward/, the
 # default since 2026-11-27) and one (backward-s1/); attnc-run times the
 # backward (both kernels) per call.

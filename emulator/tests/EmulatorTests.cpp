@@ -27,6 +27,7 @@ int cuModuleGetFunction(void **, void *, const char *);
 int cuFuncSetAttribute(void *, int, int);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                    unsigned, unsigned, void *, void **, void **);
+int cuLaunchKernelEx(const void *, void *, void **, void **);
 int cuMemAlloc_v2(unsigned long long *, size_t);
 int cuMemFree_v2(unsigned long long);
 int cuMemcpyHtoD_v2(unsigned long long, const void *, size_t);
@@ -772,4 +773,122 @@ TEST_CASE("32-bit shared addresses wrap at 2^32 before the offset lands",
   REQUIRE(m.status == 0);
   REQUIRE(m.run("k", 1, 1, {out.p, 0}) == 0);
   CHECK(out.get<uint32_t>() == std::vector<uint32_t>{77});
+}
+
+// ---- programmatic dependent launches (griddepcontrol) ---------------------
+
+namespace {
+/// cuda.h's CUlaunchAttribute and CUlaunchConfig.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int allowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid[3], block[3], shared;
+  void *stream;
+  LaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+
+/// `write` stores each thread's index at p0[tid] after triggering its
+/// dependents; `read` copies p0[tid] to p1[tid] after its own p1[tid]
+/// (which `write` never touches) and, where `wait`, griddepcontrol.wait.
+std::string gridDependencyKernels(bool wait) {
+  std::string entry =
+      ".visible .entry %s(.param .u64 p0, .param .u64 p1)\n{\n"
+      "  .reg .b32 %r<8>;\n  .reg .b64 %rd<8>;\n"
+      "  ld.param.u64 %rd1, [p0];\n  ld.param.u64 %rd2, [p1];\n"
+      "  mov.u32 %r1, %tid.x;\n  mul.wide.u32 %rd3, %r1, 4;\n"
+      "  add.s64 %rd4, %rd1, %rd3;\n  add.s64 %rd5, %rd2, %rd3;\n";
+  auto named = [&](const char *n) {
+    std::string e = entry;
+    e.replace(e.find("%s"), 2, n);
+    return e;
+  };
+  return ".version 8.0\n.target sm_90\n.address_size 64\n" + named("write") +
+         "  griddepcontrol.launch_dependents;\n"
+         "  st.global.b32 [%rd4], %r1;\n  ret;\n}\n" +
+         named("read") + "  ld.global.b32 %r2, [%rd5];\n" +
+         (wait ? "  griddepcontrol.wait;\n" : "") +
+         "  ld.global.b32 %r3, [%rd4];\n  add.s32 %r3, %r3, %r2;\n"
+         "  st.global.b32 [%rd5], %r3;\n  ret;\n}\n";
+}
+
+/// `write` into a, then `read` of a into b, the latter as a programmatic
+/// dependent (cuLaunchKernelEx with the attribute) or not.
+int writeThenRead(const Ptx &m, const Buf &a, const Buf &b, bool programmatic,
+                  int attribute = 6) {
+  void *w = nullptr, *r = nullptr;
+  REQUIRE(cuModuleGetFunction(&w, m.mod, "write") == 0);
+  REQUIRE(cuModuleGetFunction(&r, m.mod, "read") == 0);
+  unsigned long long pa = a.p, pb = b.p;
+  void *args[] = {&pa, &pb};
+  attnc_emu_clear_report();
+  REQUIRE(cuLaunchKernel(w, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr) == 0);
+  LaunchAttribute attr{};
+  attr.id = attribute;
+  attr.value.allowed = 1;
+  LaunchConfig c{{1, 1, 1}, {32, 1, 1}, 0,
+                 nullptr,   &attr,      programmatic ? 1u : 0u};
+  if (int e = cuLaunchKernelEx(&c, r, args, nullptr))
+    return e;
+  return cuCtxSynchronize();
+}
+} // namespace
+
+TEST_CASE("griddepcontrol: a programmatic dependent reads what the grid ahead "
+          "wrote only after griddepcontrol.wait",
+          "[emucuda]") {
+  Quiet q;
+  std::vector<uint32_t> ones(32, 1);
+  SECTION("with the wait: the dependent sees every write") {
+    Ptx m(gridDependencyKernels(true));
+    REQUIRE(m.status == 0);
+    Buf a(32 * 4), b(ones);
+    REQUIRE(writeThenRead(m, a, b, true) == 0);
+    std::vector<uint32_t> got = b.get<uint32_t>();
+    for (uint32_t i = 0; i < 32; ++i)
+      CHECK(got[i] == i + 1);
+  }
+  SECTION("without it: the read of the grid's output is reported") {
+    Ptx m(gridDependencyKernels(false));
+    REQUIRE(m.status == 0);
+    Buf a(32 * 4), b(ones);
+    CHECK(writeThenRead(m, a, b, true) == 700);
+    std::string r = report();
+    CHECK_THAT(r, Catch::Contains("global read of 4 bytes"));
+    CHECK_THAT(r, Catch::Contains("before griddepcontrol.wait: write, the "
+                                  "kernel this launch depends on"));
+    CHECK_THAT(r, Catch::Contains("ld.global.b32 %r3, [%rd4];"));
+    // Run as each launch is issued (ATTNC_EMU_SYNC): the same report.
+    setenv("ATTNC_EMU_SYNC", "1", 1);
+    int e = writeThenRead(m, a, b, true);
+    unsetenv("ATTNC_EMU_SYNC");
+    CHECK(e == 700);
+    CHECK_THAT(report(), Catch::Contains("before griddepcontrol.wait"));
+  }
+  SECTION("without the attribute, stream order is enough") {
+    Ptx m(gridDependencyKernels(false));
+    Buf a(32 * 4), b(ones);
+    REQUIRE(writeThenRead(m, a, b, false) == 0);
+    CHECK(b.get<uint32_t>()[31] == 32);
+  }
+  SECTION("other launch attributes are refused by name") {
+    Ptx m(gridDependencyKernels(true));
+    Buf a(32 * 4), b(ones);
+    CHECK(writeThenRead(m, a, b, true, 4) == 801);
+    CHECK_THAT(report(),
+               Catch::Contains("launch attribute 4 is not supported"));
+  }
+  SECTION("griddepcontrol needs sm_90") {
+    std::string text = gridDependencyKernels(true);
+    text.replace(text.find("sm_90"), 5, "sm_80");
+    Ptx m(text);
+    CHECK(m.status != 0);
+    CHECK_THAT(m.log, Catch::Contains("griddepcontrol needs .target sm_90"));
+  }
 }

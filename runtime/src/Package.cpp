@@ -95,6 +95,8 @@ std::string Package::serialize() const {
       jk["kernel_params"] = k.kernelParams;
       jk["merge"] = k.merge;
       jk["merge_params"] = k.mergeParams;
+      if (k.mergeGridDependency)
+        jk["merge_grid_dependency"] = true;
       if (!k.maskBuilder.empty()) {
         jk["mask_builder"] = k.maskBuilder;
         jk["mask_builder_params"] = k.maskBuilderParams;
@@ -168,6 +170,8 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
       !paramSizes(jk, "kernel_params", k.kernelParams, why) ||
       !stringField(jk, "merge", k.merge, why, 256) ||
       !paramSizes(jk, "merge_params", k.mergeParams, why) ||
+      !optionalBoolField(jk, "merge_grid_dependency", k.mergeGridDependency,
+                         why) ||
       !tileWorkField(jk, "tile_work", k.tileWork, why) ||
       !stringField(jk, "ptx", k.ptx, why, kMaxPtxBytes))
     return false;
@@ -207,6 +211,18 @@ bool parseKernel(const json &jk, const VariantInfo &info, GpuKernelImage &k,
   if (k.merge != k.kernel + "_merge") {
     why = fmt::format("kernel '{}' names the merge entry '{}'", k.kernel,
                       k.merge);
+    return false;
+  }
+  // A merge launched as the kernel's dependent must wait for it.
+  if (k.mergeGridDependency &&
+      (target < 90 || !ptxEntryHas(k.ptx, k.merge, "griddepcontrol.wait"))) {
+    why = fmt::format("kernel '{}' says its merge waits for the kernel's grid, "
+                      "but {}",
+                      k.kernel,
+                      target < 90
+                          ? "its target " + k.target +
+                                " has no griddepcontrol (sm_90+)"
+                          : "'" + k.merge + "' has no griddepcontrol.wait");
     return false;
   }
   // The PTX is for the manifest's target, and declares the entries with
@@ -410,6 +426,21 @@ Status ptxEntryParams(const std::string &ptx, const std::string &entry,
     sizes.push_back(bits / 8);
   }
   return Status::ok();
+}
+
+bool ptxEntryHas(const std::string &ptx, const std::string &entry,
+                 const std::string &instruction) {
+  size_t open = 0, close = 0;
+  if (!findEntryParams(ptx, entry, open, close))
+    return false;
+  size_t body = ptx.find('{', close);
+  if (body == std::string::npos)
+    return false;
+  // The body ends at the first closing brace at the start of a line (the
+  // braces of nested scopes are indented).
+  size_t end = ptx.find("\n}", body);
+  return ptx.substr(body, end == std::string::npos ? end : end - body)
+             .find(instruction) != std::string::npos;
 }
 
 int64_t ptxEntryMaxThreads(const std::string &ptx, const std::string &entry) {

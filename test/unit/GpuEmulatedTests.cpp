@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <dlfcn.h>
+#include <functional>
 #include <random>
 
 using namespace attnc;
@@ -1097,5 +1098,84 @@ TEST_CASE("emulated GPU: the wgmma form reads contiguous and paged K and V "
     REQUIRE(m2.downloadOutputs(p2.a).isOk());
     CHECK(p2.maxError(k->variant()) < 2e-2);
     CHECK(tmaLoadsSince() > 0);
+  }
+}
+
+TEST_CASE("emulated GPU: the split-KV merge is its kernel's programmatic "
+          "dependent on sm_90 and later, and waits for it",
+          "[gpu-emulated]") {
+  Gpu g;
+  void *h = dlopen(ATTNC_EMUCUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(h);
+  auto calls = reinterpret_cast<long (*)(const char *)>(
+      dlsym(h, "attnc_emu_call_count"));
+  auto reset = reinterpret_cast<void (*)()>(dlsym(h, "attnc_emu_reset_calls"));
+  auto report =
+      reinterpret_cast<const char *(*)()>(dlsym(h, "attnc_emu_last_report"));
+  REQUIRE((calls && reset && report));
+  // Decode over 300 keys in 4 splits: the kernel writes partial rows, the
+  // merge reads them.
+  auto decode = [&](cuda::GpuKernel &k, uint64_t seed,
+                    const std::function<void()> &injected = {}) {
+    HostProblem p(DType::BF16, 2, 4, 2, 1, 300, 64, seed);
+    p.a.numSplits = 4;
+    reset();
+    if (injected)
+      injected();
+    Status s = cuda::runFromHost(*g.ctx, k, p.a);
+    if (s.isOk())
+      CHECK(p.maxError(k.variant()) < 2e-2);
+    return s;
+  };
+  for (const char *target : {"sm_80", "sm_90", "sm_90a"}) {
+    INFO(target);
+    bool sm90 = std::string(target) != "sm_80";
+    auto k = g.kernel("causal", DType::BF16, 64, target);
+    CHECK(k->image().mergeGridDependency == sm90);
+    REQUIRE(decode(*k, 40).isOk());
+    CHECK(calls("cuLaunchKernelEx") == (sm90 ? 1 : 0));
+  }
+  SECTION("ATTNC_PDL=0 launches it after the kernel by stream order") {
+    setenv("ATTNC_PDL", "0", 1);
+    auto k = g.kernel("causal", DType::BF16, 64, "sm_90");
+    unsetenv("ATTNC_PDL");
+    REQUIRE(decode(*k, 41).isOk());
+    CHECK(calls("cuLaunchKernelEx") == 0);
+  }
+  SECTION("a failing cuLaunchKernelEx is an error naming it; the next call "
+          "works") {
+    auto fail = reinterpret_cast<void (*)(const char *, long, int)>(
+        dlsym(h, "attnc_emu_fail_call"));
+    REQUIRE(fail);
+    auto k = g.kernel("causal", DType::BF16, 64, "sm_90");
+    Status s = decode(*k, 43, [&] {
+      fail("cuLaunchKernelEx", 1, 999 /* CUDA_ERROR_UNKNOWN */);
+    });
+    fail("", 0, 0);
+    CHECK_FALSE(s.isOk());
+    CHECK_THAT(s.message(), Catch::Contains("cuLaunchKernelEx failed"));
+    REQUIRE(decode(*k, 44).isOk());
+  }
+  SECTION("a merge that reads the partials without waiting is reported") {
+    KernelSpec spec;
+    spec.dtype = DType::BF16;
+    spec.headDim = spec.vHeadDim = 64;
+    GpuKernelImage image;
+    REQUIRE(g.session->compileGpu("causal", spec, "sm_90", image).isOk());
+    std::string wait = "griddepcontrol.wait;";
+    size_t at = image.ptx.find(wait);
+    REQUIRE(at != std::string::npos);
+    image.ptx.erase(at, wait.size());
+    VariantInfo info;
+    REQUIRE(g.session->info("causal", info).isOk());
+    std::unique_ptr<cuda::GpuKernel> k;
+    REQUIRE(cuda::GpuKernel::load(*g.ctx, info, image, k).isOk());
+    setenv("ATTNC_EMU_QUIET", "1", 1);
+    Status s = decode(*k, 42);
+    unsetenv("ATTNC_EMU_QUIET");
+    CHECK_FALSE(s.isOk());
+    CHECK_THAT(
+        std::string(report()),
+        Catch::Contains("before griddepcontrol.wait: attnc_causal_bf16"));
   }
 }

@@ -244,6 +244,32 @@ TEST_CASE("a package that does not hold together is refused", "[package]") {
         "'p.json' is not a valid attnc package: the manifest gives "
         "'attnc_causal_f16_d64v64_m64n64w2s1_merge' 25 parameters, its PTX "
         "declares 26");
+  // A merge launched as the kernel's dependent must wait for it
+  // (griddepcontrol.wait in its own body, sm_90 and later).
+  Package pdl;
+  pdl.variants.push_back(makeVariant(kCausal, "sm_90"));
+  GpuKernelImage &pk = pdl.variants[0].kernels[0];
+  pk.mergeGridDependency = true;
+  CHECK(error(pdl.serialize()) ==
+        "'p.json' is not a valid attnc package: kernel "
+        "'attnc_causal_f16_d64v64_m64n64w2s1' says its merge waits for the "
+        "kernel's grid, but 'attnc_causal_f16_d64v64_m64n64w2s1_merge' has no "
+        "griddepcontrol.wait");
+  // (in the kernel's body, not the merge's, it does not count)
+  size_t kernelBody = pk.ptx.find("{\n\tret;");
+  pk.ptx.insert(kernelBody + 2, "\tgriddepcontrol.wait;\n");
+  CHECK(error(pdl.serialize()).find("has no griddepcontrol.wait") !=
+        std::string::npos);
+  size_t mergeBody = pk.ptx.find("{\n\tret;", pk.ptx.find(pk.merge + "("));
+  pk.ptx.insert(mergeBody + 2, "\tgriddepcontrol.wait;\n");
+  REQUIRE(Package::parse(pdl.serialize(), "p.json", q).isOk());
+  CHECK(q.variants[0].kernels[0].mergeGridDependency);
+  Package pdl80 = p;
+  pdl80.variants[0].kernels[0].mergeGridDependency = true;
+  CHECK(error(pdl80.serialize()) ==
+        "'p.json' is not a valid attnc package: kernel "
+        "'attnc_causal_f16_d64v64_m64n64w2s1' says its merge waits for the "
+        "kernel's grid, but its target sm_80 has no griddepcontrol (sm_90+)");
   // A data-dependent mask needs its builder.
   Package docs;
   docs.variants.push_back(makeVariant(kDocMask, "sm_80", 1));

@@ -105,6 +105,7 @@ Status Driver::open(std::unique_ptr<Driver> &out, const std::string &pathIn) {
   };
   // Optional entry points: null where the driver has none.
   resolve(h, "cuTensorMapEncodeTiled", a.cuTensorMapEncodeTiled);
+  resolve(h, "cuLaunchKernelEx", a.cuLaunchKernelEx);
   for (const Entry &e : entries)
     if (!e.ok)
       return Status::unavailable(fmt::format(

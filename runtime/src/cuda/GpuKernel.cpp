@@ -200,6 +200,7 @@ Status GpuKernel::load(const Context &ctx, const VariantInfo &variant,
   k->image_ = image;
   k->kvMaps_ = kvMaps;
   k->persistentBlocks_ = image.persistent ? ptx::persistentBlocks(ctx) : 0;
+  k->mergeDependent_ = image.mergeGridDependency && ptx::dependentLaunches(ctx);
   if (kvMaps)
     k->kvCache_ = std::make_unique<KvTensorMapCache>();
   if (Status s = ptx::loadPtx(ctx, image.ptx, image.kernel, image.target,
@@ -250,7 +251,8 @@ Status GpuKernel::launch(CUfunction fn, std::vector<detail::MemrefDesc> descs,
       static_cast<unsigned>(fn == kernel_ ? image_.dynamicSharedBytes : 0);
   return ptx::launchItems(*ctx_, fn, std::move(descs), items, threads, shared,
                           stream, fn == kernel_ ? kvMaps : nullptr,
-                          fn == kernel_ ? persistentBlocks_ : 0);
+                          fn == kernel_ ? persistentBlocks_ : 0,
+                          fn == merge_ && mergeDependent_);
 }
 
 Status GpuKernel::prepare(const AttentionArgs &a, bool forMaskBuilder,

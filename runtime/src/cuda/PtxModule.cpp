@@ -92,7 +92,7 @@ Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
                    unsigned threads, unsigned dynamicShared, CUstream stream,
-                   const KvTensorMaps *kvMaps, int64_t blocks) {
+                   const KvTensorMaps *kvMaps, int64_t blocks, bool dependent) {
   int64_t first = 0;
   std::vector<void *> params = rt::detail::memrefWords(descs);
   params.push_back(&first);
@@ -108,6 +108,19 @@ Status launchItems(const Context &ctx, CUfunction fn,
   const int64_t most = blocks > 0 ? std::min(blocks, kMaxGridX) : kMaxGridX;
   for (; first < items; first += step) {
     unsigned grid = static_cast<unsigned>(std::min(items - first, most));
+    if (dependent) {
+      CUlaunchAttribute attr{};
+      attr.id = kLaunchAttrProgrammaticStreamSerialization;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{grid,          1,      1,     threads, 1, 1,
+                            dynamicShared, stream, &attr, 1};
+      if (Status s = drv.check(
+              drv.api().cuLaunchKernelEx(&config, fn, params.data(), nullptr),
+              "cuLaunchKernelEx");
+          !s)
+        return s;
+      continue;
+    }
     if (Status s = drv.check(drv.api().cuLaunchKernel(fn, grid, 1, 1, threads,
                                                       1, 1, dynamicShared,
                                                       stream, params.data(),
@@ -117,6 +130,14 @@ Status launchItems(const Context &ctx, CUfunction fn,
       return s;
   }
   return Status::ok();
+}
+
+bool dependentLaunches(const Context &ctx) {
+  const char *v = std::getenv("ATTNC_PDL");
+  if (v && std::string(v) == "0")
+    return false;
+  return ctx.device().computeCapability() >= 90 &&
+         ctx.driver().api().cuLaunchKernelEx != nullptr;
 }
 
 int64_t persistentBlocks(const Context &ctx) {

@@ -46,10 +46,21 @@ Status checkEntryParams(const std::vector<int> &sizes, size_t memrefs,
 /// (the i64 operand after the memrefs is the grid's first item; `kvMaps`,
 /// when given, follow it); with `blocks` > 0 (a persistent kernel, which
 /// takes items a grid apart), min(items, blocks) blocks from item 0.
+/// `dependent`: as a programmatic dependent of the kernel ahead of it on
+/// the stream (cuLaunchKernelEx; the kernel must wait for that one with
+/// griddepcontrol.wait before reading its output; dependentLaunches).
 Status launchItems(const Context &ctx, CUfunction fn,
                    std::vector<rt::detail::MemrefDesc> descs, int64_t items,
                    unsigned threads, unsigned dynamicShared, CUstream stream,
-                   const KvTensorMaps *kvMaps = nullptr, int64_t blocks = 0);
+                   const KvTensorMaps *kvMaps = nullptr, int64_t blocks = 0,
+                   bool dependent = false);
+
+/// Whether kernels that wait for the grid ahead (griddepcontrol.wait) are
+/// launched as its programmatic dependents on this device: compute
+/// capability 9.0 or later, a driver with cuLaunchKernelEx, and not
+/// ATTNC_PDL=0 (the A/B on the same kernels; docs/runtime.md). Read when
+/// the kernel is loaded.
+bool dependentLaunches(const Context &ctx);
 
 /// A persistent kernel's grid on this device: one block per SM (the forms
 /// that are persistent occupy an SM's register file), or 0 (one block per

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/Codegen/GpuBackend.h"
+#include "GridDependency.h"
 #include "SpecialFunctions.h"
 #include "attnc/Codegen/Canonicalize.h"
 #include "attnc/Codegen/CpuBackend.h"
@@ -240,6 +241,8 @@ LogicalResult lowerToNVVM(ModuleOp module, const std::string &chip) {
     if (failed(applyPatternsGreedily(module, std::move(intrinsics))))
       return failure();
   }
+  // The split-KV merge as a programmatic dependent of its kernel (sm_90+).
+  addGridDependencyControl(module, chip);
   // Kernels whose last parameters are tensor maps: the GPU-to-NVVM lowering
   // keeps their alignment but drops the rest, re-added below.
   llvm::StringSet<> mapKernels;
@@ -362,6 +365,9 @@ rt::Status compileForGpu(attn::VariantOp variant, const rt::KernelSpec &spec,
   if (rt::Status s = rt::ptxEntryParams(out.ptx, out.merge, out.mergeParams);
       !s)
     return rt::Status::internal(s.message());
+  // (GridDependency.h: sm_90 and later)
+  out.mergeGridDependency =
+      rt::ptxEntryHas(out.ptx, out.merge, "griddepcontrol.wait");
   if (analyzeMask(variant).kind == rt::MaskKind::Data) {
     out.maskBuilder = out.kernel + "_block_mask";
     if (rt::Status s = rt::ptxEntryParams(out.ptx, out.maskBuilder,

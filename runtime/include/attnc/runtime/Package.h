@@ -35,6 +35,10 @@ struct GpuKernelImage {
   std::string kernel;       // entry names in `ptx`
   std::string maskBuilder;  // empty unless the mask is data-dependent
   std::string merge;        // `kernel`_merge: combines split-KV partials
+  /// The kernel triggers its dependents and the merge waits for it before
+  /// reading the partials (griddepcontrol, sm_90+): the merge may be
+  /// launched as the kernel's programmatic dependent (checked on load).
+  bool mergeGridDependency = false;
   std::vector<int> kernelParams, maskBuilderParams, mergeParams; // bytes each
   TileWork tileWork; // the kernel's tile loop (optional in a package)
   std::string ptx;
@@ -111,6 +115,10 @@ Status selectBackward(const PackageVariant &v, int cc, DType dtype,
 /// Sizes in bytes of the parameters of `.entry <entry>(...)` in PTX text.
 Status ptxEntryParams(const std::string &ptx, const std::string &entry,
                       std::vector<int> &sizes);
+/// Whether the body of `.entry <entry>` holds `instruction` (as in
+/// "griddepcontrol.wait").
+bool ptxEntryHas(const std::string &ptx, const std::string &entry,
+                 const std::string &instruction);
 /// The block size `.entry <entry>` declares (.reqntid or .maxntid: the
 /// product of its dimensions); 0 when it declares none, -1 when unreadable.
 int64_t ptxEntryMaxThreads(const std::string &ptx, const std::string &entry);

@@ -31,6 +31,27 @@ using CUdeviceptr = unsigned long long;
 using CUgraph = struct CUgraph_st *;
 using CUgraphExec = struct CUgraphExec_st *;
 
+/// cuLaunchKernelEx's configuration (cuda.h's CUlaunchAttribute: a 4-byte
+/// id, padding, a 64-byte value union; CUlaunchConfig).
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+constexpr int kLaunchAttrProgrammaticStreamSerialization = 6;
+
 /// The Driver API entry points attnc uses.
 struct DriverApi {
   CUresult (*cuInit)(unsigned);
@@ -85,6 +106,10 @@ struct DriverApi {
                                      const unsigned *elementStrides,
                                      int interleave, int swizzle,
                                      int l2Promotion, int oobFill);
+  /// Optional (CUDA 11.8+): launches with attributes (the split-KV merge
+  /// as a programmatic dependent launch).
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **,
+                               void **);
 };
 
 /// An opened driver library with every entry point resolved.

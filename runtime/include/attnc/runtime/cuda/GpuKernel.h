@@ -166,6 +166,7 @@ private:
   /// A persistent kernel's grid (ptx::persistentBlocks, fixed at load);
   /// 0: one block per work item.
   int64_t persistentBlocks_ = 0;
+  bool mergeDependent_ = false; // the merge as the kernel's dependent (PDL)
   // Parameter arrays (ip, fp, block mask): a ring of buffers.
   static constexpr int kRing = 4;
   mutable std::mutex mu_;
