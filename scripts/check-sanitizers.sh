@@ -19,6 +19,15 @@ out="${1:?usage: check-sanitizers.sh SCRATCH_DIR}"
 # ctest run beside other tests); without it, the default compiler.
 cxx=()
 command -v clang++-22 >/dev/null && cxx=(-DCMAKE_CXX_COMPILER=clang++-22)
+# A folder configured for another compiler (a checkout from before clang
+# 22, or one where it was missing) starts over: CMake would drop its cache
+# and the options below with it.
+choice="${cxx[*]:-default}"
+if [[ -f "$out/CMakeCache.txt" && "$(cat "$out/.sanitize-compiler" 2>/dev/null)" != "$choice" ]]; then
+  rm -rf "$out"
+fi
+mkdir -p "$out"
+echo "$choice" > "$out/.sanitize-compiler"
 cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cxx[@]}" \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
   -DATTNC_SANITIZE=address,undefined -DATTNC_WERROR=OFF -DATTNC_ENABLE_PYTHON=OFF \
