@@ -768,13 +768,20 @@ TEST_CASE("emulated GPU: a bucketed modifier's diagonal values, once per "
       INFO(f.target << " " << dtypeName(f.dt) << " D=" << f.d << " "
                     << variant);
       auto k = g.kernel(variant, f.dt, f.d, f.target);
-      HostProblem p(f.dt, 1, H, H, L, L, f.d, 7);
-      p.a.tensors = {
-          {"t", TensorView::contiguous(t.data(), DType::F32, {H, int64_t(n)})}};
-      Status st = cuda::runFromHost(*g.ctx, *k, p.a);
-      INFO(st.toString());
-      REQUIRE(st.isOk());
-      CHECK(p.maxError(k->variant()) < f.tol);
+      // Each is s + g: with a positive scale a bucket's tile keeps S and
+      // its scores are scale S + g per row (AffineScores); a negative one
+      // takes the per-diagonal values.
+      for (double scale : {0.0 /* 1 / sqrt(D) */, -0.6}) {
+        INFO("scale " << scale);
+        HostProblem p(f.dt, 1, H, H, L, L, f.d, 7);
+        p.a.scale = scale;
+        p.a.tensors = {{"t", TensorView::contiguous(t.data(), DType::F32,
+                                                    {H, int64_t(n)})}};
+        Status st = cuda::runFromHost(*g.ctx, *k, p.a);
+        INFO(st.toString());
+        REQUIRE(st.isOk());
+        CHECK(p.maxError(k->variant()) < f.tol);
+      }
     }
 }
 

@@ -360,7 +360,31 @@ private:
   /// fragments, kvpos: the thread's key columns' positions, 2 per n-tile),
   /// its values of (b, h, q) once per row and, with hoistColumns_, those of
   /// (b, h, kv) once per key column.
-  SmallVector<Value> modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos);
+  /// Scores held as x whose values are alpha x + beta, alpha > 0 the same
+  /// for the warp and beta one per row of the thread: where score_mod is
+  /// s + g with g the same on every diagonal of a tile (an additive
+  /// bucketed modifier past its last bucket: relative_bias), the tile
+  /// keeps S x scale's products and the row maxima and exponents take
+  /// alpha and beta per row (max is monotone: alpha max(x) + beta; the
+  /// exponent's FMA takes x alpha c + (beta - m) c), not an add per score.
+  struct AffineScores {
+    Value alpha;
+    SmallVector<Value> beta;
+  };
+  DenseMap<Value, AffineScores> affine_;
+  /// modifiedScores' result: the scores, affine where `affine` is set.
+  struct ModifiedScores {
+    SmallVector<Value> scores;
+    std::optional<AffineScores> affine;
+  };
+  ModifiedScores modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos);
+  /// score_mod's g where it is s + g (or g + s) and g reads neither the
+  /// score nor the key but through diagonal values (diagonals_.ops): in a
+  /// tile where those are constant, g is one value per row. Null where
+  /// score_mod is not such.
+  Value additiveOfDiagonals();
+  /// The values of the scores `v` (alpha x + beta where affine_ has it).
+  SmallVector<Value> scoreValues(Value v);
   /// Whether score_mod has values of the key that are not the row's (a
   /// gathered key factor), and whether they read the head.
   enum class ColumnValues { None, OfKey, OfKeyAndHead };

@@ -52,15 +52,30 @@ TensorCoreKernel::exp2OfDifferenceFactor(flash::ScoresMapOp m) {
 SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
                                                    ArrayRef<Value> c) {
   const int64_t R = 2 * MT;
-  const SmallVector<Value> &s = regs[m.getScores()[0]];
+  Value scores = m.getScores()[0];
+  const SmallVector<Value> &s = regs[scores];
   const SmallVector<Value> &rowsM = regs[m.getRows()[0]];
-  SmallVector<Value> mc(R);
+  auto af = affine_.find(scores);
+  const AffineScores *affine = af == affine_.end() ? nullptr : &af->second;
+  // The FMA's factor and addend per row: c and -m c, or (scores alpha x +
+  // beta) alpha c and (beta - m) c, where |m c| and |beta c| are small.
+  SmallVector<Value> factor(c.begin(), c.end()), addend(R);
   Value small = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  auto below = [&](Value x) {
+    return arith::CmpFOp::create(b_, arith::CmpFPredicate::OLT,
+                                 math::AbsFOp::create(b_, x), cF32(1024.0f));
+  };
   for (int64_t r = 0; r < R; ++r) {
-    mc[r] = arith::MulFOp::create(b_, rowsM[r], c[r]);
-    small = andI(small, arith::CmpFOp::create(
-                            b_, arith::CmpFPredicate::OLT,
-                            math::AbsFOp::create(b_, mc[r]), cF32(1024.0f)));
+    Value mc = arith::MulFOp::create(b_, rowsM[r], c[r]);
+    small = andI(small, below(mc));
+    addend[r] = arith::NegFOp::create(b_, mc);
+    if (affine) {
+      factor[r] = arith::MulFOp::create(b_, affine->alpha, c[r]);
+      small =
+          andI(small, below(arith::MulFOp::create(b_, affine->beta[r], c[r])));
+      addend[r] = arith::MulFOp::create(
+          b_, arith::SubFOp::create(b_, affine->beta[r], rowsM[r]), c[r]);
+    }
   }
   // One branch for the warp (a vote), so that it never diverges.
   Value everyRow = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), small,
@@ -71,12 +86,18 @@ SmallVector<Value> TensorCoreKernel::probabilities(flash::ScoresMapOp m,
       for (int64_t nt = 0; nt < NT; ++nt)
         for (int64_t e = 0; e < 4; ++e) {
           int64_t r = mt * 2 + (e >> 1), at = (mt * NT + nt) * 4 + e;
-          Value x = fused ? Value(math::FmaOp::create(
-                                b_, s[at], c[r], arith::NegFOp::create(b_, mc[r])))
-                          : Value(arith::MulFOp::create(
-                                b_, arith::SubFOp::create(b_, s[at], rowsM[r]),
-                                c[r]));
-          out.push_back(ex2(x));
+          if (fused) {
+            out.push_back(
+                ex2(math::FmaOp::create(b_, s[at], factor[r], addend[r])));
+            continue;
+          }
+          Value y =
+              affine ? Value(arith::AddFOp::create(
+                           b_, arith::MulFOp::create(b_, affine->alpha, s[at]),
+                           affine->beta[r]))
+                     : s[at];
+          out.push_back(ex2(arith::MulFOp::create(
+              b_, arith::SubFOp::create(b_, y, rowsM[r]), c[r])));
         }
     return out;
   };
@@ -103,8 +124,59 @@ TensorCoreKernel::ColumnValues TensorCoreKernel::scoreColumnValues() {
   return ColumnValues::None;
 }
 
-SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
-                                                   ArrayRef<Value> kvpos) {
+Value TensorCoreKernel::additiveOfDiagonals() {
+  Block &block = v_.getScoreBlock();
+  Value s = block.getArgument(0);
+  auto add = cast<attn::YieldOp>(block.getTerminator())
+                 .getValue()
+                 .getDefiningOp<arith::AddFOp>();
+  if (!add || (add.getLhs() == s) == (add.getRhs() == s))
+    return Value();
+  Value g = add.getLhs() == s ? add.getRhs() : add.getLhs();
+  // What reads the score or the key other than through a diagonal value
+  // (whose results the tile's mapping gives: a difference itself is not
+  // one of them).
+  llvm::DenseSet<Operation *> diagonal(diagonals_.ops.begin(),
+                                       diagonals_.ops.end());
+  llvm::DenseSet<Value> dependent = {s, block.getArgument(4)};
+  std::function<void(Block &)> visit = [&](Block &blk) {
+    for (Operation &op : blk) {
+      if (diagonal.contains(&op))
+        continue;
+      bool dep = false;
+      attn::forEachValueRead(&op,
+                             [&](Value v) { dep |= dependent.contains(v); });
+      if (dep)
+        for (Value r : op.getResults())
+          dependent.insert(r);
+      for (Region &region : op.getRegions())
+        for (Block &inner : region)
+          visit(inner);
+    }
+  };
+  visit(block);
+  return dependent.contains(g) ? Value() : g;
+}
+
+SmallVector<Value> TensorCoreKernel::scoreValues(Value v) {
+  const SmallVector<Value> &x = regs[v];
+  auto af = affine_.find(v);
+  if (af == affine_.end())
+    return x;
+  SmallVector<Value> out;
+  for (int64_t mt = 0; mt < MT; ++mt)
+    for (int64_t nt = 0; nt < NT; ++nt)
+      for (int64_t c = 0; c < 4; ++c)
+        out.push_back(arith::AddFOp::create(
+            b_,
+            arith::MulFOp::create(b_, af->second.alpha,
+                                  x[(mt * NT + nt) * 4 + c]),
+            af->second.beta[mt * 2 + (c >> 1)]));
+  return out;
+}
+
+TensorCoreKernel::ModifiedScores
+TensorCoreKernel::modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos) {
   Block &block = v_.getScoreBlock();
   llvm::DenseSet<Value> ofRow;
   SmallVector<IRMapping> column;
@@ -163,7 +235,7 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
     });
   };
   if (!shareDiagonals_ || !diagonals_.bucket)
-    return perDiagonal();
+    return {perDiagonal(), std::nullopt};
   // A bucketed modifier (relative_bias's bias[h, min(q - kv, 255)]): where
   // the bucket is the same on each of the warp's threads' diagonals (a
   // tile past the last bucket, most of a long sequence's), every diagonal
@@ -172,16 +244,60 @@ SmallVector<Value> TensorCoreKernel::modifiedScores(ArrayRef<Value> S,
   const int64_t atLo = atOf(MT - 1, 0, 2), atHi = atOf(0, NT - 1, 1);
   Value same =
       bucketConstant(diagonals_, tileDiagonals, atLo, atHi, scoreRow[0]);
+  Value g = additiveOfDiagonals();
+  if (!g) {
+    Value warpSame = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1),
+                                              same, NVVM::VoteSyncKind::all);
+    return {ifElseYield(
+                warpSame, SmallVector<Type>(S.size(), f32_),
+                [&] {
+                  IRMapping one = diagonalAt(diagonals_, block, tileDiagonals,
+                                             atLo, scoreRow[0]);
+                  return elements(
+                      [&](int64_t) -> const IRMapping & { return one; });
+                },
+                perDiagonal),
+            std::nullopt};
+  }
+  // An additive one (s + g, g constant on the tile's diagonals): the tile
+  // keeps S and its values are scale S + g per row (AffineScores; scale >
+  // 0, so the maximum is taken on S); else alpha 1 and beta 0 over the
+  // per-diagonal values.
+  const int64_t R = 2 * MT;
+  same = andI(same, arith::CmpFOp::create(b_, arith::CmpFPredicate::OGT,
+                                          e.scale, cF32(0.0)));
   Value warpSame = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), same,
                                             NVVM::VoteSyncKind::all);
-  return ifElseYield(
-      warpSame, SmallVector<Type>(S.size(), f32_),
+  SmallVector<Value> out = ifElseYield(
+      warpSame, SmallVector<Type>(S.size() + 1 + R, f32_),
       [&] {
         IRMapping one =
             diagonalAt(diagonals_, block, tileDiagonals, atLo, scoreRow[0]);
-        return elements([&](int64_t) -> const IRMapping & { return one; });
+        SmallVector<Value> y(S.begin(), S.end());
+        y.push_back(e.scale);
+        for (int64_t r = 0; r < R; ++r) {
+          IRMapping m = scoreRow[r];
+          for (auto [from, to] : one.getValueMap())
+            m.map(from, to);
+          for (auto [a, x] :
+               llvm::zip(block.getArguments(),
+                         ValueRange{e.zeroF, it.bI32, rows[r].hI32,
+                                    rows[r].qpos, kvpos[0]}))
+            m.map(a, x);
+          y.push_back(materialize(g, m));
+        }
+        return y;
       },
-      perDiagonal);
+      [&] {
+        SmallVector<Value> y = perDiagonal();
+        y.push_back(cF32(1.0));
+        y.append(R, cF32(0.0));
+        return y;
+      });
+  return {
+      SmallVector<Value>(out.begin(), out.begin() + S.size()),
+      AffineScores{out[S.size()],
+                   SmallVector<Value>(out.begin() + S.size() + 1, out.end())}};
 }
 
 /// The ops on a tile's registers: its scores, probabilities and the
@@ -199,7 +315,15 @@ std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
       for (int64_t c = 0; c < 2; ++c)
         kvpos[nt * 2 + c] =
             keyPos(tile.pos0, add(mul(tig, cIdx(2)), cIdx(8 * nt + c)));
-    SmallVector<Value> sv = a.getUnscaled() ? S : modifiedScores(S, kvpos);
+    ModifiedScores mod = a.getUnscaled() ? ModifiedScores{S, std::nullopt}
+                                         : modifiedScores(S, kvpos);
+    const SmallVector<Value> &sv = mod.scores;
+    // (regs and affine_ are per loop version: this one's, or none)
+    if (mod.affine)
+      affine_[a] = *mod.affine;
+    else
+      affine_.erase(a);
+    // (a masked score is -inf either way: alpha > 0)
     regs[a] = ifYield(
         arith::XOrIOp::create(b_, tile.skipMask,
                               arith::ConstantOp::create(b_, b_.getBoolAttr(true))),
@@ -247,14 +371,17 @@ std::optional<LogicalResult> TensorCoreKernel::lowerTileOp(Operation &op) {
       regs[m] = probabilities(m, *factor);
       return success();
     }
+    SmallVector<SmallVector<Value>> scores;
+    for (Value t : m.getScores())
+      scores.push_back(scoreValues(t));
     SmallVector<Value> out;
     for (int64_t mt = 0; mt < MT; ++mt)
       for (int64_t nt = 0; nt < NT; ++nt)
         for (int64_t c = 0; c < 4; ++c) {
           int64_t r = mt * 2 + (c >> 1), at = (mt * NT + nt) * 4 + c;
           SmallVector<Value> args;
-          for (Value t : m.getScores())
-            args.push_back(regs[t][at]);
+          for (const SmallVector<Value> &t : scores)
+            args.push_back(t[at]);
           for (Value in : m.getRows())
             args.push_back(rowsOf(in)[r]);
           out.push_back(mapBody(m.getBody().front(), args));
@@ -415,6 +542,10 @@ std::optional<LogicalResult> TensorCoreKernel::lowerRowOp(Operation &op) {
           mx = arith::MaximumFOp::create(b_, mx, y[(mt * NT + nt) * 4 + c]);
       mx = arith::MaximumFOp::create(b_, mx, shfl(mx, 1));
       out[r] = arith::MaximumFOp::create(b_, mx, shfl(mx, 2));
+      if (auto af = affine_.find(m.getScores()); af != affine_.end())
+        out[r] = arith::AddFOp::create(
+            b_, arith::MulFOp::create(b_, af->second.alpha, out[r]),
+            af->second.beta[r]);
     }
     regs[m] = out;
     return success();
