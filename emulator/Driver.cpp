@@ -510,8 +510,10 @@ R cuStreamCreate(void **s, unsigned flags) {
 }
 R cuStreamDestroy_v2(void *s) {
   int r = Streams::get().sync(s); // its work still runs
-  if (reinterpret_cast<uintptr_t>(s) > 2)
+  if (reinterpret_cast<uintptr_t>(s) > 2) {
+    Streams::get().forget(s);
     delete static_cast<Stream *>(s);
+  }
   return r;
 }
 R cuStreamSynchronize(void *s) {

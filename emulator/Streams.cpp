@@ -198,6 +198,15 @@ int Streams::sync(void *stream) {
   return r;
 }
 
+void Streams::forget(void *stream) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  auto it = nonBlocking_.find(stream);
+  if (it == nonBlocking_.end())
+    return;
+  ahead_.erase(&it->second);
+  nonBlocking_.erase(it);
+}
+
 int Streams::syncAll() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (int r = refuseDuringCapture("a synchronization"))

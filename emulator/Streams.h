@@ -68,6 +68,10 @@ public:
   int sync(void *stream);
   /// Runs every queue.
   int syncAll();
+  /// A created stream goes (cuStreamDestroy, after its work ran): its
+  /// queue and what its last launch wrote with it, so that a stream
+  /// created at the same address starts afresh.
+  void forget(void *stream);
 
   /// Capture: begins on a created stream (not the null stream); ends with
   /// the graph, or CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.

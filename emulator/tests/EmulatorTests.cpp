@@ -877,6 +877,33 @@ TEST_CASE("griddepcontrol: a programmatic dependent reads what the grid ahead "
     REQUIRE(writeThenRead(m, a, b, false) == 0);
     CHECK(b.get<uint32_t>()[31] == 32);
   }
+  SECTION("a stream created where a destroyed one was starts afresh") {
+    // Under ATTNC_EMU_SYNC every launch's writes are kept for the launch
+    // behind it; a new stream's first launch depends on nothing.
+    Ptx m(gridDependencyKernels(false));
+    Buf a(32 * 4), b(ones);
+    void *w = nullptr, *r = nullptr;
+    REQUIRE(cuModuleGetFunction(&w, m.mod, "write") == 0);
+    REQUIRE(cuModuleGetFunction(&r, m.mod, "read") == 0);
+    unsigned long long pa = a.p, pb = b.p;
+    void *args[] = {&pa, &pb};
+    setenv("ATTNC_EMU_SYNC", "1", 1);
+    void *s1 = nullptr, *s2 = nullptr;
+    REQUIRE(cuStreamCreate(&s1, 1) == 0);
+    REQUIRE(cuLaunchKernel(w, 1, 1, 1, 32, 1, 1, 0, s1, args, nullptr) == 0);
+    REQUIRE(cuStreamDestroy_v2(s1) == 0);
+    REQUIRE(cuStreamCreate(&s2, 1) == 0);
+    LaunchAttribute attr{};
+    attr.id = 6;
+    attr.value.allowed = 1;
+    LaunchConfig c{{1, 1, 1}, {32, 1, 1}, 0, s2, &attr, 1};
+    int e = cuLaunchKernelEx(&c, r, args, nullptr);
+    int sync = cuStreamSynchronize(s2);
+    unsetenv("ATTNC_EMU_SYNC");
+    CHECK(e == 0);
+    CHECK(sync == 0);
+    REQUIRE(cuStreamDestroy_v2(s2) == 0);
+  }
   SECTION("other launch attributes are refused by name") {
     Ptx m(gridDependencyKernels(true));
     Buf a(32 * 4), b(ones);
