@@ -217,18 +217,17 @@ static int runTool(int argc, char **argv) {
       backward = true;
     else if (a == "--no-lse")
       noLse = true;
-    else if (a == "--records" && i + 1 < args.size())
-      recordsPath = args[++i];
-    else if (a.rfind("--records=", 0) == 0)
-      recordsPath = a.substr(10);
-    else if (a == "--only") {
+    else if (a == "--records" || a == "--only" || a == "--sweep") {
       if (i + 1 >= args.size())
-        return usage("attnc-run", "option '--only' needs a value");
-      onlyText = args[++i];
-    } else if (a.rfind("--only=", 0) == 0)
+        return usage("attnc-run", "option '" + a + "' needs a value");
+      std::string &to = a == "--records" ? recordsPath
+                        : a == "--only"  ? onlyText
+                                         : sweepText;
+      to = args[++i];
+    } else if (a.rfind("--records=", 0) == 0)
+      recordsPath = a.substr(10);
+    else if (a.rfind("--only=", 0) == 0)
       onlyText = a.substr(7);
-    else if (a == "--sweep" && i + 1 < args.size())
-      sweepText = args[++i];
     else if (a.rfind("--sweep=", 0) == 0)
       sweepText = a.substr(8);
     else {
