@@ -35,8 +35,8 @@ void addGridDependencyControl(ModuleOp module, const std::string &chip) {
         codegen::inlinePtx(b, {}, {}, "griddepcontrol.launch_dependents;",
                            "~{memory}");
       }
-      if (!name.ends_with("_merge") ||
-          !names.contains(name.drop_back(strlen("_merge"))) ||
+      StringRef kernel = name;
+      if (!kernel.consume_back("_merge") || !names.contains(kernel) ||
           entry.getNumArguments() < 2)
         continue;
       // The first operation of the entry block that reads a partial row
