@@ -61,6 +61,13 @@ variant buckets_two_sided(t: f32[H, 16]) {
 variant buckets_coarse(t: f32[H, 8]) {
   score_mod(s, b, h, q, kv) = s + 0.5 * t[h, max(min((kv - q) / 32, 3), -4) + 4]
 }
+variant log_product(x: f32[Q], y: f32[KV]) {
+  score_mod(s, b, h, q, kv) = s + log(x[q] * y[kv])
+  mask_mod(b, h, q, kv) = q >= kv
+}
+variant log_quotient(x: f32[H, Q], y: f32[H, KV]) {
+  score_mod(s, b, h, q, kv) = s - 0.5 * log(y[h, kv] / x[h, q])
+}
 variant divided(m: f32, d: f32) { score_mod(s, b, h, q, kv) = (s * m) / d }
 variant capped(cap: f32) {
   score_mod(s, b, h, q, kv) = cap * tanh(s / cap)
@@ -777,6 +784,75 @@ TEST_CASE("emulated GPU: a bucketed modifier's diagonal values, once per "
         p.a.scale = scale;
         p.a.tensors = {{"t", TensorView::contiguous(t.data(), DType::F32,
                                                     {H, int64_t(n)})}};
+        Status st = cuda::runFromHost(*g.ctx, *k, p.a);
+        INFO(st.toString());
+        REQUIRE(st.isOk());
+        CHECK(p.maxError(k->variant()) < f.tol);
+      }
+    }
+}
+
+TEST_CASE("emulated GPU: a log of a row value times or over a column value "
+          "as ln x per row plus lg2 y per column",
+          "[gpu-emulated]") {
+  // log(x[q] * y[kv]) and log(y / x) where every x of the warp's rows and
+  // y of its key columns is in [2^-62, 2^62]: ln x + ln y, a lg2 per row
+  // and per key column (TensorCoreKernel::separableLogs; the mma.sync form
+  // at block_n 64 and the wgmma form); elsewhere per score with f32's
+  // product, as the language has it. Three kinds of data:
+  // - factors in range, and two zeros of y in the last key tile
+  //   (infinities for the quotient): -inf scores, masked keys, in the
+  //   per-score version of that tile;
+  // - negative x and y, their products positive: per score (the separated
+  //   version would give NaN);
+  // - factors out of range: x 2^-80 on even rows and y 2^-80 on every
+  //   third key, whose f32 product is 0 (a -inf score: row 0 has no other
+  //   key), where ln x + ln y is finite.
+  Gpu g;
+  const int64_t H = 2, L = 200;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  struct Form {
+    const char *target;
+    DType dt;
+    int64_t d;
+    double tol;
+  };
+  test::MatrixSample sample(2);
+  for (Form f : {Form{"sm_80", DType::BF16, 128, 1.6e-2},
+                 Form{"sm_80", DType::F16, 64, 2e-3},
+                 Form{"sm_90a", DType::BF16, 64, 1.6e-2},
+                 Form{"sm_90a", DType::F16, 128, 2e-3}})
+    for (const char *variant : {"log_product", "log_quotient"}) {
+      if (!sample.keep())
+        continue;
+      auto k = g.kernel(variant, f.dt, f.d, f.target);
+      const bool quotient = std::string(variant) == "log_quotient";
+      const int64_t rows = quotient ? H * L : L;
+      for (int data = 0; data < 3; ++data) {
+        INFO(f.target << " " << dtypeName(f.dt) << " D=" << f.d << " "
+                      << variant << " data " << data);
+        std::vector<float> x(rows), y(rows);
+        for (int64_t i = 0; i < rows; ++i) {
+          x[i] = float(u(rng));
+          y[i] = float(u(rng));
+          if (data == 0 && (i % L == 190 || i % L == 195))
+            y[i] = quotient ? INFINITY : 0.0f;
+          if (data == 1) {
+            x[i] = -x[i];
+            y[i] = -y[i];
+          }
+          if (data == 2) {
+            x[i] *= i % 2 ? 1.0f : 0x1p-80f;
+            y[i] *= i % 3 ? 1.0f : 0x1p-80f;
+          }
+        }
+        HostProblem p(f.dt, 1, H, H, L, L, f.d, 3);
+        std::vector<int64_t> shape =
+            quotient ? std::vector<int64_t>{H, L} : std::vector<int64_t>{L};
+        p.a.tensors = {
+            {"x", TensorView::contiguous(x.data(), DType::F32, shape)},
+            {"y", TensorView::contiguous(y.data(), DType::F32, shape)}};
         Status st = cuda::runFromHost(*g.ctx, *k, p.a);
         INFO(st.toString());
         REQUIRE(st.isOk());

@@ -129,6 +129,18 @@ void TensorCoreKernel::computeRows() {
       maskRow.push_back(hoistUniform(v_.getMaskBlock(), {3},
                                      {it.bI32, R.hI32, R.qpos, kv0}));
     }
+  // score_mod's separable logarithms: whether this thread's rows' x are
+  // in their range (modifiedScores votes with the key columns' y).
+  if (!separable_)
+    separable_ = separableLogs();
+  rowLogsValid_ = {};
+  if (separable_->empty())
+    return;
+  Value valid = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  for (IRMapping &row : scoreRow)
+    for (const SeparableLog &l : *separable_)
+      valid = andI(valid, inLogRange(materialize(l.row, row)));
+  rowLogsValid_ = valid;
 }
 
 /// The item's Q rows into shared memory (zero past the last row).

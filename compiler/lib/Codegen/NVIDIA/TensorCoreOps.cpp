@@ -175,18 +175,130 @@ SmallVector<Value> TensorCoreKernel::scoreValues(Value v) {
   return out;
 }
 
+Value TensorCoreKernel::lg2(Value x) {
+  return LLVM::CallIntrinsicOp::create(
+             b_, f32_, b_.getStringAttr("llvm.nvvm.lg2.approx.ftz.f"),
+             ValueRange{x})
+      .getResult(0);
+}
+
+Value TensorCoreKernel::inLogRange(Value x) {
+  return andI(
+      arith::CmpFOp::create(b_, arith::CmpFPredicate::OGE, x, cF32(0x1p-62)),
+      arith::CmpFOp::create(b_, arith::CmpFPredicate::OLE, x, cF32(0x1p62)));
+}
+
+SmallVector<TensorCoreKernel::SeparableLog> TensorCoreKernel::separableLogs() {
+  Block &block = v_.getScoreBlock();
+  llvm::DenseSet<Value> ofRow = uniformValues(block, {0, 4}),
+                        ofColumn = uniformValues(block, {0, 3});
+  auto rowOnly = [&](Value v) {
+    return ofRow.contains(v) && !ofColumn.contains(v);
+  };
+  auto columnOnly = [&](Value v) {
+    return ofColumn.contains(v) && !ofRow.contains(v);
+  };
+  SmallVector<SeparableLog> out;
+  // (the block's top level: a sum's body has an index of its own)
+  for (Operation &op : block.without_terminator()) {
+    auto log = dyn_cast<math::LogOp>(op);
+    if (!log || !log.getType().isF32())
+      continue;
+    Operation *arg = log.getOperand().getDefiningOp();
+    if (!arg || !isa<arith::MulFOp, arith::DivFOp>(arg))
+      continue;
+    Value a = arg->getOperand(0), c = arg->getOperand(1);
+    bool div = isa<arith::DivFOp>(arg);
+    if (rowOnly(a) && columnOnly(c))
+      out.push_back({log, a, c, 1.0f, div ? -1.0f : 1.0f});
+    else if (columnOnly(a) && rowOnly(c))
+      out.push_back({log, c, a, div ? -1.0f : 1.0f, 1.0f});
+  }
+  return out;
+}
+
+SmallVector<IRMapping> TensorCoreKernel::columnValues(ArrayRef<Value> kvpos) {
+  // With the item's head: every row of the tile has it (the loop's version
+  // for one head per item, lowerOp).
+  SmallVector<IRMapping> column;
+  for (Value kv : kvpos)
+    column.push_back(hoistUniform(v_.getScoreBlock(), {0, 3},
+                                  {e.zeroF, it.bI32, it.hI32, cI32(0), kv}));
+  return column;
+}
+
 TensorCoreKernel::ModifiedScores
 TensorCoreKernel::modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos) {
+  // The separable logs' version where every x of the warp's rows and y of
+  // its key columns is in [2^-62, 2^62] (so is every product, and none is
+  // past f32's range: the reference's f32 product would be inf or 0
+  // there). Its scores are never affine: such a log varies with the key,
+  // so score_mod is not s plus values of diagonals. Not in an mma.sync
+  // tile of more than 64 keys (64 scores and 32 key columns per thread):
+  // there the two versions in the loop spilled 26 local-memory
+  // instructions per tile into it (synaptic, D=64, sm_80: 3 with the
+  // separated version alone, 0 with the other), at 64 keys none; the
+  // wgmma form's consumers have 232 registers and none at 128.
+  if (!hoistColumns_ || !rowLogsValid_ || (!L.wgmma && NT > 8) ||
+      (shareDiagonals_ && diagonals_.bucket && additiveOfDiagonals()))
+    return modifiedScoresOf(S, kvpos, false, {});
+  // The column values once, for both versions; their range as the least
+  // and greatest f32 bit pattern, two integer ops per value (a negative
+  // y's pattern is below every positive one, a NaN's above +inf's).
+  SmallVector<IRMapping> column = columnValues(kvpos);
+  Value lo, hi;
+  for (IRMapping &c : column)
+    for (const SeparableLog &l : *separable_) {
+      Value bits = arith::BitcastOp::create(b_, i32_, c.lookup(l.column));
+      lo = lo ? Value(arith::MinSIOp::create(b_, lo, bits)) : bits;
+      hi = hi ? Value(arith::MaxSIOp::create(b_, hi, bits)) : bits;
+    }
+  Value valid =
+      andI(rowLogsValid_,
+           andI(cmp(arith::CmpIPredicate::sge, lo, cI32(0x20800000)),   // 2^-62
+                cmp(arith::CmpIPredicate::sle, hi, cI32(0x5e800000)))); // 2^62
+  Value warpValid = NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1),
+                                             valid, NVVM::VoteSyncKind::all);
+  return {ifElseYield(
+              warpValid, SmallVector<Type>(S.size(), f32_),
+              [&] { return modifiedScoresOf(S, kvpos, true, column).scores; },
+              [&] { return modifiedScoresOf(S, kvpos, false, column).scores; }),
+          std::nullopt};
+}
+
+TensorCoreKernel::ModifiedScores
+TensorCoreKernel::modifiedScoresOf(ArrayRef<Value> S, ArrayRef<Value> kvpos,
+                                   bool separated,
+                                   ArrayRef<IRMapping> columns) {
   Block &block = v_.getScoreBlock();
   llvm::DenseSet<Value> ofRow;
-  SmallVector<IRMapping> column;
+  SmallVector<IRMapping> column(columns.begin(), columns.end());
+  // ln x per row and separable log (rowSign ln x: a lg2 and a multiply in
+  // the tile, held across the loop beside the rows' x that the other
+  // version reads, they spilled: synaptic, D=128, sm_80), and lg2 y per key
+  // column of the thread: x and y are normal (modifiedScores), so the
+  // flushing lg2 is exact enough, one MUFU.
+  SmallVector<SmallVector<Value>> rowLogs, columnLogs;
+  if (separated)
+    for (const IRMapping &row : scoreRow) {
+      IRMapping m = row; // (x is one of its values)
+      SmallVector<Value> logs;
+      for (const SeparableLog &l : *separable_)
+        logs.push_back(arith::MulFOp::create(b_, lg2(materialize(l.row, m)),
+                                             cF32(l.rowSign * 0.69314718f)));
+      rowLogs.push_back(logs);
+    }
   if (hoistColumns_) {
     ofRow = uniformValues(block, {0, 4});
-    // With the item's head: every row of the tile has it (the loop's
-    // version for one head per item, lowerOp).
-    for (Value kv : kvpos)
-      column.push_back(hoistUniform(block, {0, 3},
-                                    {e.zeroF, it.bI32, it.hI32, cI32(0), kv}));
+    if (column.empty())
+      column = columnValues(kvpos);
+    if (separated)
+      for (IRMapping &c : column) {
+        SmallVector<Value> logs;
+        for (const SeparableLog &l : *separable_)
+          logs.push_back(lg2(c.lookup(l.column)));
+        columnLogs.push_back(logs);
+      }
   }
   // Diagonal values per distinct kv - q of the thread's elements: row r is
   // at rows[0]'s position + 16 (r / 2) + 8 (r % 2) (computeRows; rows past
@@ -219,6 +331,13 @@ TensorCoreKernel::modifiedScores(ArrayRef<Value> S, ArrayRef<Value> kvpos) {
           if (shareDiagonals_)
             for (auto [from, to] : diagonalOf(atOf(mt, nt, c)).getValueMap())
               m.map(from, to);
+          // ln x (signed) + lg2 y (signed) ln 2: one FMA per score.
+          if (separated)
+            for (auto [i, l] : llvm::enumerate(*separable_))
+              m.map(l.log->getResult(0),
+                    math::FmaOp::create(b_, columnLogs[k][i],
+                                        cF32(l.columnSign * 0.69314718f),
+                                        rowLogs[r][i]));
           sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
                                    rows[r].hI32, rows[r].qpos, kvpos[k], &m));
         }
