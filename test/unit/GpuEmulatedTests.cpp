@@ -158,6 +158,14 @@ struct HostProblem {
   }
 };
 
+/// A kernel form a case runs, and its output's tolerance.
+struct EmulatedForm {
+  const char *target;
+  DType dt;
+  int64_t d;
+  double tol;
+};
+
 } // namespace
 
 TEST_CASE("emulated GPU: empty sequences and explicit query offsets",
@@ -757,16 +765,10 @@ TEST_CASE("emulated GPU: a bucketed modifier's diagonal values, once per "
   std::vector<float> t(H * 16);
   for (float &x : t)
     x = float(u(rng));
-  struct Form {
-    const char *target;
-    DType dt;
-    int64_t d;
-    double tol;
-  };
   test::MatrixSample sample(2);
-  for (Form f : {Form{"sm_80", DType::BF16, 64, 1.6e-2},
-                 Form{"sm_80", DType::F16, 128, 2e-3},
-                 Form{"sm_90a", DType::BF16, 64, 1.6e-2}})
+  for (EmulatedForm f : {EmulatedForm{"sm_80", DType::BF16, 64, 1.6e-2},
+                         EmulatedForm{"sm_80", DType::F16, 128, 2e-3},
+                         EmulatedForm{"sm_90a", DType::BF16, 64, 1.6e-2}})
     for (auto [variant, n] :
          {std::pair{"buckets_causal", 8}, std::pair{"buckets_two_sided", 16},
           std::pair{"buckets_coarse", 8}}) {
@@ -812,17 +814,11 @@ TEST_CASE("emulated GPU: a log of a row value times or over a column value "
   const int64_t H = 2, L = 200;
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<double> u(0.5, 2.0);
-  struct Form {
-    const char *target;
-    DType dt;
-    int64_t d;
-    double tol;
-  };
   test::MatrixSample sample(2);
-  for (Form f : {Form{"sm_80", DType::BF16, 128, 1.6e-2},
-                 Form{"sm_80", DType::F16, 64, 2e-3},
-                 Form{"sm_90a", DType::BF16, 64, 1.6e-2},
-                 Form{"sm_90a", DType::F16, 128, 2e-3}})
+  for (EmulatedForm f : {EmulatedForm{"sm_80", DType::BF16, 128, 1.6e-2},
+                         EmulatedForm{"sm_80", DType::F16, 64, 2e-3},
+                         EmulatedForm{"sm_90a", DType::BF16, 64, 1.6e-2},
+                         EmulatedForm{"sm_90a", DType::F16, 128, 2e-3}})
     for (const char *variant : {"log_product", "log_quotient"}) {
       if (!sample.keep())
         continue;
