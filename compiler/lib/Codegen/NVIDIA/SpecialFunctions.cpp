@@ -86,7 +86,6 @@ struct Emit {
 
 constexpr float kLog2E = 1.44269502f;          // log2(e), rounded
 constexpr float kLog2ELow = 1.92596299e-8f;    // log2(e) - kLog2E
-constexpr float kLn2 = 0.693147182f;
 
 Value emitExp(Emit &e, Value x) {
   // Clamped so that the error term stays finite: 2^(+-150) is already inf

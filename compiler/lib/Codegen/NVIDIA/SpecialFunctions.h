@@ -15,6 +15,10 @@
 
 namespace attnc {
 
+/// ln 2 rounded to f32: log(x) is lg2(x) times it (here, and where the
+/// tensor-core kernels split a log into a row's and a column's).
+constexpr float kLn2 = 0.693147182f;
+
 /// Rewrites math.exp, math.log and math.tanh on f32 in `module` into arith
 /// operations and NVVM approximation intrinsics (llvm.nvvm.ex2.approx.f32,
 /// llvm.nvvm.lg2.approx.f, llvm.nvvm.rcp.approx.ftz.f), and f32 arith.divf

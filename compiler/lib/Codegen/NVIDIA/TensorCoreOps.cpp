@@ -9,6 +9,7 @@
 // exp2 and the rescales.
 //
 //===----------------------------------------------------------------------===//
+#include "SpecialFunctions.h"
 #include "TensorCoreKernel.h"
 
 using namespace mlir;
@@ -285,7 +286,7 @@ TensorCoreKernel::modifiedScoresOf(ArrayRef<Value> S, ArrayRef<Value> kvpos,
       SmallVector<Value> logs;
       for (const SeparableLog &l : *separable_)
         logs.push_back(arith::MulFOp::create(b_, lg2(materialize(l.row, m)),
-                                             cF32(l.rowSign * 0.69314718f)));
+                                             cF32(l.rowSign * kLn2)));
       rowLogs.push_back(logs);
     }
   if (hoistColumns_) {
@@ -336,7 +337,7 @@ TensorCoreKernel::modifiedScoresOf(ArrayRef<Value> S, ArrayRef<Value> kvpos,
             for (auto [i, l] : llvm::enumerate(*separable_))
               m.map(l.log->getResult(0),
                     math::FmaOp::create(b_, columnLogs[k][i],
-                                        cF32(l.columnSign * 0.69314718f),
+                                        cF32(l.columnSign * kLn2),
                                         rowLogs[r][i]));
           sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
                                    rows[r].hI32, rows[r].qpos, kvpos[k], &m));
