@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dirent.h>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -21,11 +22,23 @@ using namespace attnc::rt;
 
 namespace {
 
-std::string freshDir() {
-  char tmpl[] = "/tmp/attnc-cache-test-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
+/// A folder of the test's own, removed with what the test left in it (the
+/// forked writers leave by _exit, so only the parent removes it).
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    char tmpl[] = "/tmp/attnc-cache-test-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~ScratchDir() {
+    chmod(path.c_str(), 0700); // (a case makes it world-writable)
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  ScratchDir(const ScratchDir &) = delete;
+  ScratchDir &operator=(const ScratchDir &) = delete;
+};
 
 std::string readAll(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
@@ -56,7 +69,8 @@ const std::string kPayload = std::string("//\n// PTX\n.version 8.0\n") +
 } // namespace
 
 TEST_CASE("cache: store then lookup, from memory and from disk", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   {
     KernelCache c(dir);
     CHECK_FALSE(c.lookup(kKey).has_value());
@@ -73,7 +87,8 @@ TEST_CASE("cache: store then lookup, from memory and from disk", "[cache]") {
 }
 
 TEST_CASE("cache: a truncated entry is a miss and is removed", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   REQUIRE(KernelCache(dir).store(kKey, kPayload).isOk());
   KernelCache c(dir);
   std::string path = c.pathFor(kKey);
@@ -87,7 +102,8 @@ TEST_CASE("cache: a truncated entry is a miss and is removed", "[cache]") {
 }
 
 TEST_CASE("cache: a flipped byte fails the checksum", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   REQUIRE(KernelCache(dir).store(kKey, kPayload).isOk());
   KernelCache c(dir);
   std::string data = readAll(c.pathFor(kKey));
@@ -98,7 +114,8 @@ TEST_CASE("cache: a flipped byte fails the checksum", "[cache]") {
 }
 
 TEST_CASE("cache: garbage and empty files are misses", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   KernelCache c(dir);
   REQUIRE(c.store("other", "x").isOk());
   writeAll(c.pathFor(kKey), "");
@@ -109,7 +126,8 @@ TEST_CASE("cache: garbage and empty files are misses", "[cache]") {
 }
 
 TEST_CASE("cache: an entry for another key is never returned", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   KernelCache c(dir);
   REQUIRE(c.store("key A", "payload A").isOk());
   // Put A's entry where B's would be, as a hash collision would.
@@ -120,7 +138,8 @@ TEST_CASE("cache: an entry for another key is never returned", "[cache]") {
 }
 
 TEST_CASE("cache: concurrent threads store and read consistently", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   KernelCache c(dir);
   std::vector<std::thread> pool;
   for (int t = 0; t < 8; ++t)
@@ -144,7 +163,8 @@ TEST_CASE("cache: concurrent threads store and read consistently", "[cache]") {
 
 TEST_CASE("cache: concurrent processes writing one key leave a valid entry",
           "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   std::vector<pid_t> kids;
   for (int p = 0; p < 6; ++p) {
     pid_t pid = fork();
@@ -191,7 +211,8 @@ TEST_CASE("cache: the folder comes from ATTNC_CACHE_DIR, then XDG", "[cache]") {
 }
 
 TEST_CASE("cache: links, FIFOs and oversized files are never read", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   KernelCache c(dir);
   // A symbolic link to /dev/zero where the entry would be: no hang, no
   // memory exhaustion, a miss, and the link is removed.
@@ -215,7 +236,8 @@ TEST_CASE("cache: links, FIFOs and oversized files are never read", "[cache]") {
 }
 
 TEST_CASE("cache: a folder other users can write or own is refused", "[cache]") {
-  std::string dir = freshDir();
+  ScratchDir scratch;
+  const std::string &dir = scratch.path;
   struct stat st;
   REQUIRE(stat(dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 077) == 0); // created for us alone
