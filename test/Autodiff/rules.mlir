@@ -169,3 +169,54 @@ attn.variant @lowrank(qr: f32[Q, R], kr: f32[KV, R]) score_mod(%s: f32, %b: i32,
   %t = arith.constant true
   attn.yield %t : i1
 }
+
+// The log of a product or quotient read by the log alone differentiates as
+// log a +- log b: each operand's adjoint is dy times its own reciprocal
+// (negated for the divisor), no product or quotient by a b.
+// CHECK-LABEL: attn.variant @log_separates(x: f32[Q], y: f32[KV])
+// CHECK:       score_grad(
+// CHECK-DAG:     %[[X:.*]] = attn.gather @x[%q] : f32
+// CHECK-DAG:     %[[Y:.*]] = attn.gather @y[%kv] : f32
+// CHECK-NOT:     arith.mulf %[[X]], %[[Y]]
+// CHECK-NOT:     arith.divf %[[X]], %[[Y]]
+// CHECK:         %[[ONE:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK:         %[[RX:.*]] = arith.divf %[[ONE]], %[[X]] : f32
+// CHECK:         %[[DX:.*]] = arith.mulf %dy, %[[RX]] : f32
+// CHECK:         %[[ONE2:.*]] = arith.constant 1.000000e+00 : f32
+// CHECK:         %[[RY:.*]] = arith.divf %[[ONE2]], %[[Y]] : f32
+// CHECK:         %[[DYY:.*]] = arith.mulf %dy, %[[RY]] : f32
+// CHECK:         %[[NDY:.*]] = arith.negf %[[DYY]] : f32
+// CHECK-DAG:     attn.accumulate @x[%q], %[[DX]] : f32
+// CHECK-DAG:     attn.accumulate @y[%kv], %[[NDY]] : f32
+// CHECK:         attn.yield %dy : f32
+attn.variant @log_separates(x: f32[Q], y: f32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %x = attn.gather @x[%q] : f32
+  %y = attn.gather @y[%kv] : f32
+  %p = arith.divf %x, %y : f32
+  %l = math.log %p : f32
+  %r = arith.addf %s, %l : f32
+  attn.yield %r : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}
+
+// A product with a second use keeps the chain rule through it: its adjoint
+// (dy / p from the log, plus dy from the sum) times the other factor.
+// CHECK-LABEL: attn.variant @log_shared(x: f32[Q], y: f32[KV])
+// CHECK:       score_grad(
+// CHECK:         %[[P:.*]] = arith.mulf %[[X:.*]], %[[Y:.*]] : f32
+// CHECK:         arith.divf %dy, %[[P]] : f32
+// CHECK:         attn.yield %dy : f32
+attn.variant @log_shared(x: f32[Q], y: f32[KV]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32, %kv: i32) {
+  %x = attn.gather @x[%q] : f32
+  %y = attn.gather @y[%kv] : f32
+  %p = arith.mulf %x, %y : f32
+  %l = math.log %p : f32
+  %r = arith.addf %s, %l : f32
+  %r2 = arith.addf %r, %p : f32
+  attn.yield %r2 : f32
+} mask_mod(%b: i32, %h: i32, %q: i32, %kv: i32) {
+  %t = arith.constant true
+  attn.yield %t : i1
+}

@@ -13,6 +13,7 @@
 //   select                              g to the operand chosen
 //   exp exp2 log log2 sqrt rsqrt tanh   from the result where it is cheaper
 //   sin cos erf log1p expm1
+//   log(a * b), log(a / b)              as log a +- log b: g (1/a), +-g (1/b)
 //   absf                                g * sign(a) (0 at 0, as torch)
 //   floor ceil sitofp uitofp constant   no gradient
 //   gather (float)                      attn.accumulate @t[indices], g
@@ -194,6 +195,21 @@ private:
           return success();
         })
         .Case([&](math::LogOp) {
+          // log(a b) and log(a / b), the product or quotient read by the
+          // log alone: the derivative of log a ± log b, a's adjoint g (1/a)
+          // and b's ± g (1/b), where the chain rule through the product
+          // gave (g / (a b)) b (a product past f32's range turned it into
+          // 0 or inf). 1/a depends on a alone: where a is a query's value
+          // (synaptic's qamp[b, h, q]), the kernels compute it once per
+          // row, the pair a multiply.
+          Operation *d = arg(0).getDefiningOp();
+          if (d && isa<arith::MulFOp, arith::DivFOp>(d) && arg(0).hasOneUse()) {
+            Value a = d->getOperand(0), c = d->getOperand(1);
+            add(a, mul(g, div(cst(1.0), a)));
+            Value gc = mul(g, div(cst(1.0), c));
+            add(c, isa<arith::DivFOp>(d) ? neg(gc) : gc);
+            return success();
+          }
           add(arg(0), div(g, arg(0)));
           return success();
         })
