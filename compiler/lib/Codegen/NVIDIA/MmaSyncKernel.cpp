@@ -132,14 +132,14 @@ void TensorCoreKernel::computeRows() {
   // score_mod's separable logarithms: whether this thread's rows' x are
   // in their range (modifiedScores votes with the key columns' y).
   if (!separable_)
-    separable_ = separableLogs();
+    separable_ = separableLogs(v_.getScoreBlock());
   rowLogsValid_ = {};
   if (separable_->empty())
     return;
   Value valid = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
   for (IRMapping &row : scoreRow)
     for (const SeparableLog &l : *separable_)
-      valid = andI(valid, inLogRange(materialize(l.row, row)));
+      valid = andI(valid, inLogRange(b_, b_.getLoc(), materialize(l.row, row)));
   rowLogsValid_ = valid;
 }
 

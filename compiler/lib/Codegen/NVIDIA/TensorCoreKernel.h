@@ -15,6 +15,7 @@
 #include "attnc/Codegen/TileConfigTable.h"
 #include "MmaFragments.h"
 #include "ProgramBuilder.h"
+#include "SeparableLogs.h"
 #include "TensorCoreForward.h"
 #include "TensorCoreLayout.h"
 #include "Tma.h"
@@ -385,31 +386,14 @@ private:
   /// score_mod's values of (b, h, kv) per key column of the thread (with
   /// the item's head: the loop's version for one head per item).
   SmallVector<IRMapping> columnValues(ArrayRef<Value> kvpos);
-  /// A logarithm in score_mod of a product or quotient of a row value x
-  /// (of b, h, q) and a column value y (of b, h, kv), varying with both
-  /// (synaptic's log(qamp[b, h, q] * key_factor[b, h, kv])): where x and
-  /// y are in [2^-62, 2^62], log(x y) = log x + log y and log(x / y) =
-  /// log x - log y within f32's rounding of the product (2^-24 relative).
-  /// Where hoistColumns_, such a log costs a lg2 per row and per key column
-  /// of the thread and an FMA per score, not a multiply, a lg2 with its
-  /// subnormal scaling and a multiply per score: in the tile's version
-  /// taken where every x of the warp's rows (rowLogsValid_, once per item)
-  /// and y of its columns is in that range (modifiedScores); otherwise per
-  /// score, with f32's product (0, inf, negative, NaN and a product past
-  /// f32's range as the language has them).
-  struct SeparableLog {
-    Operation *log;
-    Value row, column;
-    float rowSign, columnSign; // log(x y): +1, +1; log(x / y): +1, -1;
-                               // log(y / x): -1, +1
-  };
-  SmallVector<SeparableLog> separableLogs();
+  /// score_mod's separable logs (SeparableLogs.h). Where hoistColumns_,
+  /// such a log costs a lg2 per row and per key column of the thread and
+  /// an FMA per score: in the tile's version taken where every x of the
+  /// warp's rows (rowLogsValid_, once per item) and y of its columns is in
+  /// range (modifiedScores); otherwise per score.
   std::optional<SmallVector<SeparableLog>> separable_;
   Value rowLogsValid_; // i1: this thread's rows' x are in range
-  /// lg2 on the special-function unit, subnormals flushed (for normal x).
-  Value lg2(Value x);
-  /// x in [2^-62, 2^62] (false for NaN).
-  Value inLogRange(Value x);
+  Value lg2(Value x) { return lg2Flushing(b_, b_.getLoc(), x); }
   /// score_mod's g where it is s + g (or g + s) and g reads neither the
   /// score nor the key but through diagonal values (diagonals_.ops): in a
   /// tile where those are constant, g is one value per row. Null where

@@ -9,7 +9,6 @@
 // exp2 and the rescales.
 //
 //===----------------------------------------------------------------------===//
-#include "SpecialFunctions.h"
 #include "TensorCoreKernel.h"
 
 using namespace mlir;
@@ -176,48 +175,6 @@ SmallVector<Value> TensorCoreKernel::scoreValues(Value v) {
   return out;
 }
 
-Value TensorCoreKernel::lg2(Value x) {
-  return LLVM::CallIntrinsicOp::create(
-             b_, f32_, b_.getStringAttr("llvm.nvvm.lg2.approx.ftz.f"),
-             ValueRange{x})
-      .getResult(0);
-}
-
-Value TensorCoreKernel::inLogRange(Value x) {
-  return andI(
-      arith::CmpFOp::create(b_, arith::CmpFPredicate::OGE, x, cF32(0x1p-62)),
-      arith::CmpFOp::create(b_, arith::CmpFPredicate::OLE, x, cF32(0x1p62)));
-}
-
-SmallVector<TensorCoreKernel::SeparableLog> TensorCoreKernel::separableLogs() {
-  Block &block = v_.getScoreBlock();
-  llvm::DenseSet<Value> ofRow = uniformValues(block, {0, 4}),
-                        ofColumn = uniformValues(block, {0, 3});
-  auto rowOnly = [&](Value v) {
-    return ofRow.contains(v) && !ofColumn.contains(v);
-  };
-  auto columnOnly = [&](Value v) {
-    return ofColumn.contains(v) && !ofRow.contains(v);
-  };
-  SmallVector<SeparableLog> out;
-  // (the block's top level: a sum's body has an index of its own)
-  for (Operation &op : block.without_terminator()) {
-    auto log = dyn_cast<math::LogOp>(op);
-    if (!log || !log.getType().isF32())
-      continue;
-    Operation *arg = log.getOperand().getDefiningOp();
-    if (!arg || !isa<arith::MulFOp, arith::DivFOp>(arg))
-      continue;
-    Value a = arg->getOperand(0), c = arg->getOperand(1);
-    bool div = isa<arith::DivFOp>(arg);
-    if (rowOnly(a) && columnOnly(c))
-      out.push_back({log, a, c, 1.0f, div ? -1.0f : 1.0f});
-    else if (columnOnly(a) && rowOnly(c))
-      out.push_back({log, c, a, div ? -1.0f : 1.0f, 1.0f});
-  }
-  return out;
-}
-
 SmallVector<IRMapping> TensorCoreKernel::columnValues(ArrayRef<Value> kvpos) {
   // With the item's head: every row of the tile has it (the loop's version
   // for one head per item, lowerOp).
@@ -285,8 +242,7 @@ TensorCoreKernel::modifiedScoresOf(ArrayRef<Value> S, ArrayRef<Value> kvpos,
       IRMapping m = row; // (x is one of its values)
       SmallVector<Value> logs;
       for (const SeparableLog &l : *separable_)
-        logs.push_back(arith::MulFOp::create(b_, lg2(materialize(l.row, m)),
-                                             cF32(l.rowSign * kLn2)));
+        logs.push_back(queryLogTerm(b_, b_.getLoc(), l, materialize(l.row, m)));
       rowLogs.push_back(logs);
     }
   if (hoistColumns_) {
@@ -335,10 +291,9 @@ TensorCoreKernel::modifiedScoresOf(ArrayRef<Value> S, ArrayRef<Value> kvpos,
           // ln x (signed) + lg2 y (signed) ln 2: one FMA per score.
           if (separated)
             for (auto [i, l] : llvm::enumerate(*separable_))
-              m.map(l.log->getResult(0),
-                    math::FmaOp::create(b_, columnLogs[k][i],
-                                        cF32(l.columnSign * kLn2),
-                                        rowLogs[r][i]));
+              m.map(l.log->getResult(0), pairLog(b_, b_.getLoc(), l,
+                                                 columnLogs[k][i],
+                                                 rowLogs[r][i]));
           sv.push_back(scaledScore(S[(mt * NT + nt) * 4 + c], e.scale, it.bI32,
                                    rows[r].hI32, rows[r].qpos, kvpos[k], &m));
         }
