@@ -97,6 +97,14 @@ LogicalResult AccumulateOp::verify() {
   return success();
 }
 
+LogicalResult ScoreGradOp::verify() {
+  std::optional<StringRef> a = getAccumulate();
+  if (a && *a != "all" && *a != "query" && *a != "others")
+    return emitOpError("accumulate must be all, query or others, got '")
+           << *a << "'";
+  return success();
+}
+
 LogicalResult ZeroAccOp::verify() {
   if (getWidth() != "v" && getWidth() != "k")
     return emitOpError("width must be v or k, got '") << getWidth() << "'";

@@ -140,7 +140,7 @@ module {
         %18 = arith.mulf %arg4, %17 : f32
         flash.yield %18 : f32
       }
-      %14 = flash.score_grad %10 ds %13 lse %8 on %arg1 {accumulate}
+      %14 = flash.score_grad %10 ds %13 lse %8 on %arg1 {accumulate = "all"}
       %15 = flash.accumulate "dv" %arg3 + %12 x %7 : !flash.query
       %16 = flash.accumulate "dk" %arg2 + %14 x %6 : !flash.query
       flash.add_owned_dq %14 x %2 of %arg0

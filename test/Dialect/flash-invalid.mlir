@@ -213,3 +213,11 @@ func.func @f(%i: !flash.item, %a: !flash.acc) {
   }
   return
 }
+
+// -----
+
+func.func @f(%s: !flash.scores, %ds: !flash.scores, %l: !flash.rows, %t: !flash.tile) {
+  // expected-error @+1 {{accumulate must be all, query or others, got 'some'}}
+  %x = flash.score_grad %s ds %ds lse %l on %t {accumulate = "some"}
+  return
+}

@@ -138,7 +138,7 @@ module {
         %18 = arith.mulf %arg4, %17 : f32
         flash.yield %18 : f32
       }
-      %14 = flash.score_grad %10 ds %13 lse %8 on %arg1 {accumulate}
+      %14 = flash.score_grad %10 ds %13 lse %8 on %arg1 {accumulate = "all"}
       %15 = flash.accumulate "dv" %arg3 + %12 x %7 : !flash.query
       %16 = flash.accumulate "dk" %arg2 + %14 x %6 : !flash.query
       flash.add_owned_dq %14 x %2 of %arg0
@@ -178,7 +178,7 @@ module {
 // CHECK:   flash.kv_tile_of
 // CHECK:   flash.for_query_tiles %{{.*}} iter_args(%{{.*}}, %{{.*}}) : !flash.acc, !flash.acc {
 // CHECK:   ^bb0(%{{.*}}: !flash.item, %{{.*}}: !flash.tile, %{{.*}}: !flash.acc, %{{.*}}: !flash.acc):
-// CHECK:     flash.score_grad {{.*}} {accumulate}
+// CHECK:     flash.score_grad {{.*}} {accumulate = "all"}
 // CHECK:     flash.accumulate "dv"
 // CHECK:     flash.accumulate "dk"
 // CHECK:     flash.add_owned_dq

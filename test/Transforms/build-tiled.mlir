@@ -4,6 +4,7 @@
 // RUN: attn-opt %s -attn-build-tiled="target=sm_90 dtype=bf16 head-dim=128 v-head-dim=128" | FileCheck %s --check-prefix=MMA
 // RUN: attn-opt %s -attn-build-tiled="target=sm_90 dtype=bf16 form=simt" | FileCheck %s --check-prefix=SIMT
 // RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 dtype=f16 backward=1" | FileCheck %s --check-prefix=BWD
+// RUN: attn-opt %s -attn-differentiate -attn-build-tiled="target=sm_80 dtype=f16 backward=1 form=simt" | FileCheck %s --check-prefix=BWDSIMT
 // RUN: attn-opt %s -attn-build-tiled | attn-opt | FileCheck %s --check-prefix=CPU
 // RUN: not attn-opt %s -attn-build-tiled="backward=1" 2>&1 | FileCheck %s --check-prefix=NOGRAD
 // RUN: not attn-opt %s -attn-build-tiled="target=sm_70" 2>&1 | FileCheck %s --check-prefix=TARGET
@@ -76,11 +77,21 @@ attn.variant @alibi(slope: f32[H]) score_mod(%s: f32, %b: i32, %h: i32, %q: i32,
 // SIMT: flash.kernel @attnc_alibi_bf16_d64v64_m64n64w2s1 "forward" form "simt" of @alibi
 
 // The backward: two kernels of the mma.sync backward form.
+// Its _bwd_q adds score_grad's accumulates of a query (summed per row),
+// _bwd_kv the others (KernelForm::sumsQueryGradsInQueryKernel); the SIMT
+// form's _bwd_kv adds them all.
 // BWD: flash.kernel @attnc_alibi_f16_d64v64_m64n64w4s2_bwd_q "bwd_q" form "mma-sync"
 // BWD: flash.load_rows "delta"
+// BWD: flash.score_grad {{.*}} {accumulate = "query"}
 // BWD: flash.accumulate "dq"
 // BWD: flash.kernel @attnc_alibi_f16_d64v64_m64n64w4s2_bwd_kv "bwd_kv" form "mma-sync"
-// BWD: flash.score_grad {{.*}} {accumulate}
+// BWD: flash.score_grad {{.*}} {accumulate = "others"}
+// BWDSIMT: flash.kernel {{.*}}_bwd_q "bwd_q" form "simt"
+// BWDSIMT: flash.score_grad
+// BWDSIMT-NOT: accumulate
+// BWDSIMT-SAME: {{$}}
+// BWDSIMT: flash.kernel {{.*}}_bwd_kv "bwd_kv" form "simt"
+// BWDSIMT: flash.score_grad {{.*}} {accumulate = "all"}
 
 // NOGRAD: error: the variant has no score_grad region; run -attn-differentiate first
 // TARGET: error: unknown target 'sm_70'

@@ -746,6 +746,53 @@ TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
   });
 }
 
+TEST_CASE("the tensor-core GPU backward sums a query's parameter gradients "
+          "per row in _bwd_q, once per item",
+          "[backward][kernel][gpu-emulated]") {
+  // t[b, h, q] and w[h, q] read the query but not the key: the tensor-core
+  // form's _bwd_q (flash.score_grad's accumulate "query") sums their
+  // gradients over each row's keys and adds them once per item; _bwd_kv
+  // ("others") adds u[kv]'s and c's. Nonzero gradients (unlike synaptic's
+  // qamp, which adds the same to each of a row's scores): a sum added
+  // twice, or not at all, or a masked pair's term moves them. The shapes
+  // of the every-example case (prefill, decode, chunk; GQA, ragged, tails
+  // of 64-row tiles, exact tiles under the causal mask).
+  auto session = loadText(R"(
+variant query_grads(t: f32[B, H, KV], w: f32[H, KV], u: f32[KV], c: f32) {
+  score_mod(s, b, h, q, kv) = s * t[b, h, q] + w[h, q] * (kv % 5) + c * u[kv]
+  mask_mod(b, h, q, kv) = q >= kv
+}
+)");
+  std::vector<Shape> shapes = kernelShapes();
+  for (Shape &s : shapes) {
+    s.dtype = rt::DType::BF16;
+    s.vHeadDim = 32;
+    s.kvLen = 150;
+    s.kvLens = {150, 97};
+    if (s.mode == Mode::Prefill)
+      s.qLen = 150;
+  }
+  rt::KernelSpec spec;
+  spec.dtype = rt::DType::BF16;
+  spec.headDim = 16;
+  spec.vHeadDim = 32;
+  KernelPair kernels = compilePair(*session, "query_grads", spec);
+  GpuBackward gpu(*session, "query_grads", spec);
+  REQUIRE(gpu.image.spec.blockM == 64);
+  rt::KernelSpec offset = spec;
+  offset.keyOffsets = true;
+  KernelPair offsetKernels = compilePair(*session, "query_grads", offset);
+  GpuBackward offsetGpu(*session, "query_grads", offset);
+  for (const Shape &s : shapes) {
+    INFO(s.describe());
+    bool off = !s.kvOffsets.empty();
+    checkBackwardKernel(*session, "query_grads",
+                        *(off ? offsetKernels : kernels).forward,
+                        (off ? offsetGpu : gpu).run(), s, 1e-3, rt::DType::BF16,
+                        rt::DType::BF16);
+  }
+}
+
 TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
           "cores at 64, 32 and 16 rows, and SIMT",
           "[backward][kernel][gpu-emulated]") {
@@ -861,6 +908,57 @@ TEST_CASE("the tensor-core GPU backward's exponent: one FMA where the rows' "
             }
           });
       CHECK(bigRows > 64); // the exact difference is taken
+    }
+}
+
+TEST_CASE("the tensor-core GPU backward's separable logs: ln x per query and "
+          "lg2 y per key where every factor is in range, per pair elsewhere",
+          "[backward][kernel][gpu-emulated]") {
+  // synaptic's log(qamp[q] * key_factor[kv]) in an exact chunk whose
+  // warp's factors are all in [2^-62, 2^62] is ln qamp + lg2 kf ln 2 (one
+  // FMA per pair); elsewhere the chunk takes the flagged path and the log
+  // of f32's product. Its score_grad is dy / qamp and dy / kf, 1/qamp once
+  // per query column (_bwd_kv) or row (_bwd_q). 128 queries and keys, GQA
+  // 2:1: the causal mask's tile (1, 0) is exact. Three kinds of factors:
+  // in range (the separated path; a wrong sign or a missing term moves
+  // every gradient); negative, their products positive (the separated
+  // path would be NaN); out of range, 2^70 on even queries and 2^-80 on
+  // every third key (products in f32's range: the flagged path's logs).
+  // (Not tiny factors on both sides: log qamp[q] adds the same to each of
+  // a row's scores, so qamp's exact gradient is 0 and both sides' are
+  // rounding noise, times 1/qamp.)
+  auto session = loadFile(std::string(ATTNC_EXAMPLES_DIR) + "/synaptic.attn");
+  for (rt::DType dt : {rt::DType::BF16, rt::DType::F16})
+    for (int data = 0; data < 3; ++data) {
+      INFO(rt::dtypeName(dt) << " data " << data);
+      Shape s;
+      s.batch = 1;
+      s.heads = 2;
+      s.kvHeads = 1;
+      s.qLen = s.kvLen = 128;
+      s.headDim = s.vHeadDim = 64;
+      s.dtype = dt;
+      rt::KernelSpec spec;
+      spec.dtype = dt;
+      spec.headDim = spec.vHeadDim = 64;
+      KernelPair kernels = compilePair(*session, "synaptic", spec);
+      GpuBackward gpu(*session, "synaptic", spec);
+      REQUIRE(gpu.image.spec.blockM == 64);
+      checkBackwardKernel(*session, "synaptic", *kernels.forward, gpu.run(), s,
+                          1e-3, dt, dt, 0, {}, [&](rt::AttentionArgs &a) {
+                            for (auto &[name, t] : a.tensors) {
+                              bool query = name == "qamp";
+                              float *x = static_cast<float *>(t.data);
+                              for (int64_t i = 0; i < t.numel(); ++i) {
+                                int64_t pos = i % t.shape.back();
+                                if (data == 1)
+                                  x[i] = -x[i];
+                                if (data == 2 &&
+                                    (query ? pos % 2 == 0 : pos % 3 == 0))
+                                  x[i] *= query ? 0x1p70f : 0x1p-80f;
+                              }
+                            }
+                          });
     }
 }
 

@@ -85,8 +85,15 @@ protected:
   /// gradient buffer, the rest on demand; returns the yielded value.
   Value emitGrad(Block &block, IRMapping &map, bool accumulate);
   /// An accumulate of score_grad: into its slot when the form gave it one
-  /// (accumulateSlots_), else into the gradient buffer (addToGradients).
+  /// (accumulateSlots_), else into the gradient buffer (addToGradients);
+  /// nothing for one the other kernel adds (elsewhere_).
   void emitAccumulate(attn::AccumulateOp a, IRMapping &map);
+  /// The accumulates a kernel's flash.score_grad leaves to the other
+  /// kernel: with "query", all but a query's (AccumulateKinds::rows); with
+  /// "others", a query's. Set by pairValues from the section.
+  llvm::DenseSet<Operation *> elsewhere_;
+  Operation *elsewhereOf_ = nullptr; // the flash.score_grad it was made for
+  void bindElsewhere(flash::ScoreGradOp dx);
   /// a's value (as `map` gives it) added to its element of the gradient
   /// buffer, the index clamped as the gather that read it.
   void addToGradients(attn::AccumulateOp a, IRMapping &map);

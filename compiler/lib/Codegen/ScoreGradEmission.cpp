@@ -36,7 +36,25 @@ bool BackwardBuilder::accumulates() {
   return any;
 }
 
+void BackwardBuilder::bindElsewhere(flash::ScoreGradOp dx) {
+  if (elsewhereOf_ == dx.getOperation())
+    return;
+  elsewhereOf_ = dx;
+  elsewhere_.clear();
+  std::optional<StringRef> mode = dx.getAccumulate();
+  if (!mode || *mode == "all")
+    return;
+  AccumulateKinds kinds = classifyAccumulates(v_);
+  v_.getGradBlock()->walk([&](attn::AccumulateOp a) {
+    bool ofQuery = llvm::is_contained(kinds.rows, a);
+    if (ofQuery != (*mode == "query"))
+      elsewhere_.insert(a);
+  });
+}
+
 void BackwardBuilder::emitAccumulate(attn::AccumulateOp a, IRMapping &map) {
+  if (elsewhere_.contains(a))
+    return;
   auto slot = accumulateSlots_.find(a);
   if (slot == accumulateSlots_.end())
     return addToGradients(a, map);
@@ -136,7 +154,8 @@ std::pair<Value, Value> BackwardBuilder::pairValues(
     map = *pairGradDiagonal_;
   SmallVector<Value> gargs = {xs, b, h, qpos, kv, ds};
   map.map(grad.getArguments(), gargs);
-  Value dx = emitGrad(grad, map, sec.dx.getAccumulate());
+  bindElsewhere(sec.dx);
+  Value dx = emitGrad(grad, map, sec.dx.getAccumulate().has_value());
   if (sec.dropP)
     p = arith::MulFOp::create(b_, p, z);
   return {p, unscaledDx_ ? dx : Value(arith::MulFOp::create(b_, dx, e.scale))};

@@ -45,6 +45,7 @@ public:
                               s.warps, c.vectorWidth, s.keyOffsets,
                               s.stages);
     dropout_ = s.dropout;
+    queryGradsHere_ = c.queryGradsInQueryKernel;
     b_.createBlock(&k.getBody());
     return k;
   }
@@ -213,9 +214,9 @@ public:
 
   /// One kept pair's terms on a tile, shared by both backward kernels:
   /// P from the LSE, dS = P (dP - delta) and dX (with the parameters'
-  /// accumulates when `accumulate`).
+  /// accumulates `accumulate` says, flash.score_grad's: empty for none).
   std::pair<Value, Value> pairTerms(Value s, Value dp, Value lse, Value delta,
-                                    Value tile, bool accumulate) {
+                                    Value tile, StringRef accumulate) {
     MLIRContext *ctx = b_.getContext();
     Value p = ProbabilitiesOp::create(b_, ScoresType::get(ctx), s, lse, tile);
     // With dropout, O = (P z) V: dP becomes dP z (delta = rowsum(dO O) is
@@ -226,8 +227,9 @@ public:
       return arith::MulFOp::create(b_, x[0],
                                    arith::SubFOp::create(b_, x[1], x[2]));
     });
-    Value dx = ScoreGradOp::create(b_, ScoresType::get(ctx), s, ds, lse, tile,
-                                   accumulate);
+    Value dx = ScoreGradOp::create(
+        b_, ScoresType::get(ctx), s, ds, lse, tile,
+        accumulate.empty() ? StringAttr() : b_.getStringAttr(accumulate));
     return {p, dx};
   }
 
@@ -247,7 +249,8 @@ public:
       Value kv = LoadKeyValueOp::create(b_, KeyValueType::get(ctx), t);
       Value s = ProductOp::create(b_, ScoresType::get(ctx), q, kv, "k");
       Value dp = ProductOp::create(b_, ScoresType::get(ctx), dO, kv, "v");
-      Value dx = pairTerms(s, dp, lse, delta, t, /*accumulate=*/false).second;
+      Value dx = pairTerms(s, dp, lse, delta, t, queryGradsHere_ ? "query" : "")
+                     .second;
       return SmallVector<Value>{
           AccumulateOp::create(b_, accT, dq, dx, kv, "dq")};
     });
@@ -276,7 +279,8 @@ public:
       Value delta = LoadRowsOp::create(b_, rowsT, qi, "delta");
       Value s = ProductOp::create(b_, ScoresType::get(ctx), q, kv, "k");
       Value dp = ProductOp::create(b_, ScoresType::get(ctx), dO, kv, "v");
-      auto [p, dx] = pairTerms(s, dp, lse, delta, t, /*accumulate=*/true);
+      auto [p, dx] =
+          pairTerms(s, dp, lse, delta, t, queryGradsHere_ ? "others" : "all");
       if (dropout_) // dV takes the kept probabilities, scaled
         p = DropoutOp::create(b_, ScoresType::get(ctx), p, t);
       Value dvNew = AccumulateOp::create(b_, accT, dv, p, dO, "dv");
@@ -302,6 +306,7 @@ private:
   attn::VariantOp v_;
   Type f32_;
   bool dropout_ = false;
+  bool queryGradsHere_ = false; // FlashConfig::queryGradsInQueryKernel
 };
 
 } // namespace

@@ -407,13 +407,18 @@ def Flash_ProbabilitiesOp : Flash_Op<"probabilities", [Pure]> {
 def Flash_ScoreGradOp : Flash_Op<"score_grad", [MemoryEffects<[MemWrite]>]> {
   let summary = "dX = scale * score_grad(s * scale, dy = dS) for kept pairs";
   let description = [{
-    The variant's score_grad per kept pair (0 elsewhere). With
-    `accumulate`, its `attn.accumulate`s add into the float parameters'
-    gradients (only `bwd_kv` accumulates, so each pair adds once).
+    The variant's score_grad per kept pair (0 elsewhere). `accumulate`
+    says which of its `attn.accumulate`s add into the float parameters'
+    gradients here, so that each pair adds each once over the two kernels:
+    "all" (`bwd_kv`, where `bwd_q` has none), or "query" (those whose
+    element reads the query but not the key, qamp[b, h, q]: `bwd_q`, which
+    holds a query's row over all its keys and sums them there) and
+    "others" (`bwd_kv`: the rest). Absent: none.
   }];
   let arguments = (ins Flash_Scores:$scores, Flash_Scores:$ds, Flash_Rows:$lse,
-                       Flash_Tile:$tile, UnitAttr:$accumulate);
+                       Flash_Tile:$tile, OptionalAttr<StrAttr>:$accumulate);
   let results = (outs Flash_Scores:$result);
+  let hasVerifier = 1;
   let assemblyFormat = "$scores `ds` $ds `lse` $lse `on` $tile attr-dict";
 }
 

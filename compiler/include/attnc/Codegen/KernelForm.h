@@ -81,15 +81,21 @@ public:
                                       mlir::attn::VariantOp) const {
     return false;
   }
+  /// Whether the backward sums score_grad's accumulates of a query
+  /// (qamp[b, h, q]) in `_bwd_q`, which holds the query's row over all its
+  /// keys, once per row, and `_bwd_kv` the others (flash.score_grad's
+  /// accumulate "query" and "others"); else `_bwd_kv` adds them all.
+  virtual bool sumsQueryGradsInQueryKernel() const { return false; }
   /// `base` (the vector width, ...) with what this form fixes for `spec`:
-  /// the spec itself, whether the scale goes into the exponents and the
-  /// sums into the accumulator. Every tiled program of the form is built
-  /// from a configuration made here.
+  /// the spec itself, whether the scale goes into the exponents, the sums
+  /// into the accumulator, and where a query's gradients are summed. Every
+  /// tiled program of the form is built from a configuration made here.
   FlashConfig flashConfig(FlashConfig base, const rt::KernelSpec &spec,
                           mlir::attn::VariantOp variant = {}) const {
     base.spec = spec;
     base.scaleInExponent = takesScaleInExponent(spec);
     base.sumsInAccumulator = takesSumsInAccumulator(spec, variant);
+    base.queryGradsInQueryKernel = sumsQueryGradsInQueryKernel();
     return base;
   }
   /// The configurations the tuner times for a request's shape class.

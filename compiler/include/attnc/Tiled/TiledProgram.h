@@ -41,6 +41,10 @@ struct FlashConfig {
   /// The form's forward keeps the softmax's sums as a column of its
   /// accumulator, P [V | 1] (KernelForm::takesSumsInAccumulator).
   bool sumsInAccumulator = false;
+  /// The backward's accumulates of a query go to `_bwd_q`, the others to
+  /// `_bwd_kv` (KernelForm::sumsQueryGradsInQueryKernel); else all to
+  /// `_bwd_kv`.
+  bool queryGradsInQueryKernel = false;
 };
 
 /// Whether `variant`'s score_mod returns the score unchanged.

@@ -218,7 +218,7 @@ void CpuBackwardBuilder::scoreTile(const PairSection &sec, const Entry &e,
                                    Value DP, Value Lse, Value Delta, Value P,
                                    Value DX, bool transposed, Value dxRows) {
   PairSection pairs = sec;
-  bool accumulate = pairs.dx.getAccumulate();
+  bool accumulate = pairs.dx.getAccumulate().has_value();
   // Without accumulates to the buffer per pair the per-key work has no
   // side effect: it is computed for every key and the masked ones selected
   // away (a branch-free loop LLVM can vectorize; the slots' sums add 0 for

@@ -11,6 +11,7 @@
 
 #include "GpuBackwardBuilder.h"
 #include "MmaFragments.h"
+#include "SeparableLogs.h"
 
 #include <map>
 
@@ -59,6 +60,12 @@ private:
   /// of each warp, a key's by the first lane of its quad (live keys only).
   void addSums(Value bI32, Value hI32, ArrayRef<Value> kv,
                ArrayRef<Value> keyLive);
+  /// _bwd_q's sums of a query's accumulates (two slots each: the thread's
+  /// rows g and g + 8) into the gradient buffer, by the first lane of the
+  /// row's quad (live rows only).
+  void addRowSums(ArrayRef<attn::AccumulateOp> accs, Value sums, Value bI32,
+                  ArrayRef<Value> hI32, ArrayRef<Value> qpos,
+                  ArrayRef<Value> live);
   /// The entry with its two buffers (the four tiles; LSE, delta and LSE
   /// log2 e per row) and the lane decomposition.
   gpu::GPUFuncOp begin(gpu::GPUModuleOp module, StringRef name, Entry &e,
@@ -205,6 +212,44 @@ private:
   std::pair<IRMapping, IRMapping> &tileDiagonal(int64_t off);
   Value diagBase_;
   DiagonalTile scoreTile_, gradTile_; // the tile's (diagonalTile)
+  /// score_mod's and score_grad's values of one side of a pair, computed
+  /// once for the pairs that share it: a query's (of b, h, q: synaptic's
+  /// qamp[b, h, q] and 1/qamp) or a key's (of b, h, kv). _bwd_kv holds its
+  /// keys' for a query head's tiles and computes a chunk's queries'; _bwd_q
+  /// holds its rows' for the item and computes a chunk's keys'. Where no
+  /// block has a value of that side alone (hoistsQueries_, hoistsKeys_,
+  /// from beginSides), nothing is computed ahead and the pairs' code is as
+  /// it was.
+  struct SideValues {
+    IRMapping score, grad;
+  };
+  void beginSides();
+  SideValues queryValues(Value bI32, Value hI32, Value qpos);
+  SideValues keyValues(Value bI32, Value hI32, Value kv);
+  /// Points pairScoreDiagonal_ and pairGradDiagonal_ at the pair's values
+  /// computed ahead: its query's, its key's that vary with the key, and
+  /// its diagonal's (where given); null where there are none.
+  /// `logs` (where given): the pair's separable logs (SeparableLogs.h),
+  /// one per separable_.
+  void bindPair(const SideValues *query, const SideValues *key,
+                const std::pair<IRMapping, IRMapping> *diagonal,
+                ArrayRef<Value> logs = {});
+  /// score_mod's separable logs (beginSides) and, for a side's values,
+  /// whether its factors are in range (an i1 per side) and their terms:
+  /// a query's rowSign ln x, a key's lg2 y, one per log.
+  SmallVector<SeparableLog> separable_;
+  Value logsInRange(const SideValues &side, bool query);
+  SmallVector<Value> logTerms(const SideValues &side, bool query);
+  /// The pair's logs from its query's and key's terms.
+  SmallVector<Value> pairLogs(ArrayRef<Value> queryTerms,
+                              ArrayRef<Value> keyTerms);
+  void unbindPair() { pairScoreDiagonal_ = pairGradDiagonal_ = nullptr; }
+  bool hoistsQueries_ = false, hoistsKeys_ = false;
+  llvm::DenseSet<Value> scoreOfQuery_, gradOfQuery_;
+  IRMapping pairScore_, pairGrad_;
+  SmallVector<SideValues> keySide_; // _bwd_kv: its keys' (per query head)
+  SmallVector<SmallVector<Value>> keyLogTerms_; // and their lg2 y
+  Value keyLogsInRange_;
   IRMapping diagScoreArgs_, diagGradArgs_;
   std::map<int64_t, std::pair<IRMapping, IRMapping>> diagAt_;
   // Whether Q and dO, and K and V, take 16-byte copies (stageTile).

@@ -243,6 +243,105 @@ std::pair<IRMapping, IRMapping> &TensorCoreBackward::tileDiagonal(int64_t off) {
   return slot->second;
 }
 
+void TensorCoreBackward::beginSides() {
+  Block &score = v_.getScoreBlock(), &grad = *v_.getGradBlock();
+  // Arguments: score_mod's (score, b, h, q, kv), score_grad's and dy.
+  scoreOfQuery_ = uniformValues(score, {0, 4});
+  gradOfQuery_ = uniformValues(grad, {0, 4, 5});
+  auto hasSide = [](Block &blk, const llvm::DenseSet<Value> &side,
+                    const llvm::DenseSet<Value> &other) {
+    for (Operation &op : blk.without_terminator())
+      for (Value r : op.getResults())
+        if (side.contains(r) && !other.contains(r))
+          return true;
+    return false;
+  };
+  llvm::DenseSet<Value> scoreOfKey = uniformValues(score, {0, 3}),
+                        gradOfKey = uniformValues(grad, {0, 3, 5});
+  hoistsQueries_ = hasSide(score, scoreOfQuery_, scoreOfKey) ||
+                   hasSide(grad, gradOfQuery_, gradOfKey);
+  hoistsKeys_ = hasSide(score, scoreOfKey, scoreOfQuery_) ||
+                hasSide(grad, gradOfKey, gradOfQuery_);
+  separable_ = separableLogs(score);
+}
+
+TensorCoreBackward::SideValues
+TensorCoreBackward::queryValues(Value bI32, Value hI32, Value qpos) {
+  Value kv0 = cI32(0);
+  return {hoistUniform(v_.getScoreBlock(), {0, 4},
+                       {cF32(0.0), bI32, hI32, qpos, kv0}),
+          hoistUniform(*v_.getGradBlock(), {0, 4, 5},
+                       {cF32(0.0), bI32, hI32, qpos, kv0, cF32(0.0)})};
+}
+
+TensorCoreBackward::SideValues
+TensorCoreBackward::keyValues(Value bI32, Value hI32, Value kv) {
+  Value q0 = cI32(0);
+  return {
+      hoistUniform(v_.getScoreBlock(), {0, 3}, {cF32(0.0), bI32, hI32, q0, kv}),
+      hoistUniform(*v_.getGradBlock(), {0, 3, 5},
+                   {cF32(0.0), bI32, hI32, q0, kv, cF32(0.0)})};
+}
+
+Value TensorCoreBackward::logsInRange(const SideValues &side, bool query) {
+  Value ok = arith::ConstantOp::create(b_, b_.getBoolAttr(true));
+  for (const SeparableLog &l : separable_)
+    ok = arith::AndIOp::create(
+        b_, ok,
+        inLogRange(b_, b_.getLoc(),
+                   side.score.lookup(query ? l.row : l.column)));
+  return ok;
+}
+
+SmallVector<Value> TensorCoreBackward::logTerms(const SideValues &side,
+                                                bool query) {
+  SmallVector<Value> out;
+  for (const SeparableLog &l : separable_)
+    out.push_back(
+        query ? queryLogTerm(b_, b_.getLoc(), l, side.score.lookup(l.row))
+              : lg2Flushing(b_, b_.getLoc(), side.score.lookup(l.column)));
+  return out;
+}
+
+SmallVector<Value> TensorCoreBackward::pairLogs(ArrayRef<Value> queryTerms,
+                                                ArrayRef<Value> keyTerms) {
+  SmallVector<Value> out;
+  for (auto [i, l] : llvm::enumerate(separable_))
+    out.push_back(pairLog(b_, b_.getLoc(), l, keyTerms[i], queryTerms[i]));
+  return out;
+}
+
+void TensorCoreBackward::bindPair(
+    const SideValues *query, const SideValues *key,
+    const std::pair<IRMapping, IRMapping> *diagonal, ArrayRef<Value> logs) {
+  if (!query && !key) {
+    pairScoreDiagonal_ = diagonal ? &diagonal->first : nullptr;
+    pairGradDiagonal_ = diagonal ? &diagonal->second : nullptr;
+    return;
+  }
+  for (bool grad : {false, true}) {
+    IRMapping &m = grad ? pairGrad_ : pairScore_;
+    const llvm::DenseSet<Value> &ofQuery = grad ? gradOfQuery_ : scoreOfQuery_;
+    m.clear();
+    if (query)
+      m = grad ? query->grad : query->score;
+    // The key's values that vary with the key (the block's arguments are
+    // the pair's own, emitModifier's).
+    if (key)
+      for (auto [from, to] : (grad ? key->grad : key->score).getValueMap())
+        if (!isa<BlockArgument>(from) && !ofQuery.contains(from))
+          m.map(from, to);
+    if (diagonal)
+      for (auto [from, to] :
+           (grad ? diagonal->second : diagonal->first).getValueMap())
+        m.map(from, to);
+  }
+  for (auto [l, v] : llvm::zip(separable_, logs))
+    pairScore_.map(l.log->getResult(0), v);
+  pairScoreDiagonal_ = &pairScore_;
+  pairGradDiagonal_ = &pairGrad_;
+}
+
 void TensorCoreBackward::stageQueryTile(
     const Entry &e, int64_t qS, int64_t oS, Value rows,
     function_ref<Value(ArrayRef<Value>, Value)> rowOffset,
@@ -369,6 +468,31 @@ void TensorCoreBackward::addSums(Value bI32, Value hI32, ArrayRef<Value> kv,
     }
 }
 
+void TensorCoreBackward::addRowSums(ArrayRef<attn::AccumulateOp> accs,
+                                    Value sums, Value bI32,
+                                    ArrayRef<Value> hI32, ArrayRef<Value> qpos,
+                                    ArrayRef<Value> live) {
+  Block &grad = *v_.getGradBlock();
+  Value quadLead =
+      arith::CmpIOp::create(b_, arith::CmpIPredicate::eq, tig2, cIdx(0));
+  for (auto [i, acc] : llvm::enumerate(accs))
+    for (int64_t k = 0; k < 2; ++k) {
+      attn::AccumulateOp a = acc;
+      // A row's pairs are over its quad's four lanes.
+      Value s = load(sums, cIdx(2 * int64_t(i) + k));
+      for (int64_t off : {1, 2})
+        s = arith::AddFOp::create(b_, s, mf.shflXor(s, off));
+      ifThen(arith::AndIOp::create(b_, quadLead, live[k]), [&] {
+        IRMapping m;
+        m.map(grad.getArgument(1), bI32);
+        m.map(grad.getArgument(2), hI32[k]);
+        m.map(grad.getArgument(3), qpos[k]);
+        m.map(a.getValue(), s);
+        addToGradients(a, m);
+      });
+    }
+}
+
 void TensorCoreBackward::storeRows(const Frags &acc, Value dst,
                                    ArrayRef<Value> strides,
                                    function_ref<Value(int64_t)> rowOffset,
@@ -398,6 +522,15 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
   Entry e;
   Extra x;
   begin(module, name, e, x, 1 + stages_);
+  // A query's accumulates' slots (below), in the entry block: LLVM keeps
+  // only such private memory in registers (after the staging's branches
+  // it stayed in local memory: 13 loads and stores per tile at D = 128).
+  SmallVector<attn::AccumulateOp> rowAccs;
+  Value rowSums;
+  if (sec.dx.getAccumulate() == "query")
+    rowAccs = classifyAccumulates(v_).rows;
+  if (!rowAccs.empty())
+    rowSums = alloca(2 * int64_t(rowAccs.size()));
   Value c1 = cIdx(1);
   const TileLayout l = queryLayout();
   const int64_t qS = l.q, oS = l.dO, kS = l.k, vS = l.v;
@@ -442,6 +575,30 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         arith::CmpFOp::create(b_, arith::CmpFPredicate::ONE, lse[k], e.ninf);
   }
 
+  // score_grad's accumulates of a query (flash.score_grad's "query"):
+  // summed per row in slots of rowSums (two per accumulate: rows g and
+  // g + 8), added once per item (addRowSums).
+  if (!rowAccs.empty()) {
+    for (int64_t i = 0; i < 2 * int64_t(rowAccs.size()); ++i)
+      store(cF32(0.0), rowSums, cIdx(i));
+  }
+  auto bindRowSlots = [&](int64_t k) {
+    for (auto [i, a] : llvm::enumerate(rowAccs))
+      accumulateSlots_[a] = {rowSums, cIdx(2 * int64_t(i) + k)};
+  };
+  // The rows' values of score_mod and score_grad of (b, h, q) alone, once
+  // per item, and whether their factors of score_mod's separable logs are
+  // in range.
+  beginSides();
+  SmallVector<SideValues> rowSide;
+  if (hoistsQueries_)
+    for (int64_t k = 0; k < 2; ++k)
+      rowSide.push_back(queryValues(it.bI32, hI32[k], qpos[k]));
+  Value rowLogsInRange =
+      separable_.empty()
+          ? Value()
+          : Value(arith::AndIOp::create(b_, logsInRange(rowSide[0], true),
+                                        logsInRange(rowSide[1], true)));
   // The warp's rows' exponents within the FMA's bound: the exact tiles'
   // P is one FMA and an ex2 (probability); else they take the flagged path.
   Value smallRows = smallExponents(lseLog2e);
@@ -494,6 +651,12 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
         beginTileDiagonals(
             arith::SubIOp::create(b_, keyPos(t.pos0, tig2), row0Pos), it.bI32,
             hI32[0]);
+      // The rows' terms of the separable logs (rowSign ln x), in the exact
+      // version, once per tile.
+      SmallVector<SmallVector<Value>> rowTerms;
+      if (exact && !separable_.empty())
+        for (const SideValues &r : rowSide)
+          rowTerms.push_back(logTerms(r, true));
       for (int64_t from = 0; from < R; from += C) {
         SmallVector<Value> s =
             flatten(rowsByCols(qS, ldQ, D / 16, kS + from * ldQ, ldQ, C, off));
@@ -518,22 +681,64 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
                 return std::pair<Value, Value>{qpos[(at & 3) >> 1], kv[at]};
               },
               it.bI32, hI32[0]);
-        SmallVector<Value> dx(s.size());
-        for (size_t at = 0; at < s.size(); ++at) {
-          int64_t k = (at & 3) >> 1;
-          lseLog2e_ = exact ? lseLog2e[k] : Value();
-          if (diagBase_) {
-            auto &d = tileDiagonal(from + 8 * int64_t(at / 4) +
-                                   int64_t(at & 1) - 8 * k);
-            pairScoreDiagonal_ = &d.first;
-            pairGradDiagonal_ = &d.second;
+        // The chunk's key columns' values of (b, h, kv) alone: column j =
+        // 2 (at / 4) + at % 2 of the thread's (the rows share h).
+        SmallVector<SideValues> keySide;
+        if (hoistsKeys_)
+          for (size_t at : {0, 1, 4, 5})
+            keySide.push_back(keyValues(it.bI32, hI32[0], kv[at]));
+        // The pairs' diagonal values, before the versions below (both use
+        // them).
+        SmallVector<std::pair<IRMapping, IRMapping> *> diag(s.size(), nullptr);
+        if (diagBase_)
+          for (size_t at = 0; at < s.size(); ++at)
+            diag[at] = &tileDiagonal(from + 8 * int64_t(at / 4) +
+                                     int64_t(at & 1) - 8 * ((at & 3) >> 1));
+        // dX of the chunk's pairs; `separated`: with the separable logs
+        // from the rows' and key columns' terms.
+        auto pairTerms = [&](bool separated) {
+          SmallVector<SmallVector<Value>> keyTerms;
+          if (separated)
+            for (const SideValues &c : keySide)
+              keyTerms.push_back(logTerms(c, false));
+          SmallVector<Value> dx(s.size());
+          for (size_t at = 0; at < s.size(); ++at) {
+            int64_t k = (at & 3) >> 1;
+            size_t j = 2 * (at / 4) + (at & 1);
+            lseLog2e_ = exact ? lseLog2e[k] : Value();
+            bindRowSlots(k);
+            // (a pair not kept adds 0 to its row's sums)
+            accumulateKeep_ = exact ? Value() : keep[at];
+            bindPair(rowSide.empty() ? nullptr : &rowSide[k],
+                     keySide.empty() ? nullptr : &keySide[j], diag[at],
+                     separated ? pairLogs(rowTerms[k], keyTerms[j])
+                               : SmallVector<Value>());
+            Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
+                                  it.bI32, hI32[k], qpos[k], kv[at])
+                           .second;
+            lseLog2e_ = nullptr;
+            accumulateKeep_ = nullptr;
+            unbindPair();
+            dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
           }
-          Value g1 = pairValues(sec, e, s[at], dp[at], lse[k], delta[k],
-                                it.bI32, hI32[k], qpos[k], kv[at])
-                         .second;
-          lseLog2e_ = nullptr;
-          pairScoreDiagonal_ = pairGradDiagonal_ = nullptr;
-          dx[at] = exact ? g1 : select(keep[at], g1, e.zeroF);
+          return dx;
+        };
+        // An exact tile's chunk takes the separable logs where every
+        // factor of the warp's rows and key columns is in range (one
+        // vote); else the log per pair.
+        SmallVector<Value> dx;
+        if (!rowTerms.empty()) {
+          Value inRange = rowLogsInRange;
+          for (const SideValues &c : keySide)
+            inRange = arith::AndIOp::create(b_, inRange, logsInRange(c, false));
+          dx = ifElseYield(
+              NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), inRange,
+                                       NVVM::VoteSyncKind::all),
+              SmallVector<Type>(s.size(), f32_),
+              [&] { return pairTerms(true); },
+              [&] { return pairTerms(false); });
+        } else {
+          dx = pairTerms(false);
         }
         accumulate(dq, dx, C, kS + from * ldQ, ldQ, D, off);
       }
@@ -566,6 +771,9 @@ LogicalResult TensorCoreBackward::lowerQueryGrads(flash::KernelOp kernel,
                               gpu::BarrierOp::create(b_);
                               return tileBody(t, acc, {});
                             });
+  if (!rowAccs.empty())
+    addRowSums(rowAccs, rowSums, it.bI32, hI32, qpos, live);
+  accumulateSlots_.clear();
   storeRows(
       unflatten(tiles), x.dq, x.dqs,
       [&](int64_t k) { return offset4(x.dqs, it.b, h[k], i[k]); }, live,
@@ -661,6 +869,10 @@ public:
            querySharedBytes(s) <= gpuSharedOptIn(target.str()) &&
            keyValueSharedBytes(s) <= gpuSharedOptIn(target.str());
   }
+  /// A query's gradients (qamp[b, h, q]) summed per row in _bwd_q's
+  /// registers and added once per item, not an atomic add per pair in
+  /// _bwd_kv.
+  bool sumsQueryGradsInQueryKernel() const override { return true; }
   rt::TileConfig tileConfig(const rt::KernelSpec &s) const override {
     // s<stages>: _bwd_q's K/V stages.
     return rt::TileConfig{s.blockM, s.blockN, s.blockM / 16, s.stages};
@@ -695,8 +907,8 @@ public:
       bool counted = llvm::none_of(kinds.pairs, [](attn::AccumulateOp a) {
         return bool(a->getParentOfType<attn::SumOp>());
       });
-      // (a query's are not summed here: its pairs span the block's warps)
-      kv.atomics = chunks * 8 * int64_t(kinds.pairs.size() + kinds.rows.size());
+      // (a query's are _bwd_q's, once per row: sumsQueryGradsInQueryKernel)
+      kv.atomics = chunks * 8 * int64_t(kinds.pairs.size());
       if (!counted)
         kv = rt::TileWork();
     }

@@ -43,8 +43,31 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
     for (size_t at = 0; at < s.size(); ++at)
       diag[at] = &tileDiagonal(8 * int64_t((at & 3) >> 1) - c0 -
                                8 * int64_t(at / 4) - int64_t(at & 1));
+  // The chunk's query columns' values of (b, h, q) alone: column j = 2
+  // (at / 4) + at % 2 of the thread's.
+  SmallVector<SideValues> querySide;
+  if (hoistsQueries_)
+    for (size_t at : {0, 1, 4, 5})
+      querySide.push_back(queryValues(bI32, hI32, qpos[at]));
+  // Where score_mod has separable logs, an exact chunk takes them (its
+  // unflagged path) when every factor of the warp's queries and keys is
+  // in range (one vote); else the flagged path, per pair.
+  if (!separable_.empty()) {
+    Value inRange = keyLogsInRange_;
+    for (const SideValues &q : querySide)
+      inRange = arith::AndIOp::create(b_, inRange, logsInRange(q, true));
+    exact = arith::AndIOp::create(
+        b_, exact,
+        NVVM::VoteSyncOp::create(b_, b_.getI1Type(), cI32(-1), inRange,
+                                 NVVM::VoteSyncKind::all));
+  }
   // P and dX of the chunk's pairs, with or without the flags of kept pairs.
   auto pairTerms = [&](bool flagged) {
+    // The separable logs' terms, of the chunk's queries (and the keys').
+    SmallVector<SmallVector<Value>> queryTerms;
+    if (!flagged && !separable_.empty())
+      for (const SideValues &q : querySide)
+        queryTerms.push_back(logTerms(q, true));
     SmallVector<Value> keep;
     if (flagged) {
       // A query with no key (LSE -inf, also rows past the end) has P = 0
@@ -69,14 +92,15 @@ void TensorCoreBackward::keyValueChunk(const PairSection &sec,
       for (auto [i, a] : llvm::enumerate(kinds_.cols))
         accumulateSlots_[a] = {sums_, cIdx(keySlot(i, k))};
       auto grad = [&] {
-        if (diag[at]) {
-          pairScoreDiagonal_ = &diag[at]->first;
-          pairGradDiagonal_ = &diag[at]->second;
-        }
+        size_t j = 2 * (at / 4) + (at & 1);
+        bindPair(querySide.empty() ? nullptr : &querySide[j],
+                 keySide_.empty() ? nullptr : &keySide_[k], diag[at],
+                 queryTerms.empty() ? SmallVector<Value>()
+                                    : pairLogs(queryTerms[j], keyLogTerms_[k]));
         std::pair<Value, Value> pd = pairValues(sec, e, s[at], dp[at], lse[at],
                                                 delta[at], bI32, hI32,
                                                 qpos[at], kv[k]);
-        pairScoreDiagonal_ = pairGradDiagonal_ = nullptr;
+        unbindPair();
         return SmallVector<Value>{pd.first, pd.second};
       };
       SmallVector<Value> pd;
@@ -124,12 +148,16 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
   begin(module, name, e, x, 1 + stages_, stages_);
   if (accumulates()) {
     kinds_ = classifyAccumulates(v_);
+    // A query's accumulates are _bwd_q's where its score_grad says so.
+    if (sec.dx.getAccumulate() == "others")
+      kinds_.rows.clear();
     if (int64_t n = keySlot(kinds_.cols.size(), 0))
       sums_ = alloca(n);
     for (auto [i, a] : llvm::enumerate(kinds_.item))
       accumulateSlots_[a] = {sums_, cIdx(int64_t(i))};
   }
   const bool shareDiagonals = diagonalsShared();
+  beginSides();
   Value c0 = cIdx(0), c1 = cIdx(1);
   const TileLayout l = keyValueLayout();
   const int64_t kS = l.k, vS = l.v, qS = l.q, oS = l.dO;
@@ -165,6 +193,20 @@ LogicalResult TensorCoreBackward::lowerKeyValueGrads(flash::KernelOp kernel,
       IRMapping inv = maskInvariants(kt, hI32);
       if (sums_)
         zeroSums();
+      // The keys' values of (b, h, kv) alone, for the head's tiles.
+      keySide_.clear();
+      keyLogTerms_.clear();
+      if (hoistsKeys_)
+        for (int64_t k = 0; k < 2; ++k)
+          keySide_.push_back(keyValues(bI32, hI32, kv[k]));
+      // Their separable logs' lg2 y, and whether every y is in range.
+      if (!separable_.empty()) {
+        keyLogsInRange_ =
+            arith::AndIOp::create(b_, logsInRange(keySide_[0], false),
+                                  logsInRange(keySide_[1], false));
+        for (const SideValues &k : keySide_)
+          keyLogTerms_.push_back(logTerms(k, false));
+      }
       // The class is the block's: the barriers are reached by all or none.
       Item it; // the tile's, from its tileOf (the last one called)
       // Q tile `it`'s Q, dO, LSE and delta into the stage at (off, fsOff).
