@@ -95,9 +95,12 @@ void BackwardBuilder::addToGradients(attn::AccumulateOp a, IRMapping &map) {
 
 Value BackwardBuilder::emitGrad(Block &block, IRMapping &map,
                                 bool accumulate) {
-  auto hasAccumulate = [](attn::SumOp s) {
+  // (one this kernel adds: a sum whose accumulates are all the other
+  // kernel's is pure here, computed where its value is used)
+  auto hasAccumulate = [&](attn::SumOp s) {
     bool any = false;
-    s.getBody().walk([&](attn::AccumulateOp) { any = true; });
+    s.getBody().walk(
+        [&](attn::AccumulateOp a) { any |= !elsewhere_.contains(a); });
     return any;
   };
   for (Operation &op : block) {
