@@ -627,6 +627,48 @@ std::vector<Shape> kernelShapes() {
   return shapes;
 }
 
+/// kernelShapes() on the tensor-core backward's 64-row tiles: bf16, Dqk
+/// 16 and Dv 32, 150 keys (three tiles with a tail; the second sequence,
+/// 97 keys, ends inside the second).
+std::vector<Shape> tensorCoreShapes() {
+  std::vector<Shape> shapes = kernelShapes();
+  for (Shape &s : shapes) {
+    s.dtype = rt::DType::BF16;
+    s.vHeadDim = 32;
+    s.kvLen = 150;
+    s.kvLens = {150, 97};
+    if (s.mode == Mode::Prefill)
+      s.qLen = 150;
+  }
+  return shapes;
+}
+
+/// `name`'s tensor-core GPU backward (bf16, Dqk 16, Dv 32: four warps
+/// over 64-row tiles) on the emulator against the fp64 backward at each
+/// of `shapes` (a chunk's with the kernels of offset keys).
+void checkTensorCoreBackward(const Session &session, const std::string &name,
+                             const std::vector<Shape> &shapes) {
+  rt::KernelSpec spec;
+  spec.dtype = rt::DType::BF16;
+  spec.headDim = 16;
+  spec.vHeadDim = 32;
+  KernelPair kernels = compilePair(session, name, spec);
+  GpuBackward gpu(session, name, spec);
+  REQUIRE(gpu.image.spec.warps == 4);
+  REQUIRE(gpu.image.spec.blockM == 64);
+  rt::KernelSpec offset = spec; // the chunk's keys are offset
+  offset.keyOffsets = true;
+  KernelPair offsetKernels = compilePair(session, name, offset);
+  GpuBackward offsetGpu(session, name, offset);
+  for (const Shape &s : shapes) {
+    INFO(s.describe());
+    bool off = !s.kvOffsets.empty();
+    checkBackwardKernel(session, name, *(off ? offsetKernels : kernels).forward,
+                        (off ? offsetGpu : gpu).run(), s, 1e-3, rt::DType::BF16,
+                        rt::DType::BF16);
+  }
+}
+
 } // namespace
 
 TEST_CASE("the CPU backward kernels agree with the fp64 backward, every "
@@ -703,19 +745,9 @@ TEST_CASE("the GPU backward kernels agree with the fp64 backward on the "
 TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
           "the emulator, every example, prefill, decode and chunk",
           "[backward][kernel][gpu-emulated]") {
-  // bf16, Dqk 16 and Dv 32: 64-row tiles, so 150 keys make three with a
-  // tail; the second sequence (97 keys) ends inside the second tile.
-  std::vector<Shape> shapes = kernelShapes();
-  for (Shape &s : shapes) {
-    s.dtype = rt::DType::BF16;
-    s.vHeadDim = 32;
-    s.kvLen = 150;
-    s.kvLens = {150, 97};
-    if (s.mode == Mode::Prefill)
-      s.qLen = 150;
-  }
   // The tiles' copies: 16-byte cp.async for contiguous rows in either
   // layout; rows padded by one element take the element-wise copies.
+  std::vector<Shape> shapes = tensorCoreShapes();
   Shape tokenMajor = shapes.front(), padded = shapes.front();
   tokenMajor.layout = "bshd";
   padded.pad = 1;
@@ -723,26 +755,7 @@ TEST_CASE("the tensor-core GPU backward agrees with the fp64 backward on "
   shapes.push_back(padded);
   forEachExampleVariant([&](const Session &session, const std::string &name,
                             const rt::VariantInfo &) {
-      rt::KernelSpec spec;
-      spec.dtype = rt::DType::BF16;
-      spec.headDim = 16;
-      spec.vHeadDim = 32;
-      KernelPair kernels = compilePair(session, name, spec);
-      GpuBackward gpu(session, name, spec);
-      REQUIRE(gpu.image.spec.warps == 4);
-      REQUIRE(gpu.image.spec.blockM == 64);
-      rt::KernelSpec offset = spec; // the chunk's keys are offset
-      offset.keyOffsets = true;
-      KernelPair offsetKernels = compilePair(session, name, offset);
-      GpuBackward offsetGpu(session, name, offset);
-      for (const Shape &s : shapes) {
-        INFO(s.describe());
-        bool off = !s.kvOffsets.empty();
-        checkBackwardKernel(session, name,
-                            *(off ? offsetKernels : kernels).forward,
-                            (off ? offsetGpu : gpu).run(), s, 1e-3,
-                            rt::DType::BF16, rt::DType::BF16);
-      }
+    checkTensorCoreBackward(session, name, shapes);
   });
 }
 
@@ -763,34 +776,7 @@ variant query_grads(t: f32[B, H, KV], w: f32[H, KV], u: f32[KV], c: f32) {
   mask_mod(b, h, q, kv) = q >= kv
 }
 )");
-  std::vector<Shape> shapes = kernelShapes();
-  for (Shape &s : shapes) {
-    s.dtype = rt::DType::BF16;
-    s.vHeadDim = 32;
-    s.kvLen = 150;
-    s.kvLens = {150, 97};
-    if (s.mode == Mode::Prefill)
-      s.qLen = 150;
-  }
-  rt::KernelSpec spec;
-  spec.dtype = rt::DType::BF16;
-  spec.headDim = 16;
-  spec.vHeadDim = 32;
-  KernelPair kernels = compilePair(*session, "query_grads", spec);
-  GpuBackward gpu(*session, "query_grads", spec);
-  REQUIRE(gpu.image.spec.blockM == 64);
-  rt::KernelSpec offset = spec;
-  offset.keyOffsets = true;
-  KernelPair offsetKernels = compilePair(*session, "query_grads", offset);
-  GpuBackward offsetGpu(*session, "query_grads", offset);
-  for (const Shape &s : shapes) {
-    INFO(s.describe());
-    bool off = !s.kvOffsets.empty();
-    checkBackwardKernel(*session, "query_grads",
-                        *(off ? offsetKernels : kernels).forward,
-                        (off ? offsetGpu : gpu).run(), s, 1e-3, rt::DType::BF16,
-                        rt::DType::BF16);
-  }
+  checkTensorCoreBackward(*session, "query_grads", tensorCoreShapes());
 }
 
 TEST_CASE("the GPU backward kernels in bf16 and f16 on the emulator: tensor "
