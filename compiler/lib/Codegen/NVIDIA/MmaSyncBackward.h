@@ -1,9 +1,11 @@
 //===- MmaSyncBackward.h - The tensor-core GPU backward's builder ---------===//
 //
 // TensorCoreBackward builds the tensor-core form of the GPU backward
-// (MmaSyncBackwardKernel.cpp says how it works): its shared staging,
-// fragment and sum helpers and `_bwd_q` are defined there, `_bwd_kv` in
-// MmaSyncBackwardKeyValue.cpp.
+// (MmaSyncBackwardKernel.cpp says how it works): its shared staging and
+// fragment helpers and `_bwd_q` are defined there, `_bwd_kv` in
+// MmaSyncBackwardKeyValue.cpp, what the pair terms read computed ahead
+// (diagonal and side values, logs, keep flags) and the gradient sums in
+// MmaSyncBackwardPairs.cpp.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ATTNC_CODEGEN_NVIDIA_MMASYNCBACKWARD_H
