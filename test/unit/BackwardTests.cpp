@@ -1026,13 +1026,7 @@ TEST_CASE("dropout in the backward: CPU and emulated GPU kernels (SIMT and "
       KernelPair bfKernels = compilePair(*session, name, bf);
       GpuBackward mma(*session, name, bf);
       REQUIRE(mma.image.spec.warps > 0);
-      for (Shape s : shapes) {
-        s.dtype = rt::DType::BF16;
-        s.vHeadDim = 32;
-        s.kvLen = 150;
-        s.kvLens = {150, 97};
-        if (s.mode == Mode::Prefill)
-          s.qLen = 150;
+      for (const Shape &s : tensorCoreShapes()) {
         INFO(tools::modeName(s.mode) << " bf16");
         checkBackwardKernel(*session, name, *bfKernels.forward, mma.run(), s,
                             1e-3, rt::DType::BF16, rt::DType::BF16, 0, drop);
